@@ -1,0 +1,2 @@
+//! backend-container
+#![deny(missing_docs)]

@@ -1,0 +1,2 @@
+//! backend-namespace
+#![deny(missing_docs)]

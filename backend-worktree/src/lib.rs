@@ -1,0 +1,2 @@
+//! backend-worktree
+#![deny(missing_docs)]

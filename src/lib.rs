@@ -1,0 +1,3 @@
+//! agent-workspace facade.
+#![deny(missing_docs)]
+pub use workspace_core as core;
