@@ -113,7 +113,17 @@ mod tests {
         for good in ["run-742", "a", "0abc", "x-1-2"] {
             assert!(RunId::new(good).is_ok(), "{good}");
         }
-        for bad in ["", "..", "Run", "a/b", "-a", "a-", "a b", "é", &"a".repeat(64)] {
+        for bad in [
+            "",
+            "..",
+            "Run",
+            "a/b",
+            "-a",
+            "a-",
+            "a b",
+            "é",
+            &"a".repeat(64),
+        ] {
             assert!(RunId::new(bad).is_err(), "{bad:?}");
         }
     }

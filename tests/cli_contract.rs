@@ -1,0 +1,110 @@
+//! The `contract` subcommands, run as a user would run them.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn agent_workspace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent-workspace"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run agent-workspace")
+}
+
+const EXAMPLE: &str = "examples/contracts/payments-api-1842.toml";
+
+#[test]
+fn the_example_contract_is_valid() {
+    let out = agent_workspace(&["contract", "check", EXAMPLE]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("valid narrow-fix contract for ../payments-api at 8f3c2d1"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn three_planted_mistakes_are_listed_with_their_paths_and_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(EXAMPLE))
+        .expect("example");
+    let planted = text
+        .replace("ports = [43117]", "ports = [0]")
+        .replace("revision = \"8f3c2d1\"", "revision = \"\"")
+        .replace("wall_time = \"30m\"", "wall_time = \"0s\"");
+    assert_ne!(planted, text);
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, planted).expect("write");
+    let out = agent_workspace(&["contract", "check", file.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let problems: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.ends_with("the contract is invalid"))
+        .collect();
+    assert_eq!(problems.len(), 3, "{stderr}");
+    for path in [
+        "source.revision",
+        "process.ports[0]",
+        "environment.limits.wall_time",
+    ] {
+        assert!(
+            problems.iter().any(|l| l.contains(&format!(": {path}: "))),
+            "{path} missing in {stderr}"
+        );
+    }
+}
+
+#[test]
+fn unreadable_and_unparsable_contracts_exit_2_with_one_line() {
+    let out = agent_workspace(&["contract", "check", "no/such/contract.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("no/such/contract.toml: cannot read the contract"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.json");
+    std::fs::write(&file, r#"{"objective": "x", "shape": "narrow-fix", "source": {"repo": ".", "revision": "HEAD", "extra": 1}}"#)
+        .expect("write");
+    let out = agent_workspace(&["contract", "check", file.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("source") && stderr.contains("unknown field `extra`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_schema_is_json_with_every_section() {
+    let out = agent_workspace(&["contract", "schema"]);
+    assert_eq!(out.status.code(), Some(0));
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).expect("schema is JSON");
+    for section in [
+        "source",
+        "filesystem",
+        "process",
+        "environment",
+        "identity",
+        "promotion",
+    ] {
+        assert!(schema["properties"].get(section).is_some(), "{section}");
+    }
+}
+
+#[test]
+fn a_missing_argument_exits_2() {
+    let out = agent_workspace(&["contract", "check"]);
+    assert_eq!(out.status.code(), Some(2));
+}

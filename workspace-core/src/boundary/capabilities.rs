@@ -1,0 +1,257 @@
+//! What each boundary implementation declares it can enforce.
+//!
+//! A backend either enforces a declared setting or the contract is rejected before
+//! the run starts; nothing is silently ignored. Every capability defaults to
+//! "unsupported", so a backend claims only what it has written code for.
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{
+    CheckoutOrigin, EnvironmentSection, FilesystemSection, IdentitySection, IsolationLevel,
+    Materialization, MountMode, NetworkMode, Problems, ProcessSection, PromotionSection,
+    PromotionTarget, SourceSection, UserClass,
+};
+
+/// What a source boundary supports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceCapabilities {
+    /// Checkout origins it can provision.
+    pub origins: Vec<CheckoutOrigin>,
+    /// Materializations it can make (`auto` is always accepted: the backend picks).
+    pub materializations: Vec<Materialization>,
+    /// Whether it initialises declared submodules.
+    pub submodules: bool,
+    /// Whether it copies declared untracked inputs.
+    pub untracked_inputs: bool,
+}
+
+/// What a filesystem boundary supports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilesystemCapabilities {
+    /// Read-only paths inside writable ones.
+    pub read_only_paths: bool,
+    /// Excluded (masked) paths.
+    pub excluded_paths: bool,
+    /// Read-only host mounts.
+    pub host_mounts: bool,
+    /// Read-write host mounts.
+    pub writable_host_mounts: bool,
+}
+
+/// What a process boundary supports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessCapabilities {
+    /// Isolation levels it provides.
+    pub isolation: Vec<IsolationLevel>,
+    /// Whether it leases ports, cache prefixes and schema names.
+    pub leases: bool,
+}
+
+/// A kind of resource or time cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitKind {
+    /// `environment.limits.cpus`.
+    Cpu,
+    /// `environment.limits.memory`.
+    Memory,
+    /// `environment.limits.pids`.
+    Pids,
+    /// `environment.limits.disk`.
+    Disk,
+    /// `environment.limits.tmp`.
+    Tmp,
+    /// `environment.limits.wall_time`.
+    WallTime,
+    /// `environment.limits.open_files`.
+    OpenFiles,
+}
+
+/// What an environment boundary supports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentCapabilities {
+    /// Network modes it enforces.
+    pub network: Vec<NetworkMode>,
+    /// Limits it enforces.
+    pub limits: Vec<LimitKind>,
+    /// Whether it starts services with health checks.
+    pub services: bool,
+}
+
+/// What an identity boundary supports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdentityCapabilities {
+    /// User classes it can run as.
+    pub users: Vec<UserClass>,
+    /// Whether it injects credentials from a credential source.
+    pub credentials: bool,
+}
+
+/// What a promotion boundary supports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromotionCapabilities {
+    /// Targets it can promote to.
+    pub targets: Vec<PromotionTarget>,
+}
+
+fn unsupported(problems: &mut Problems, field: &str, backend: &str, what: impl std::fmt::Display) {
+    problems.push(field, format!("{backend} cannot enforce {what}"));
+}
+
+impl SourceCapabilities {
+    /// Records every setting of `section` this implementation cannot provide.
+    pub fn check(&self, backend: &str, section: &SourceSection, problems: &mut Problems) {
+        if !self.origins.contains(&section.origin) {
+            unsupported(
+                problems,
+                "source.origin",
+                backend,
+                format!("origin {:?}", section.origin),
+            );
+        }
+        if section.materialization != Materialization::Auto
+            && !self.materializations.contains(&section.materialization)
+        {
+            unsupported(
+                problems,
+                "source.materialization",
+                backend,
+                format!("materialization {:?}", section.materialization),
+            );
+        }
+        if !section.submodules.is_empty() && !self.submodules {
+            unsupported(problems, "source.submodules", backend, "submodules");
+        }
+        if !section.inputs.is_empty() && !self.untracked_inputs {
+            unsupported(problems, "source.inputs", backend, "untracked inputs");
+        }
+    }
+}
+
+impl FilesystemCapabilities {
+    /// Records every setting of `section` this implementation cannot enforce.
+    pub fn check(&self, backend: &str, section: &FilesystemSection, problems: &mut Problems) {
+        if !section.read_only.is_empty() && !self.read_only_paths {
+            unsupported(problems, "filesystem.read_only", backend, "read-only paths");
+        }
+        if !section.excluded.is_empty() && !self.excluded_paths {
+            unsupported(problems, "filesystem.excluded", backend, "excluded paths");
+        }
+        for (i, mount) in section.host_mounts.iter().enumerate() {
+            let (supported, what) = match mount.mode {
+                MountMode::ReadOnly => (self.host_mounts, "host mounts"),
+                MountMode::DangerReadWrite => (self.writable_host_mounts, "read-write host mounts"),
+            };
+            if !supported {
+                unsupported(
+                    problems,
+                    &format!("filesystem.host_mounts[{i}]"),
+                    backend,
+                    what,
+                );
+            }
+        }
+    }
+}
+
+impl ProcessCapabilities {
+    /// Records every setting of `section` this implementation cannot enforce.
+    pub fn check(&self, backend: &str, section: &ProcessSection, problems: &mut Problems) {
+        if !self.isolation.contains(&section.isolation) {
+            unsupported(
+                problems,
+                "process.isolation",
+                backend,
+                format!("isolation {:?}", section.isolation),
+            );
+        }
+        let wants_leases = !section.ports.is_empty()
+            || section.cache_prefix.is_some()
+            || section.database_schema.is_some();
+        if wants_leases && !self.leases {
+            unsupported(
+                problems,
+                "process.ports",
+                backend,
+                "leases of ports, cache prefixes or schemas",
+            );
+        }
+    }
+}
+
+impl EnvironmentCapabilities {
+    /// Records every setting of `section` this implementation cannot enforce.
+    pub fn check(&self, backend: &str, section: &EnvironmentSection, problems: &mut Problems) {
+        if !self.network.contains(&section.network.mode) {
+            unsupported(
+                problems,
+                "environment.network.mode",
+                backend,
+                format!("network mode {:?}", section.network.mode),
+            );
+        }
+        let limits = &section.limits;
+        let declared = [
+            (LimitKind::Cpu, "cpus", limits.cpus.is_some()),
+            (LimitKind::Memory, "memory", limits.memory.is_some()),
+            (LimitKind::Pids, "pids", limits.pids.is_some()),
+            (LimitKind::Disk, "disk", limits.disk.is_some()),
+            (LimitKind::Tmp, "tmp", limits.tmp.is_some()),
+            (LimitKind::WallTime, "wall_time", limits.wall_time.is_some()),
+            (
+                LimitKind::OpenFiles,
+                "open_files",
+                limits.open_files.is_some(),
+            ),
+        ];
+        for (kind, name, set) in declared {
+            if set && !self.limits.contains(&kind) {
+                unsupported(
+                    problems,
+                    &format!("environment.limits.{name}"),
+                    backend,
+                    format!("a {name} limit"),
+                );
+            }
+        }
+        if !section.services.is_empty() && !self.services {
+            unsupported(problems, "environment.services", backend, "services");
+        }
+    }
+}
+
+impl IdentityCapabilities {
+    /// Records every setting of `section` this implementation cannot enforce.
+    pub fn check(&self, backend: &str, section: &IdentitySection, problems: &mut Problems) {
+        if !self.users.contains(&section.user) {
+            unsupported(
+                problems,
+                "identity.user",
+                backend,
+                format!("user class {:?}", section.user),
+            );
+        }
+        if !section.credentials.is_empty() && !self.credentials {
+            unsupported(
+                problems,
+                "identity.credentials",
+                backend,
+                "credential injection",
+            );
+        }
+    }
+}
+
+impl PromotionCapabilities {
+    /// Records every setting of `section` this implementation cannot provide.
+    pub fn check(&self, backend: &str, section: &PromotionSection, problems: &mut Problems) {
+        if !self.targets.contains(&section.target) {
+            unsupported(
+                problems,
+                "promotion.target",
+                backend,
+                format!("target {:?}", section.target),
+            );
+        }
+    }
+}

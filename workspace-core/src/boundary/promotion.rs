@@ -1,0 +1,126 @@
+//! The Promotion boundary trait: export the result and promote it under rules.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::{BoundaryError, PromotionCapabilities, RunContext, SourceRecord};
+
+/// Turns a workspace's changes into a reviewable result.
+#[async_trait]
+pub trait PromotionBoundary: Send + Sync + Debug + 'static {
+    /// What this implementation supports.
+    fn capabilities(&self) -> PromotionCapabilities;
+
+    /// The implementation's name, used in messages about unsupported settings.
+    fn name(&self) -> &'static str {
+        std::any::type_name::<Self>()
+    }
+
+    /// Exports the changes against the base commit: a patch `git apply` accepts on a
+    /// clean checkout of that commit, and the list of changed paths. Never follows a
+    /// symlink found in the workspace.
+    async fn export(
+        &self,
+        run: &RunContext,
+        source: &SourceRecord,
+    ) -> Result<PatchExport, BoundaryError>;
+
+    /// Promotes an exported patch to the contract's target, only if the evidence in
+    /// `request` satisfies the contract's rules for this exact patch digest.
+    async fn promote(
+        &self,
+        run: &RunContext,
+        source: &SourceRecord,
+        request: &PromotionRequest,
+    ) -> Result<PromotionRecord, BoundaryError>;
+}
+
+/// The exported result of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchExport {
+    /// The unified diff (`diff.patch`).
+    #[serde(skip)]
+    pub patch: Vec<u8>,
+    /// sha256 of `patch` (hex): what checks and approvals are bound to.
+    pub patch_sha256: String,
+    /// Every changed path (`changes.json`).
+    pub changes: Vec<ChangedPath>,
+}
+
+/// One changed path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangedPath {
+    /// The path relative to the workspace root (the new path of a rename).
+    pub path: String,
+    /// What happened to it.
+    pub change: ChangeKind,
+    /// Whether it lies inside the contract's declared outputs.
+    pub in_scope: bool,
+}
+
+/// What happened to a path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ChangeKind {
+    /// Created.
+    Added,
+    /// Content changed.
+    Modified,
+    /// Removed.
+    Deleted,
+    /// Moved from another path.
+    Renamed {
+        /// The old path.
+        from: String,
+    },
+    /// Only the mode (executable bit, file type) changed.
+    ModeChanged,
+}
+
+/// The evidence a promotion is judged on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromotionRequest {
+    /// The digest of the patch being promoted.
+    pub patch_sha256: String,
+    /// Results of the contract's required checks.
+    pub checks: Vec<CheckResult>,
+    /// Recorded approvals.
+    pub approvals: Vec<ApprovalRecord>,
+}
+
+/// The result of one required check (`checks.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckResult {
+    /// The check's name in the contract.
+    pub name: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// The patch digest it ran against.
+    pub patch_sha256: String,
+}
+
+/// A recorded approval (`approvals.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    /// Who approved.
+    pub approver: String,
+    /// The patch digest approved.
+    pub patch_sha256: String,
+    /// When (Unix milliseconds).
+    pub at_unix_ms: u64,
+}
+
+/// What a promotion did (the promotion record in the evidence).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromotionRecord {
+    /// The patch digest promoted.
+    pub patch_sha256: String,
+    /// The ref written, if any (`refs/heads/review/<run-id>`).
+    pub review_ref: Option<String>,
+    /// The commit created for the review, if any.
+    pub review_commit: Option<String>,
+    /// Whether it was marked a merge candidate (needs an approval bound to the digest).
+    pub merge_candidate: bool,
+}

@@ -1,0 +1,98 @@
+//! The Source boundary trait and what it records.
+
+use std::fmt::Debug;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::{BoundaryError, RunContext, SourceCapabilities};
+use crate::contract::Materialization;
+
+/// Provisions the code a run receives and proves what it was.
+#[async_trait]
+pub trait SourceBoundary: Send + Sync + Debug + 'static {
+    /// What this implementation supports; a contract asking for more is rejected
+    /// before anything is provisioned.
+    fn capabilities(&self) -> SourceCapabilities;
+
+    /// The implementation's name, used in messages about unsupported settings.
+    fn name(&self) -> &'static str {
+        std::any::type_name::<Self>()
+    }
+
+    /// Makes the run's checkout under `run.run_dir` as `run.contract.source` says.
+    async fn provision(&self, run: &RunContext) -> Result<SourceRecord, BoundaryError>;
+
+    /// Re-verifies an existing checkout against its record (for resume): the commit,
+    /// the location and what was inherited. A mismatch is an error, never a silent
+    /// continue.
+    async fn verify(&self, run: &RunContext, record: &SourceRecord) -> Result<(), BoundaryError>;
+
+    /// Removes the checkout (after evidence was exported). Shared read-only data
+    /// (object stores, cached base trees) stays.
+    async fn release(&self, run: &RunContext, record: &SourceRecord) -> Result<(), BoundaryError>;
+}
+
+/// What the agent received: written to `source.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    /// The source repository as given.
+    pub repository: String,
+    /// Its remote URLs, credentials stripped.
+    pub remote_urls: Vec<String>,
+    /// The resolved commit id.
+    pub commit: String,
+    /// The commit's tree id.
+    pub tree: String,
+    /// Where the initial state came from.
+    pub origin: OriginRecord,
+    /// How it was materialized.
+    pub materialization: Materialization,
+    /// The checkout on the host.
+    pub workspace: PathBuf,
+    /// Submodules present, and whether each was initialised.
+    pub submodules: Vec<SubmoduleRecord>,
+    /// Untracked inputs copied in, with their digests.
+    pub inputs: Vec<InputRecord>,
+    /// The initial diff against the commit: empty for a fresh checkout.
+    pub initial_diff: String,
+}
+
+/// Where a checkout's initial state came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum OriginRecord {
+    /// A new checkout of the commit.
+    Fresh,
+    /// An earlier run's workspace.
+    Resumed {
+        /// The run it came from.
+        from: String,
+    },
+    /// A verified snapshot.
+    Restored {
+        /// The snapshot's sha256.
+        snapshot_digest: String,
+    },
+}
+
+/// A submodule of the checkout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmoduleRecord {
+    /// Its path in the repository.
+    pub path: String,
+    /// Whether it was initialised (only when the contract declares it).
+    pub initialized: bool,
+}
+
+/// An untracked input copied into the checkout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputRecord {
+    /// Where it came from.
+    pub from: String,
+    /// Where it went, relative to the workspace root.
+    pub to: String,
+    /// The sha256 of its content.
+    pub sha256: String,
+}

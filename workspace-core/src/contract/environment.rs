@@ -1,0 +1,329 @@
+//! The Environment boundary: runtime, dependencies, services, network and limits.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::checks;
+use super::problem::{Problems, indexed};
+use super::units::{ByteSize, DurationSpec};
+
+/// The runtime a run executes in.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnvironmentSection {
+    /// The pinned toolchain or image.
+    #[serde(default)]
+    pub runtime: Runtime,
+    /// Host environment variables passed through by name. Empty (the default) passes
+    /// none: an empty allowlist denies everything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_allow: Vec<String>,
+    /// Variables set for the run. Not for credentials: those go through
+    /// `identity.credentials` so that their values stay out of the evidence.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Named test fixtures the run relies on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fixtures: Vec<Fixture>,
+    /// Services started before the run is sealed, gated by their health checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<Service>,
+    /// What the run may reach over the network.
+    #[serde(default)]
+    pub network: Network,
+    /// Resource and time caps.
+    #[serde(default)]
+    pub limits: Limits,
+    /// What happens when a declared layer cannot be applied or observed.
+    #[serde(default)]
+    pub assurance: Assurance,
+}
+
+/// The pinned runtime: a toolchain, an image, and the lockfiles that pin dependencies.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Runtime {
+    /// Toolchain and version the run expects (e.g. `rust 1.95.0`); recorded with the
+    /// fingerprint the backend observes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolchain: Option<String>,
+    /// OCI image reference for the container backend; pin it with `@sha256:`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Lockfiles (relative to the workspace root) whose digests are recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lockfiles: Vec<String>,
+}
+
+/// A named fixture: a file in the workspace, optionally pinned by digest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Fixture {
+    /// The fixture's name.
+    pub name: String,
+    /// Its path relative to the workspace root.
+    pub path: String,
+    /// Its expected sha256 (hex); a different file fails the run before it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// A service the run depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// Unique name of the service within the contract.
+    pub name: String,
+    /// Program and arguments, run inside the workspace's boundary.
+    pub command: Vec<String>,
+    /// When the service counts as ready.
+    pub health: HealthCheck,
+}
+
+/// A readiness check: a command that exits 0 once the service is ready.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    /// Program and arguments of the check.
+    pub command: Vec<String>,
+    /// Pause between attempts.
+    #[serde(default = "default_health_interval")]
+    pub interval: DurationSpec,
+    /// How long the service may take to become ready before the run fails.
+    #[serde(default = "default_health_timeout")]
+    pub timeout: DurationSpec,
+}
+
+fn default_health_interval() -> DurationSpec {
+    DurationSpec::from_millis(500)
+}
+
+fn default_health_timeout() -> DurationSpec {
+    DurationSpec::from_secs(60)
+}
+
+/// What the run may reach over the network.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// The network policy.
+    #[serde(default)]
+    pub mode: NetworkMode,
+    /// With `mode = "allowlist"`: the `host:port` destinations that may be reached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+}
+
+/// The network policy of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkMode {
+    /// No network at all but a private loopback interface.
+    #[default]
+    Deny,
+    /// A private loopback only (the same as `deny` for outbound traffic; services of
+    /// the run talk to each other over it).
+    Loopback,
+    /// Outbound connections to the listed destinations only.
+    Allowlist,
+}
+
+/// Resource and time caps. An unset cap means the backend's default, which is
+/// finite.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// CPU share in cores (e.g. `1.5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    /// Memory cap; a run beyond it is killed with cause "memory limit".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<ByteSize>,
+    /// Cap on processes and threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u32>,
+    /// Cap on the disk the run may fill (its changes and temporary files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<ByteSize>,
+    /// Size of the private `/tmp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp: Option<ByteSize>,
+    /// Wall-clock time of one command; after it the whole process tree is killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_time: Option<DurationSpec>,
+    /// Cap on open files per process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_files: Option<u32>,
+}
+
+/// What happens when a declared layer cannot be applied or observed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assurance {
+    /// Any mismatch between the contract and what the probe observes fails the run
+    /// closed, before the agent's command starts.
+    #[default]
+    Required,
+    /// Mismatches are recorded in the evidence and the run goes on.
+    BestEffort,
+}
+
+/// The largest CPU share accepted, in cores.
+const MAX_CPUS: f64 = 4096.0;
+
+impl EnvironmentSection {
+    /// Whether the host variable `name` passes into the run. Only names on the
+    /// allowlist do: an empty allowlist passes nothing.
+    pub fn passes(&self, name: &str) -> bool {
+        self.env_allow.iter().any(|allowed| allowed == name)
+    }
+
+    pub(crate) fn validate(&self, problems: &mut Problems) {
+        for (i, path) in self.runtime.lockfiles.iter().enumerate() {
+            checks::relative_path(problems, &indexed("environment.runtime.lockfiles", i), path);
+        }
+        if self
+            .runtime
+            .image
+            .as_ref()
+            .is_some_and(|i| i.trim().is_empty())
+        {
+            problems.push("environment.runtime.image", "is empty");
+        }
+        let mut allowed = Vec::new();
+        for (i, name) in self.env_allow.iter().enumerate() {
+            let field = indexed("environment.env_allow", i);
+            if checks::env_name(problems, &field, name) {
+                checks::unique_name(problems, &field, name, &mut allowed, "variable");
+            }
+        }
+        for name in self.env.keys() {
+            let field = format!("environment.env.{name}");
+            if checks::env_name(problems, &field, name) && checks::looks_like_secret(name) {
+                problems.push(
+                    field,
+                    "looks like a credential; inject it through identity.credentials so its value stays out of the evidence",
+                );
+            }
+        }
+        let mut fixtures = Vec::new();
+        for (i, fixture) in self.fixtures.iter().enumerate() {
+            let field = indexed("environment.fixtures", i);
+            checks::unique_name(
+                problems,
+                &format!("{field}.name"),
+                &fixture.name,
+                &mut fixtures,
+                "fixture",
+            );
+            checks::relative_path(problems, &format!("{field}.path"), &fixture.path);
+            let is_digest = |d: &String| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit());
+            if fixture.sha256.as_ref().is_some_and(|d| !is_digest(d)) {
+                problems.push(
+                    format!("{field}.sha256"),
+                    "is not a sha256 digest (64 hex digits)",
+                );
+            }
+        }
+        let mut services = Vec::new();
+        for (i, service) in self.services.iter().enumerate() {
+            let field = indexed("environment.services", i);
+            checks::unique_name(
+                problems,
+                &format!("{field}.name"),
+                &service.name,
+                &mut services,
+                "service",
+            );
+            checks::command(problems, &format!("{field}.command"), &service.command);
+            checks::command(
+                problems,
+                &format!("{field}.health.command"),
+                &service.health.command,
+            );
+            if service.health.interval.as_millis() == 0 {
+                problems.push(
+                    format!("{field}.health.interval"),
+                    "is zero; checks would spin",
+                );
+            }
+            if service.health.timeout.as_millis() == 0 {
+                problems.push(
+                    format!("{field}.health.timeout"),
+                    "is zero; the service could never become ready",
+                );
+            }
+        }
+        self.validate_network(problems);
+        self.limits.validate(problems);
+    }
+
+    fn validate_network(&self, problems: &mut Problems) {
+        match self.network.mode {
+            NetworkMode::Allowlist if self.network.allow.is_empty() => problems.push(
+                "environment.network.allow",
+                "is empty, and an empty allowlist allows nothing; write mode = \"deny\" if that is meant",
+            ),
+            NetworkMode::Allowlist => {
+                for (i, destination) in self.network.allow.iter().enumerate() {
+                    if !is_host_port(destination) {
+                        problems.push(
+                            indexed("environment.network.allow", i),
+                            format!("{destination:?} is not host:port"),
+                        );
+                    }
+                }
+            }
+            NetworkMode::Deny | NetworkMode::Loopback if !self.network.allow.is_empty() => problems.push(
+                "environment.network.allow",
+                "is only read with mode = \"allowlist\"; remove it or change the mode",
+            ),
+            NetworkMode::Deny | NetworkMode::Loopback => {}
+        }
+    }
+}
+
+impl Limits {
+    fn validate(&self, problems: &mut Problems) {
+        if let Some(cpus) = self.cpus
+            && !(cpus.is_finite() && cpus > 0.0 && cpus <= MAX_CPUS)
+        {
+            problems.push(
+                "environment.limits.cpus",
+                format!("{cpus} is not a CPU share in (0, {MAX_CPUS}]"),
+            );
+        }
+        let zero_checks = [
+            ("memory", self.memory.map(ByteSize::bytes)),
+            ("pids", self.pids.map(u64::from)),
+            ("disk", self.disk.map(ByteSize::bytes)),
+            ("tmp", self.tmp.map(ByteSize::bytes)),
+            ("wall_time", self.wall_time.map(DurationSpec::as_millis)),
+            ("open_files", self.open_files.map(u64::from)),
+        ];
+        for (name, value) in zero_checks {
+            if value == Some(0) {
+                problems.push(
+                    format!("environment.limits.{name}"),
+                    "is zero; nothing could run under it",
+                );
+            }
+        }
+    }
+
+    /// The CPU share in thousandths of a core, if set.
+    pub fn cpu_millis(&self) -> Option<u64> {
+        // Validation bounds `cpus` to (0, 4096], so the product fits.
+        self.cpus.map(|c| (c * 1000.0).round() as u64)
+    }
+}
+
+fn is_host_port(destination: &str) -> bool {
+    destination.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.contains(char::is_whitespace)
+            && port.parse::<u16>().is_ok_and(|p| p != 0)
+    })
+}

@@ -1,0 +1,270 @@
+//! Tests of the evidence bundle: writing, sealing, and every kind of tampering.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::json;
+use tempfile::TempDir;
+
+use super::*;
+use crate::RunId;
+
+mod tamper;
+
+pub(super) fn run_id() -> RunId {
+    RunId::new("run-1").unwrap()
+}
+
+pub(super) fn start(argv: &[&str]) -> CommandStart {
+    CommandStart {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        cwd: "/workspace".into(),
+        started_unix_ms: 1_000,
+    }
+}
+
+pub(super) fn end(exit: ExitStatusRecord) -> CommandEnd {
+    CommandEnd {
+        exit,
+        finished_unix_ms: 2_000,
+        cause: None,
+    }
+}
+
+pub(super) fn read_record(dir: &Path) -> CommandRecord {
+    serde_json::from_slice(&fs::read(dir.join(COMMAND_FILE)).unwrap()).unwrap()
+}
+
+/// Writes every well-known file and two commands with streamed output, seals, and
+/// returns the root (kept alive) and the run directory.
+pub(super) fn full_bundle() -> (TempDir, std::path::PathBuf, Manifest) {
+    let root = TempDir::new().unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    for file in EvidenceFile::ALL {
+        match file {
+            EvidenceFile::Diff => writer.write_bytes(file, b"--- a/x\n+++ b/x\n").unwrap(),
+            EvidenceFile::Journal => {
+                let journal = root.path().join("journal-src.jsonl");
+                fs::write(&journal, b"{\"event\":\"created\"}\n").unwrap();
+                writer.copy_file(file, &journal).unwrap();
+                fs::remove_file(&journal).unwrap();
+            }
+            _ => writer
+                .write_json(file, &json!({ "file": file.file_name() }))
+                .unwrap(),
+        }
+    }
+
+    let mut first = writer.start_command(start(&["cargo", "build"])).unwrap();
+    assert_eq!(first.seq(), 1);
+    for chunk in ["Compiling a\n", "Compiling b\n", "Finished\n"] {
+        first.stdout_writer().write_all(chunk.as_bytes()).unwrap();
+    }
+    first.stderr_writer().write_all(b"warning: x\n").unwrap();
+    let record = first.finish(end(ExitStatusRecord::Code(0))).unwrap();
+    assert_eq!(record.stdout_bytes, Some(33));
+
+    let second = writer.start_command(start(&["cargo", "test"])).unwrap();
+    assert_eq!(second.seq(), 2);
+    // Stream from another thread through an owned handle, in several chunks.
+    let mut out = second.stdout_stream().unwrap();
+    let mut err = second.stderr_stream().unwrap();
+    std::thread::spawn(move || {
+        for i in 0..5 {
+            writeln!(out, "test t{i} ... ok").unwrap();
+        }
+        err.write_all(b"failed: none\n").unwrap();
+    })
+    .join()
+    .unwrap();
+    second.finish(end(ExitStatusRecord::Signal(9))).unwrap();
+
+    let manifest = writer.seal().unwrap();
+    let dir = writer.dir().to_path_buf();
+    (root, dir, manifest)
+}
+
+#[test]
+fn full_bundle_is_intact_and_manifest_lists_exactly_its_files() {
+    let (_root, dir, manifest) = full_bundle();
+
+    let mut expected: Vec<String> = EvidenceFile::ALL
+        .iter()
+        .map(|f| f.file_name().to_owned())
+        .collect();
+    for seq in ["0001", "0002"] {
+        for name in [COMMAND_FILE, STDOUT_FILE, STDERR_FILE] {
+            expected.push(format!("commands/{seq}/{name}"));
+        }
+    }
+    expected.sort();
+    let listed: Vec<String> = manifest.files.keys().cloned().collect();
+    assert_eq!(listed, expected);
+
+    // The manifest on disk is what seal returned, and digests are real sha256.
+    let on_disk: Manifest =
+        serde_json::from_slice(&fs::read(dir.join(MANIFEST_FILE)).unwrap()).unwrap();
+    assert_eq!(on_disk, manifest);
+    assert_eq!((on_disk.version, on_disk.algorithm.as_str()), (1, "sha256"));
+    let stdout = &manifest.files["commands/0001/stdout"];
+    assert_eq!(stdout.bytes, 33);
+    let diff = &manifest.files["diff.patch"];
+    assert_eq!(diff.bytes, 16);
+
+    // Output was streamed, in order, and the records carry the end.
+    assert_eq!(
+        fs::read_to_string(dir.join("commands/0001/stdout")).unwrap(),
+        "Compiling a\nCompiling b\nFinished\n"
+    );
+    assert_eq!(
+        fs::read_to_string(dir.join("commands/0002/stdout"))
+            .unwrap()
+            .lines()
+            .count(),
+        5
+    );
+    let first = read_record(&dir.join("commands/0001"));
+    assert_eq!(first.argv, ["cargo", "build"]);
+    assert_eq!(first.exit, ExitStatusRecord::Code(0));
+    assert_eq!(first.finished_unix_ms, Some(2_000));
+    assert_eq!(
+        read_record(&dir.join("commands/0002")).exit,
+        ExitStatusRecord::Signal(9)
+    );
+
+    let report = verify(&dir).unwrap();
+    assert!(report.is_intact(), "{:?}", report.problems);
+    assert_eq!(report.files_checked, expected.len());
+    assert_eq!(report.files_checked, 14);
+}
+
+#[test]
+fn sha256_hex_matches_a_known_vector() {
+    let entry = manifest::hash_reader(&b"abc"[..], Path::new("abc")).unwrap();
+    assert_eq!(
+        entry.sha256,
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    assert_eq!(entry.bytes, 3);
+}
+
+#[test]
+fn an_existing_run_dir_is_never_reused() {
+    let root = TempDir::new().unwrap();
+    let first = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    first.write_json(EvidenceFile::Contract, &json!(1)).unwrap();
+
+    let err = EvidenceWriter::create(root.path(), &run_id()).unwrap_err();
+    assert!(
+        matches!(err, EvidenceError::AlreadyExists { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(first.path_of(EvidenceFile::Contract)).unwrap(),
+        "1\n"
+    );
+}
+
+#[test]
+fn writes_after_seal_are_refused() {
+    let root = TempDir::new().unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    writer.write_json(EvidenceFile::Checks, &json!([])).unwrap();
+    writer.seal().unwrap();
+    assert!(writer.is_sealed());
+
+    let sealed = |r: Result<(), EvidenceError>| matches!(r, Err(EvidenceError::Sealed { .. }));
+    assert!(sealed(writer.write_json(EvidenceFile::Checks, &json!([1]))));
+    assert!(sealed(writer.write_bytes(EvidenceFile::Diff, b"x")));
+    let journal = root.path().join("j");
+    fs::write(&journal, b"x").unwrap();
+    assert!(sealed(writer.copy_file(EvidenceFile::Journal, &journal)));
+    assert!(sealed(writer.start_command(start(&["x"])).map(drop)));
+    assert!(sealed(writer.seal().map(drop)));
+    assert!(verify(writer.dir()).unwrap().is_intact());
+}
+
+#[test]
+fn seal_waits_for_open_recorders_and_streams() {
+    let root = TempDir::new().unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    let recorder = writer.start_command(start(&["sleep"])).unwrap();
+    let stream = recorder.stdout_stream().unwrap();
+    let open = |r| matches!(r, Err(EvidenceError::CommandsStillOpen { open: n, .. }) if n > 0);
+    assert!(open(writer.seal()));
+    recorder.finish(end(ExitStatusRecord::Code(0))).unwrap();
+    assert!(open(writer.seal()));
+    drop(stream);
+    writer.seal().unwrap();
+}
+
+#[cfg(unix)]
+#[test]
+fn copy_file_refuses_a_symlink_source() {
+    let root = TempDir::new().unwrap();
+    let real = root.path().join("journal.jsonl");
+    fs::write(&real, b"{}\n").unwrap();
+    let link = root.path().join("link.jsonl");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+
+    let err = writer.copy_file(EvidenceFile::Journal, &link).unwrap_err();
+    assert!(
+        matches!(&err, EvidenceError::NotRegularFile { path } if path == &link),
+        "{err:?}"
+    );
+    assert!(!writer.path_of(EvidenceFile::Journal).exists());
+    // Positive control: the real file is copied.
+    writer.copy_file(EvidenceFile::Journal, &real).unwrap();
+    assert_eq!(
+        fs::read(writer.path_of(EvidenceFile::Journal)).unwrap(),
+        b"{}\n"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn seal_refuses_a_symlink_inside_the_bundle() {
+    let root = TempDir::new().unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", writer.dir().join("planted")).unwrap();
+    let err = writer.seal().unwrap_err();
+    assert!(
+        matches!(&err, EvidenceError::NotRegularFile { path } if path.ends_with("planted")),
+        "{err:?}"
+    );
+    assert!(!writer.is_sealed());
+}
+
+#[test]
+fn a_recorder_dropped_without_finish_leaves_exit_unknown() {
+    let root = TempDir::new().unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    let mut recorder = writer.start_command(start(&["make"])).unwrap();
+    let dir = recorder.dir().to_path_buf();
+    // command.json exists from the start.
+    assert_eq!(read_record(&dir).argv, ["make"]);
+    recorder.stdout_writer().write_all(b"partial").unwrap();
+    drop(recorder);
+
+    let record = read_record(&dir);
+    assert_eq!(record.exit, ExitStatusRecord::Unknown);
+    assert_eq!(record.finished_unix_ms, None);
+    assert!(record.cause.is_some());
+    assert_eq!(record.stdout_bytes, Some(7));
+    writer.seal().unwrap();
+    assert!(verify(writer.dir()).unwrap().is_intact());
+}
+
+#[test]
+fn exit_status_is_tagged_in_json() {
+    assert_eq!(
+        serde_json::to_value(ExitStatusRecord::Code(3)).unwrap(),
+        json!({ "kind": "code", "value": 3 })
+    );
+    assert_eq!(
+        serde_json::to_value(ExitStatusRecord::NotStarted).unwrap(),
+        json!({ "kind": "not_started" })
+    );
+}

@@ -1,0 +1,229 @@
+//! [`EvidenceWriter`]: creates a run's bundle, fills it, seals it.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::Serialize;
+
+use super::EvidenceError;
+use super::atomic::{sync_dir, to_pretty_json, write_atomic};
+use super::command::{CommandRecorder, CommandStart};
+use super::layout::{self, COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
+use super::manifest::Manifest;
+use crate::RunId;
+
+/// Writes the evidence bundle of one run into `<root>/<run-id>/`.
+///
+/// All methods take `&self` and the writer is `Send + Sync`, so it can be shared
+/// (e.g. in an `Arc`) by the tasks of a run. Writes are serialized internally.
+/// After [`seal`](Self::seal) every write is refused with
+/// [`EvidenceError::Sealed`].
+#[derive(Debug)]
+pub struct EvidenceWriter {
+    dir: PathBuf,
+    state: Mutex<State>,
+    /// One clone per live [`CommandRecorder`] and output stream; sealing requires
+    /// that only this one is left.
+    open: Arc<()>,
+}
+
+#[derive(Debug)]
+struct State {
+    sealed: bool,
+    next_seq: u32,
+}
+
+impl EvidenceWriter {
+    /// Creates `root` if needed, then the run directory `root/<run-id>/`, which must
+    /// not exist: an existing run directory is never reused or overwritten.
+    ///
+    /// # Ambient authority
+    /// Creates directories at a host path chosen by the caller.
+    pub fn create(root: &Path, run_id: &RunId) -> Result<Self, EvidenceError> {
+        fs::create_dir_all(root).map_err(|source| EvidenceError::CreateDir {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let dir = root.join(run_id.as_str());
+        fs::create_dir(&dir).map_err(|source| match source.kind() {
+            io::ErrorKind::AlreadyExists => EvidenceError::AlreadyExists { path: dir.clone() },
+            _ => EvidenceError::CreateDir {
+                path: dir.clone(),
+                source,
+            },
+        })?;
+        sync_dir(root)?;
+        tracing::debug!(run_id = %run_id, dir = %dir.display(), "evidence bundle created");
+        Ok(Self {
+            dir,
+            state: Mutex::new(State {
+                sealed: false,
+                next_seq: 1,
+            }),
+            open: Arc::new(()),
+        })
+    }
+
+    /// The run directory, `<root>/<run-id>/`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The full path of a well-known file of this bundle.
+    pub fn path_of(&self, file: EvidenceFile) -> PathBuf {
+        self.dir.join(file.file_name())
+    }
+
+    /// Whether [`seal`](Self::seal) has succeeded.
+    pub fn is_sealed(&self) -> bool {
+        self.lock().sealed
+    }
+
+    /// Writes `value` as pretty JSON to a well-known file, atomically and durably
+    /// (temp file, fsync, rename, fsync of the directory). Writing the same file
+    /// again replaces it.
+    pub fn write_json(
+        &self,
+        file: EvidenceFile,
+        value: &impl Serialize,
+    ) -> Result<(), EvidenceError> {
+        let bytes = to_pretty_json(value, &self.path_of(file))?;
+        self.write_bytes(file, &bytes)
+    }
+
+    /// Writes `bytes` to a well-known file, atomically and durably.
+    pub fn write_bytes(&self, file: EvidenceFile, bytes: &[u8]) -> Result<(), EvidenceError> {
+        let _state = self.unsealed()?;
+        write_atomic(&self.dir, file.file_name(), bytes)
+    }
+
+    /// Copies the host file `from` into a well-known file (for the journal).
+    ///
+    /// `from` must be a regular file: a symlink is refused, not followed (it is
+    /// inspected with `symlink_metadata`, and the opened file is checked to be the
+    /// one inspected).
+    ///
+    /// # Ambient authority
+    /// Reads a host path chosen by the caller.
+    pub fn copy_file(&self, file: EvidenceFile, from: &Path) -> Result<(), EvidenceError> {
+        let _state = self.unsealed()?;
+        let meta = fs::symlink_metadata(from).map_err(|source| EvidenceError::Read {
+            path: from.to_path_buf(),
+            source,
+        })?;
+        let mut source = layout::open_checked(from, &meta)?;
+        let name = file.file_name();
+        let temp = self.dir.join(format!(".{name}.tmp"));
+        let target = self.dir.join(name);
+        let result = copy_synced(&mut source, from, &temp).and_then(|()| {
+            fs::rename(&temp, &target).map_err(|source| EvidenceError::Rename {
+                from: temp.clone(),
+                to: target.clone(),
+                source,
+            })
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&temp);
+        }
+        result?;
+        sync_dir(&self.dir)
+    }
+
+    /// Starts recording a command: creates `commands/NNNN/` (a 4-digit sequence
+    /// number in start order, from `0001`), writes its `command.json` at once and
+    /// opens its `stdout` and `stderr` files for streaming.
+    pub fn start_command(&self, start: CommandStart) -> Result<CommandRecorder, EvidenceError> {
+        let mut state = self.unsealed()?;
+        let commands = self.dir.join(COMMANDS_DIR);
+        match fs::create_dir(&commands) {
+            Ok(()) => sync_dir(&self.dir)?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(EvidenceError::CreateDir {
+                    path: commands,
+                    source,
+                });
+            }
+        }
+        // Consume the number even if starting fails, so a half-created directory
+        // is never retried.
+        let seq = state.next_seq;
+        state.next_seq = seq.saturating_add(1);
+        CommandRecorder::start(&commands, seq, start, Arc::clone(&self.open))
+    }
+
+    /// Seals the bundle: hashes every regular file (never following links; a
+    /// symlink or other non-regular file anywhere in the bundle is an error naming
+    /// it), writes `manifest.json` durably and refuses every later write.
+    ///
+    /// Fails with [`EvidenceError::CommandsStillOpen`] while a [`CommandRecorder`]
+    /// or an output stream is alive (finish or drop them first). A failed seal
+    /// leaves the writer usable.
+    pub fn seal(&self) -> Result<Manifest, EvidenceError> {
+        let mut state = self.unsealed()?;
+        let open = Arc::strong_count(&self.open) - 1;
+        if open > 0 {
+            return Err(EvidenceError::CommandsStillOpen {
+                path: self.dir.clone(),
+                open,
+            });
+        }
+        let manifest = Manifest::compute(&self.dir)?;
+        let bytes = to_pretty_json(&manifest, &self.dir.join(MANIFEST_FILE))?;
+        write_atomic(&self.dir, MANIFEST_FILE, &bytes)?;
+        state.sealed = true;
+        tracing::debug!(
+            dir = %self.dir.display(),
+            files = manifest.files.len(),
+            "evidence bundle sealed"
+        );
+        Ok(manifest)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is two plain fields, consistent even if a holder panicked.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn unsealed(&self) -> Result<MutexGuard<'_, State>, EvidenceError> {
+        let state = self.lock();
+        if state.sealed {
+            return Err(EvidenceError::Sealed {
+                path: self.dir.clone(),
+            });
+        }
+        Ok(state)
+    }
+}
+
+/// Copies `source` into the new file `temp` and syncs it.
+fn copy_synced(source: &mut fs::File, from: &Path, temp: &Path) -> Result<(), EvidenceError> {
+    let wrap = |source| EvidenceError::Write {
+        path: temp.to_path_buf(),
+        source,
+    };
+    let _ = fs::remove_file(temp);
+    let mut out = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(temp)
+        .map_err(wrap)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match source.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(EvidenceError::Read {
+                    path: from.to_path_buf(),
+                    source,
+                });
+            }
+        };
+        out.write_all(&buf[..n]).map_err(wrap)?;
+    }
+    out.sync_all().map_err(wrap)
+}

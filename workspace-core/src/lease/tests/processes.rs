@@ -1,0 +1,302 @@
+//! Leases between OS processes. The child is this very test binary, re-executed to run
+//! only [`child_process`], which does nothing unless [`ROLE`] is set in its environment.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use super::super::{LeaseError, LeaseKind, Leases, NameKind, PortLease};
+use super::port_range;
+
+const ROLE: &str = "AGENT_WORKSPACE_LEASE_TEST_ROLE";
+const DIR: &str = "AGENT_WORKSPACE_LEASE_TEST_DIR";
+const PORTS: &str = "AGENT_WORKSPACE_LEASE_TEST_PORTS";
+/// Prefix of the child's protocol lines (libtest may print on the same stdout).
+const MARK: &str = "AWLEASE ";
+const CACHE_NAME: &str = "killed-cache";
+const SCHEMA_NAME: &str = "killed_schema";
+
+/// Child side. Roles: `ports` leases 5 ports from the range; `port_and_names` leases
+/// the range's first port exactly plus [`CACHE_NAME`] and [`SCHEMA_NAME`]. Both report
+/// `ready`, wait for `go` on stdin, lease, report, then hold until stdin closes.
+#[test]
+fn child_process() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var(DIR).unwrap());
+    let ports = std::env::var(PORTS).unwrap();
+    let (start, end) = ports.split_once('-').unwrap();
+    let range = start.parse().unwrap()..=end.parse().unwrap();
+    let leases = Leases::open(&dir, range.clone()).unwrap();
+    say("ready");
+    let mut stdin = std::io::stdin().lock();
+    let mut line = String::new();
+    stdin.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "go");
+
+    let mut ports = Vec::new();
+    let mut names = Vec::new();
+    match role.as_str() {
+        "ports" => {
+            for _ in 0..5 {
+                let lease = leases.lease_port("child").unwrap();
+                say(&format!("port {}", lease.port()));
+                ports.push(lease);
+            }
+        }
+        "port_and_names" => {
+            ports.push(leases.lease_port_exact(*range.start(), "child").unwrap());
+            names.push(
+                leases
+                    .lease_name(NameKind::CachePrefix, CACHE_NAME, "child")
+                    .unwrap(),
+            );
+            names.push(
+                leases
+                    .lease_name(NameKind::Schema, SCHEMA_NAME, "child")
+                    .unwrap(),
+            );
+        }
+        other => panic!("unknown role {other}"),
+    }
+    say("holding");
+    // Hold until the parent closes stdin (or kills us).
+    while stdin.read_line(&mut line).is_ok_and(|n| n > 0) {}
+    drop((ports, names));
+}
+
+fn say(message: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{MARK}{message}").unwrap();
+    out.flush().unwrap();
+}
+
+/// A child process that is killed and reaped when dropped, so a failing assertion
+/// never leaves it behind.
+struct ChildGuard {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl ChildGuard {
+    fn spawn(role: &str, dir: &Path, ports: &std::ops::RangeInclusive<u16>) -> ChildGuard {
+        let test_name = format!(
+            "{}::child_process",
+            module_path!().split_once("::").unwrap().1
+        );
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", &test_name, "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env(DIR, dir)
+            .env(PORTS, format!("{}-{}", ports.start(), ports.end()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some((_, message)) = line.split_once(MARK)
+                    && sender.send(message.to_string()).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        ChildGuard {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// The next protocol line (a 60 s hang guard, not a timing assertion).
+    fn next_line(&self, waiting_for: &str) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("child never said {waiting_for:?}: {e}"))
+    }
+
+    fn expect(&self, expected: &str) {
+        assert_eq!(self.next_line(expected), expected);
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes stdin so the child releases and exits; asserts it succeeded.
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "child failed: {status}");
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // Both fail harmlessly if the child is already reaped.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn two_processes_lease_distinct_ports() {
+    let dir = TempDir::new().unwrap();
+    let range = port_range(10);
+    let leases = Leases::open(dir.path(), range.clone()).unwrap();
+    let mut child = ChildGuard::spawn("ports", dir.path(), &range);
+    child.expect("ready");
+
+    // Both processes lease at the same moment.
+    child.send("go");
+    let mine: Vec<PortLease> = (0..5)
+        .map(|_| leases.lease_port("parent").unwrap())
+        .collect();
+    let theirs: Vec<u16> = (0..5)
+        .map(|_| {
+            let line = child.next_line("port N");
+            line.strip_prefix("port ").unwrap().parse().unwrap()
+        })
+        .collect();
+    child.expect("holding");
+
+    let all: BTreeSet<u16> = mine
+        .iter()
+        .map(PortLease::port)
+        .chain(theirs.iter().copied())
+        .collect();
+    assert_eq!(
+        all.len(),
+        10,
+        "duplicate port: parent {mine:?}, child {theirs:?}"
+    );
+    assert_eq!(all, range.clone().collect::<BTreeSet<u16>>());
+    assert!(matches!(
+        leases.lease_port("eleventh"),
+        Err(LeaseError::Exhausted {
+            kind: LeaseKind::Port,
+            ..
+        })
+    ));
+
+    // Both processes' leases are listed with their pids.
+    let child_pid = child.child.id();
+    let holders = leases.holders().unwrap();
+    assert_eq!(holders.len(), 10);
+    for info in &holders {
+        let port: u16 = info.name.parse().unwrap();
+        let pid = info.holder.as_ref().map(|h| h.pid);
+        let expected = if theirs.contains(&port) {
+            child_pid
+        } else {
+            std::process::id()
+        };
+        assert_eq!(pid, Some(expected), "port {port}");
+    }
+
+    child.finish();
+    // The child's ports are free again; ours are still held.
+    let freed: BTreeSet<u16> = (0..5)
+        .map(|_| leases.lease_port("after").unwrap().port())
+        .collect();
+    assert_eq!(freed.len(), 1, "dropped leases are reused, lowest first");
+    let reheld: Vec<PortLease> = (0..5)
+        .map(|_| leases.lease_port("after").unwrap())
+        .collect();
+    assert_eq!(
+        reheld
+            .iter()
+            .map(PortLease::port)
+            .collect::<BTreeSet<u16>>(),
+        theirs.iter().copied().collect()
+    );
+}
+
+#[test]
+fn leases_of_a_killed_process_are_reclaimed() {
+    let dir = TempDir::new().unwrap();
+    let range = port_range(1);
+    let port = *range.start();
+    let leases = Leases::open(dir.path(), range.clone()).unwrap();
+    let mut child = ChildGuard::spawn("port_and_names", dir.path(), &range);
+    child.expect("ready");
+    child.send("go");
+    child.expect("holding");
+    let child_pid = child.child.id();
+
+    let listed: Vec<(LeaseKind, String, Option<u32>)> = leases
+        .holders()
+        .unwrap()
+        .into_iter()
+        .map(|i| (i.kind, i.name, i.holder.map(|h| h.pid)))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (LeaseKind::Port, port.to_string(), Some(child_pid)),
+            (
+                LeaseKind::CachePrefix,
+                CACHE_NAME.to_string(),
+                Some(child_pid)
+            ),
+            (LeaseKind::Schema, SCHEMA_NAME.to_string(), Some(child_pid)),
+        ]
+    );
+    match leases.lease_port_exact(port, "parent") {
+        Err(LeaseError::Taken {
+            holder: Some(info), ..
+        }) => {
+            assert_eq!((info.pid, info.holder.as_str()), (child_pid, "child"));
+        }
+        other => panic!("expected Taken by the child, got {other:?}"),
+    }
+    for (kind, name) in [
+        (NameKind::CachePrefix, CACHE_NAME),
+        (NameKind::Schema, SCHEMA_NAME),
+    ] {
+        assert!(matches!(
+            leases.lease_name(kind, name, "parent"),
+            Err(LeaseError::Taken { holder: Some(ref info), .. }) if info.pid == child_pid
+        ));
+    }
+
+    // SIGKILL: the child runs no cleanup at all; the kernel drops its locks.
+    child.child.kill().unwrap();
+    let status = child.child.wait().unwrap();
+    assert!(!status.success());
+
+    let reclaimed = leases.lease_port_exact(port, "parent").unwrap();
+    let cache = leases
+        .lease_name(NameKind::CachePrefix, CACHE_NAME, "parent")
+        .unwrap();
+    let schema = leases
+        .lease_name(NameKind::Schema, SCHEMA_NAME, "parent")
+        .unwrap();
+    assert_eq!(
+        (reclaimed.port(), cache.name(), schema.name()),
+        (port, CACHE_NAME, SCHEMA_NAME)
+    );
+    let holders = leases.holders().unwrap();
+    assert_eq!(holders.len(), 3);
+    assert!(holders.iter().all(|i| {
+        i.holder
+            .as_ref()
+            .is_some_and(|h| h.pid == std::process::id())
+    }));
+    drop(child);
+}

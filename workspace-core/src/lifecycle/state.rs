@@ -1,0 +1,328 @@
+//! The states of a run, the operations between them, and the transition table.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::boundary::BoundaryKind;
+
+/// Where a checkout being provisioned comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// A new checkout.
+    Fresh,
+    /// An existing workspace, re-verified (also the way back from `Suspended`).
+    Resumed,
+    /// A snapshot, verified against its digest.
+    Restored,
+}
+
+/// The state of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum State {
+    /// Created; nothing reserved yet.
+    Requested,
+    /// Waiting for capacity.
+    Waiting,
+    /// Making or re-verifying the checkout.
+    Provisioning {
+        /// Where the checkout comes from.
+        origin: Origin,
+    },
+    /// Starting services and waiting for their health checks.
+    StartingServices,
+    /// Boundaries applied, probe passed, services ready: commands may run.
+    Sealed,
+    /// A command is running.
+    Running {
+        /// The command's sequence number in the evidence.
+        command: u32,
+    },
+    /// Processes stopped; checkout and leases kept for a later resume.
+    Suspended,
+    /// No new commands; in-flight ones finish or are killed.
+    Draining,
+    /// Writing the evidence bundle.
+    Exporting,
+    /// Evidence written and sealed.
+    Exported,
+    /// Tearing down processes, mounts, leases and the checkout.
+    CleaningUp,
+    /// Nothing of the run remains but its evidence.
+    Cleaned,
+    /// Something failed; evidence is still exported, then the run is cleaned up.
+    Failed {
+        /// The state the run was in.
+        at: StateName,
+        /// Why.
+        cause: FailureCause,
+    },
+}
+
+/// A state without its data, for tables, timeouts and messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)] // each mirrors the `State` variant of the same name
+pub enum StateName {
+    Requested,
+    Waiting,
+    Provisioning,
+    StartingServices,
+    Sealed,
+    Running,
+    Suspended,
+    Draining,
+    Exporting,
+    Exported,
+    CleaningUp,
+    Cleaned,
+    Failed,
+}
+
+impl StateName {
+    /// Every state, in lifecycle order.
+    pub const ALL: [StateName; 13] = [
+        Self::Requested,
+        Self::Waiting,
+        Self::Provisioning,
+        Self::StartingServices,
+        Self::Sealed,
+        Self::Running,
+        Self::Suspended,
+        Self::Draining,
+        Self::Exporting,
+        Self::Exported,
+        Self::CleaningUp,
+        Self::Cleaned,
+        Self::Failed,
+    ];
+
+    /// Whether the run is expected to leave this state by itself (so it has a
+    /// timeout) rather than wait for the caller.
+    pub fn is_transient(self) -> bool {
+        !matches!(
+            self,
+            Self::Sealed | Self::Suspended | Self::Cleaned | Self::Failed
+        )
+    }
+}
+
+impl fmt::Display for StateName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        f.write_str(&name)
+    }
+}
+
+impl State {
+    /// The state's name.
+    pub fn name(&self) -> StateName {
+        match self {
+            Self::Requested => StateName::Requested,
+            Self::Waiting => StateName::Waiting,
+            Self::Provisioning { .. } => StateName::Provisioning,
+            Self::StartingServices => StateName::StartingServices,
+            Self::Sealed => StateName::Sealed,
+            Self::Running { .. } => StateName::Running,
+            Self::Suspended => StateName::Suspended,
+            Self::Draining => StateName::Draining,
+            Self::Exporting => StateName::Exporting,
+            Self::Exported => StateName::Exported,
+            Self::CleaningUp => StateName::CleaningUp,
+            Self::Cleaned => StateName::Cleaned,
+            Self::Failed { .. } => StateName::Failed,
+        }
+    }
+}
+
+/// Why a run failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum FailureCause {
+    /// A transient state outlived its timeout.
+    Timeout {
+        /// The state that timed out.
+        state: StateName,
+        /// Its limit in milliseconds.
+        limit_ms: u64,
+    },
+    /// The runner process died; found and finished by recovery.
+    RunnerLost,
+    /// The caller cancelled the run.
+    Cancelled,
+    /// A boundary implementation returned an error.
+    Boundary {
+        /// Which boundary.
+        boundary: BoundaryKind,
+        /// The error, as text (the typed error went to the caller).
+        message: String,
+    },
+    /// The probe observed something the contract forbids (fail closed).
+    BoundaryViolation {
+        /// The mismatches, one sentence each.
+        mismatches: Vec<String>,
+    },
+}
+
+/// An operation on a run: what a verb asks the state machine to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Operation {
+    /// Requested -> Waiting.
+    Admit,
+    /// Waiting -> Provisioning: capacity was granted.
+    Provision {
+        /// Where the checkout comes from.
+        origin: Origin,
+    },
+    /// Provisioning -> StartingServices.
+    StartServices,
+    /// StartingServices -> Sealed: boundaries applied, probe passed, services ready.
+    Seal,
+    /// Sealed -> Running.
+    Run {
+        /// The command's sequence number.
+        command: u32,
+    },
+    /// Running -> Sealed.
+    Finish,
+    /// Sealed -> Suspended.
+    Suspend,
+    /// Suspended -> Provisioning(Resumed): re-verify before sealing again.
+    Resume,
+    /// Sealed or Running -> Draining.
+    Drain,
+    /// Draining or Failed -> Exporting.
+    Export,
+    /// Exporting -> Exported.
+    FinishExport,
+    /// Exported, or Failed after an export attempt -> CleaningUp.
+    CleanUp,
+    /// CleaningUp -> Cleaned.
+    FinishCleanUp,
+    /// Any state but Cleaned and Failed -> Failed.
+    Fail {
+        /// Why.
+        cause: FailureCause,
+    },
+}
+
+/// An operation without its data, for tables and messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[allow(missing_docs)] // each mirrors the `Operation` variant of the same name
+pub enum OperationName {
+    Admit,
+    Provision,
+    StartServices,
+    Seal,
+    Run,
+    Finish,
+    Suspend,
+    Resume,
+    Drain,
+    Export,
+    FinishExport,
+    CleanUp,
+    FinishCleanUp,
+    Fail,
+}
+
+impl fmt::Display for OperationName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        f.write_str(&name)
+    }
+}
+
+impl Operation {
+    /// The operation's name.
+    pub fn name(&self) -> OperationName {
+        match self {
+            Self::Admit => OperationName::Admit,
+            Self::Provision { .. } => OperationName::Provision,
+            Self::StartServices => OperationName::StartServices,
+            Self::Seal => OperationName::Seal,
+            Self::Run { .. } => OperationName::Run,
+            Self::Finish => OperationName::Finish,
+            Self::Suspend => OperationName::Suspend,
+            Self::Resume => OperationName::Resume,
+            Self::Drain => OperationName::Drain,
+            Self::Export => OperationName::Export,
+            Self::FinishExport => OperationName::FinishExport,
+            Self::CleanUp => OperationName::CleanUp,
+            Self::FinishCleanUp => OperationName::FinishCleanUp,
+            Self::Fail { .. } => OperationName::Fail,
+        }
+    }
+}
+
+/// Why an operation is not allowed in a state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The operation does not leave this state.
+    NotFromHere,
+    /// Cleanup was asked for before evidence export was attempted.
+    EvidenceNotExported,
+    /// The run already failed; the first cause is kept.
+    AlreadyFailed,
+    /// The run is cleaned; nothing more can happen to it.
+    Finished,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NotFromHere => "the lifecycle does not allow it from this state",
+            Self::EvidenceNotExported => {
+                "evidence has not been exported yet; cleanup comes only after export was attempted"
+            }
+            Self::AlreadyFailed => "the run has already failed; its first cause is kept",
+            Self::Finished => "the run is cleaned up; nothing more can happen to it",
+        })
+    }
+}
+
+/// The transition table: the state `op` leads to from `state`, or why it may not.
+///
+/// `export_attempted` is whether the run has ever entered `Exporting`; it is what
+/// makes cleanup unreachable before export.
+pub fn next_state(state: &State, export_attempted: bool, op: &Operation) -> Result<State, Refusal> {
+    use Operation as Op;
+    use State as S;
+    let next = match (state, op) {
+        (S::Cleaned, _) => return Err(Refusal::Finished),
+        (S::Failed { .. }, Op::Fail { .. }) => return Err(Refusal::AlreadyFailed),
+        (current, Op::Fail { cause }) => S::Failed {
+            at: current.name(),
+            cause: cause.clone(),
+        },
+        (S::Requested, Op::Admit) => S::Waiting,
+        (S::Waiting, Op::Provision { origin }) => S::Provisioning { origin: *origin },
+        (S::Provisioning { .. }, Op::StartServices) => S::StartingServices,
+        (S::StartingServices, Op::Seal) => S::Sealed,
+        (S::Sealed, Op::Run { command }) => S::Running { command: *command },
+        (S::Running { .. }, Op::Finish) => S::Sealed,
+        (S::Sealed, Op::Suspend) => S::Suspended,
+        (S::Suspended, Op::Resume) => S::Provisioning {
+            origin: Origin::Resumed,
+        },
+        (S::Sealed | S::Running { .. }, Op::Drain) => S::Draining,
+        (S::Draining | S::Failed { .. }, Op::Export) => S::Exporting,
+        (S::Exporting, Op::FinishExport) => S::Exported,
+        (S::Exported, Op::CleanUp) => S::CleaningUp,
+        (S::Failed { .. }, Op::CleanUp) if export_attempted => S::CleaningUp,
+        (_, Op::CleanUp) if !export_attempted => return Err(Refusal::EvidenceNotExported),
+        (S::CleaningUp, Op::FinishCleanUp) => S::Cleaned,
+        _ => return Err(Refusal::NotFromHere),
+    };
+    Ok(next)
+}

@@ -1,0 +1,263 @@
+//! Crash recovery: finish every run whose runner died.
+//!
+//! A runner holds its run's journal locked while it lives (see [`crate::journal`]).
+//! [`recover`] walks the journal directory, skips journals a live process holds,
+//! and for every other unfinished run: marks it `Failed { cause: RunnerLost }`
+//! (unless it had already failed), lets the backends reap what the run left
+//! running ([`RecoveryHooks::reap`]: processes, mounts, cgroups, leases), exports
+//! what evidence exists unless a complete export was already recorded, and cleans
+//! up. Each step is journaled like any other transition, so recovery itself can
+//! crash and be run again; hooks must therefore be idempotent.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::RunId;
+use crate::boundary::BoundaryError;
+use crate::journal::{self, TornTail};
+use crate::lifecycle::{FailureCause, Lifecycle, LifecycleError, State, StateName, Timeouts};
+
+/// The directory under the runtime directory that holds one journal per run.
+pub const JOURNAL_DIR: &str = "journals";
+
+/// Where the journal of `run_id` lives under `runtime_dir`.
+pub fn journal_path(runtime_dir: &Path, run_id: &RunId) -> PathBuf {
+    runtime_dir
+        .join(JOURNAL_DIR)
+        .join(format!("{run_id}.jsonl"))
+}
+
+/// What the backends do for a run whose runner died. Every method must be
+/// idempotent: recovery may itself be interrupted and run again.
+#[async_trait]
+pub trait RecoveryHooks: Send + Sync {
+    /// Kills whatever the run left running (its whole process tree), removes its
+    /// mounts and cgroups and releases its leases.
+    async fn reap(&self, run: &LostRun) -> Result<(), BoundaryError>;
+    /// Exports whatever evidence exists, with the run's failure cause.
+    async fn export(&self, run: &LostRun) -> Result<(), BoundaryError>;
+    /// Removes the run's checkout and private state (never its evidence).
+    async fn clean_up(&self, run: &LostRun) -> Result<(), BoundaryError>;
+}
+
+/// A run found without a live runner.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LostRun {
+    /// The run.
+    pub run_id: RunId,
+    /// Its journal.
+    pub journal_path: PathBuf,
+    /// The state its journal had reached when recovery found it.
+    pub found_in: State,
+    /// A partial last journal line the dead runner left, now truncated.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// What recovery did, run by run.
+#[derive(Debug, Default, Serialize)]
+pub struct RecoveryReport {
+    /// Runs taken over and finished (or attempted).
+    pub recovered: Vec<RecoveredRun>,
+    /// Runs a live runner still holds: left alone.
+    pub live: Vec<RunId>,
+    /// Runs already cleaned: nothing to do.
+    pub finished: Vec<RunId>,
+    /// Journals that could not be used, with the reason.
+    pub unreadable: Vec<(PathBuf, String)>,
+}
+
+/// The outcome for one recovered run.
+#[derive(Debug, Serialize)]
+pub struct RecoveredRun {
+    /// Where the run was found.
+    pub run: LostRun,
+    /// Whether evidence was exported now (false when a complete export existed).
+    pub exported_now: bool,
+    /// Whether the run reached `Cleaned`.
+    pub cleaned: bool,
+    /// Every step that failed, in order (the run is left for the next recovery).
+    pub errors: Vec<String>,
+}
+
+/// Why recovery could not even start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoveryError {
+    /// The journal directory could not be listed.
+    #[error("cannot list the journal directory {path}")]
+    ListJournals {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Finds every unfinished run under `runtime_dir` whose runner is gone and finishes it.
+///
+/// Journal I/O here is blocking (it fsyncs); from a latency-sensitive runtime, call
+/// this from a task that may block.
+///
+/// # Ambient authority
+/// Reads and locks the journals under `runtime_dir/journals`.
+pub async fn recover(
+    runtime_dir: &Path,
+    hooks: &dyn RecoveryHooks,
+    timeouts: Timeouts,
+) -> Result<RecoveryReport, RecoveryError> {
+    let dir = runtime_dir.join(JOURNAL_DIR);
+    let mut report = RecoveryReport::default();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+        Err(source) => return Err(RecoveryError::ListJournals { path: dir, source }),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let Some(run_id) = path
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .and_then(|stem| RunId::new(stem).ok())
+        else {
+            report
+                .unreadable
+                .push((path, "the file name is not a run id".into()));
+            continue;
+        };
+        match journal::is_held(&path) {
+            Ok(true) => {
+                report.live.push(run_id);
+                continue;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                report.unreadable.push((path, error_chain(&e)));
+                continue;
+            }
+        }
+        let (life, torn_tail) = match Lifecycle::recover(&path, run_id.clone(), timeouts) {
+            Ok(taken) => taken,
+            // A runner that started between the check and the lock is alive after all.
+            Err(LifecycleError::Open {
+                source: journal::JournalError::Held { .. },
+                ..
+            }) => {
+                report.live.push(run_id);
+                continue;
+            }
+            Err(e) => {
+                report.unreadable.push((path, error_chain(&e)));
+                continue;
+            }
+        };
+        if life.state() == &State::Cleaned {
+            report.finished.push(run_id);
+            continue;
+        }
+        let run = LostRun {
+            run_id,
+            journal_path: path,
+            found_in: life.state().clone(),
+            torn_tail,
+        };
+        report
+            .recovered
+            .push(finish_lost_run(life, run, hooks).await);
+    }
+    Ok(report)
+}
+
+/// Drives one lost run to `Cleaned`: fail, reap, export (if not already complete),
+/// clean up. Stops at the first lifecycle error, recording it.
+async fn finish_lost_run(
+    mut life: Lifecycle,
+    run: LostRun,
+    hooks: &dyn RecoveryHooks,
+) -> RecoveredRun {
+    let mut outcome = RecoveredRun {
+        run,
+        exported_now: false,
+        cleaned: false,
+        errors: Vec::new(),
+    };
+    let run = &outcome.run;
+    let export_complete = matches!(
+        &run.found_in,
+        State::Exported
+            | State::CleaningUp
+            | State::Failed {
+                at: StateName::Exported | StateName::CleaningUp,
+                ..
+            }
+    );
+    let mut errors = Vec::new();
+    let result: Result<(), LifecycleError> = async {
+        if !matches!(life.state(), State::Failed { .. }) {
+            life.fail(FailureCause::RunnerLost)?;
+        }
+        if let Err(e) = hooks.reap(run).await {
+            errors.push(format!("reap: {}", error_chain(&e)));
+        }
+        if !export_complete {
+            life.export()?;
+            match hooks.export(run).await {
+                Ok(()) => {
+                    life.finish_export()?;
+                    outcome.exported_now = true;
+                }
+                Err(e) => {
+                    errors.push(format!("export: {}", error_chain(&e)));
+                    life.fail(FailureCause::Boundary {
+                        boundary: e.boundary,
+                        message: error_chain(&e),
+                    })?;
+                }
+            }
+        }
+        life.clean_up()?;
+        match hooks.clean_up(run).await {
+            Ok(()) => {
+                life.finish_clean_up()?;
+                outcome.cleaned = true;
+            }
+            Err(e) => {
+                errors.push(format!("clean up: {}", error_chain(&e)));
+                life.fail(FailureCause::Boundary {
+                    boundary: e.boundary,
+                    message: error_chain(&e),
+                })?;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        errors.push(error_chain(&e));
+    }
+    tracing::info!(run_id = %outcome.run.run_id, found_in = %outcome.run.found_in.name(), cleaned = outcome.cleaned, "recovered run");
+    outcome.errors = errors;
+    outcome
+}
+
+/// An error and its sources on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,264 @@
+//! Recovery of runs left by dead runners, in every lifecycle state.
+
+use std::sync::Mutex;
+
+use tempfile::TempDir;
+
+use super::*;
+use crate::boundary::BoundaryKind;
+use crate::lifecycle::Origin;
+
+/// Hooks that record what recovery asked of them, and can be told to fail export.
+#[derive(Default)]
+struct RecordingHooks {
+    calls: Mutex<Vec<(String, RunId)>>,
+    fail_export: bool,
+}
+
+impl RecordingHooks {
+    fn calls_for(&self, run_id: &RunId) -> Vec<String> {
+        let calls = self.calls.lock().expect("lock");
+        calls
+            .iter()
+            .filter(|(_, id)| id == run_id)
+            .map(|(step, _)| step.clone())
+            .collect()
+    }
+    fn record(&self, step: &str, run: &LostRun) {
+        self.calls
+            .lock()
+            .expect("lock")
+            .push((step.into(), run.run_id.clone()));
+    }
+}
+
+#[async_trait]
+impl RecoveryHooks for RecordingHooks {
+    async fn reap(&self, run: &LostRun) -> Result<(), BoundaryError> {
+        self.record("reap", run);
+        Ok(())
+    }
+    async fn export(&self, run: &LostRun) -> Result<(), BoundaryError> {
+        self.record("export", run);
+        if self.fail_export {
+            return Err(BoundaryError::new(
+                BoundaryKind::Promotion,
+                "export",
+                "disk full",
+            ));
+        }
+        Ok(())
+    }
+    async fn clean_up(&self, run: &LostRun) -> Result<(), BoundaryError> {
+        self.record("clean-up", run);
+        Ok(())
+    }
+}
+
+/// A lifecycle driven to `state` and then abandoned (its lock released, as when the
+/// runner process dies).
+fn abandoned_run(runtime: &Path, state: StateName) -> RunId {
+    let run_id = RunId::generate();
+    let path = journal_path(runtime, &run_id);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("journal dir");
+    let mut life = Lifecycle::create(&path, run_id.clone(), Timeouts::default()).expect("create");
+    let to_sealed = |life: &mut Lifecycle| {
+        life.admit().expect("admit");
+        life.provision(Origin::Fresh).expect("provision");
+        life.start_services().expect("services");
+        life.seal().expect("seal");
+    };
+    match state {
+        StateName::Requested => {}
+        StateName::Waiting => {
+            life.admit().expect("admit");
+        }
+        StateName::Provisioning => {
+            life.admit().expect("admit");
+            life.provision(Origin::Fresh).expect("provision");
+        }
+        StateName::StartingServices => {
+            life.admit().expect("admit");
+            life.provision(Origin::Fresh).expect("provision");
+            life.start_services().expect("services");
+        }
+        StateName::Sealed => to_sealed(&mut life),
+        StateName::Running => {
+            to_sealed(&mut life);
+            life.run(1).expect("run");
+        }
+        StateName::Suspended => {
+            to_sealed(&mut life);
+            life.suspend().expect("suspend");
+        }
+        StateName::Draining
+        | StateName::Exporting
+        | StateName::Exported
+        | StateName::CleaningUp
+        | StateName::Cleaned => {
+            to_sealed(&mut life);
+            life.drain().expect("drain");
+            if state >= StateName::Exporting {
+                life.export().expect("export");
+            }
+            if state >= StateName::Exported {
+                life.finish_export().expect("exported");
+            }
+            if state >= StateName::CleaningUp {
+                life.clean_up().expect("clean up");
+            }
+            if state == StateName::Cleaned {
+                life.finish_clean_up().expect("cleaned");
+            }
+        }
+        StateName::Failed => {
+            to_sealed(&mut life);
+            life.fail(FailureCause::Cancelled).expect("fail");
+        }
+    }
+    assert_eq!(life.state().name(), state);
+    drop(life);
+    run_id
+}
+
+fn final_state(runtime: &Path, run_id: &RunId) -> State {
+    let read =
+        journal::read::<crate::lifecycle::Transition>(journal_path(runtime, run_id)).expect("read");
+    read.records
+        .last()
+        .map(|r| r.event.to.clone())
+        .unwrap_or(State::Requested)
+}
+
+fn failure_cause(runtime: &Path, run_id: &RunId) -> Option<FailureCause> {
+    let read =
+        journal::read::<crate::lifecycle::Transition>(journal_path(runtime, run_id)).expect("read");
+    read.records.iter().find_map(|r| match &r.event.to {
+        State::Failed { cause, .. } => Some(cause.clone()),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned() {
+    let runtime = TempDir::new().expect("tempdir");
+    let hooks = RecordingHooks::default();
+    let runs: Vec<(StateName, RunId)> = StateName::ALL
+        .iter()
+        .map(|&state| (state, abandoned_run(runtime.path(), state)))
+        .collect();
+    let report = recover(runtime.path(), &hooks, Timeouts::default())
+        .await
+        .expect("recover");
+
+    for (state, run_id) in &runs {
+        if *state == StateName::Cleaned {
+            assert!(report.finished.contains(run_id));
+            assert!(
+                hooks.calls_for(run_id).is_empty(),
+                "a cleaned run was touched"
+            );
+            continue;
+        }
+        let outcome = report
+            .recovered
+            .iter()
+            .find(|r| &r.run.run_id == run_id)
+            .unwrap_or_else(|| panic!("{state:?} run not recovered"));
+        assert!(outcome.errors.is_empty(), "{state:?}: {:?}", outcome.errors);
+        assert!(outcome.cleaned, "{state:?}");
+        assert_eq!(
+            final_state(runtime.path(), run_id),
+            State::Cleaned,
+            "{state:?}"
+        );
+        let export_was_complete = matches!(state, StateName::Exported | StateName::CleaningUp);
+        let want: &[&str] = if export_was_complete {
+            &["reap", "clean-up"]
+        } else {
+            &["reap", "export", "clean-up"]
+        };
+        assert_eq!(hooks.calls_for(run_id), want, "{state:?}");
+        let cause = failure_cause(runtime.path(), run_id);
+        let want_cause = if *state == StateName::Failed {
+            FailureCause::Cancelled
+        } else {
+            FailureCause::RunnerLost
+        };
+        assert_eq!(cause, Some(want_cause), "{state:?}");
+    }
+    assert_eq!(report.recovered.len(), StateName::ALL.len() - 1);
+
+    // Running recovery again finds nothing left to do.
+    let again = recover(runtime.path(), &hooks, Timeouts::default())
+        .await
+        .expect("recover");
+    assert!(again.recovered.is_empty());
+    assert_eq!(again.finished.len(), StateName::ALL.len());
+}
+
+#[tokio::test]
+async fn a_live_run_is_left_alone() {
+    let runtime = TempDir::new().expect("tempdir");
+    let run_id = RunId::generate();
+    let path = journal_path(runtime.path(), &run_id);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+    let mut life = Lifecycle::create(&path, run_id.clone(), Timeouts::default()).expect("create");
+    life.admit().expect("admit");
+    let hooks = RecordingHooks::default();
+    let report = recover(runtime.path(), &hooks, Timeouts::default())
+        .await
+        .expect("recover");
+    assert_eq!(report.live, vec![run_id.clone()]);
+    assert!(hooks.calls_for(&run_id).is_empty());
+    // The live runner goes on as if nothing happened.
+    life.provision(Origin::Fresh)
+        .expect("still owned by its runner");
+}
+
+#[tokio::test]
+async fn a_failed_export_still_cleans_up_and_is_reported() {
+    let runtime = TempDir::new().expect("tempdir");
+    let run_id = abandoned_run(runtime.path(), StateName::Running);
+    let hooks = RecordingHooks {
+        fail_export: true,
+        ..RecordingHooks::default()
+    };
+    let report = recover(runtime.path(), &hooks, Timeouts::default())
+        .await
+        .expect("recover");
+    let outcome = &report.recovered[0];
+    assert!(!outcome.exported_now);
+    assert!(outcome.cleaned, "export was attempted, so cleanup proceeds");
+    assert!(
+        outcome.errors[0].contains("disk full"),
+        "{:?}",
+        outcome.errors
+    );
+    assert_eq!(hooks.calls_for(&run_id), ["reap", "export", "clean-up"]);
+}
+
+#[tokio::test]
+async fn a_torn_journal_is_recovered_and_a_stray_file_is_reported() {
+    let runtime = TempDir::new().expect("tempdir");
+    let run_id = abandoned_run(runtime.path(), StateName::Sealed);
+    let path = journal_path(runtime.path(), &run_id);
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes.extend_from_slice(br#"{"seq":4,"run_id":"#);
+    std::fs::write(&path, bytes).expect("tear");
+    std::fs::write(
+        runtime.path().join(JOURNAL_DIR).join("Not A Run.jsonl"),
+        b"",
+    )
+    .expect("stray");
+
+    let hooks = RecordingHooks::default();
+    let report = recover(runtime.path(), &hooks, Timeouts::default())
+        .await
+        .expect("recover");
+    let outcome = &report.recovered[0];
+    assert!(outcome.run.torn_tail.is_some());
+    assert_eq!(outcome.run.found_in, State::Sealed);
+    assert!(outcome.cleaned);
+    assert_eq!(report.unreadable.len(), 1);
+}
