@@ -5,6 +5,7 @@
 
 pub mod changes;
 pub mod filesystem;
+pub mod layered;
 pub mod promotion;
 pub mod repo;
 pub mod source;

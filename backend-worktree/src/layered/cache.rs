@@ -1,0 +1,380 @@
+//! The content-addressed cache of read-only base trees, shared by every run of a
+//! commit.
+//!
+//! Layout under the cache root:
+//!
+//! ```text
+//! trees/<tree-id>/        the checked-out files of one tree (never written after publication)
+//! trees/<tree-id>.lock    its lock file: shared while a run uses the tree, exclusive
+//!                         while it is populated or evicted; its mtime is the last use
+//! trees/<tree-id>.json    its size, recorded when it was populated
+//! staging/                trees being populated, published by an atomic rename
+//! ```
+//!
+//! **Why file locks:** runs of one commit in several processes share one tree, and a
+//! tree in use must never be evicted. A shared `flock` per run says "in use" in a way
+//! the kernel releases when the run's process dies, so a crashed runner never pins a
+//! tree forever. Lock files are never deleted: unlinking a lock file races with a
+//! process that has just opened it and would then lock an orphaned inode.
+//!
+//! **Why a staging rename:** a half-populated tree must never be visible. Population
+//! happens in `staging/` and is published with one `rename(2)`; a crash leaves only
+//! staging debris, which the next population of that tree removes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+/// Errors of the base-tree cache.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CacheError {
+    /// A tree id is not a hex object id.
+    #[error("base-tree cache: {tree:?} is not an object id")]
+    InvalidTreeId {
+        /// The rejected id.
+        tree: String,
+    },
+    /// A file operation on the cache failed.
+    #[error("base-tree cache: cannot {operation} {path}")]
+    Io {
+        /// What was being done.
+        operation: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Populating a tree failed; nothing was published.
+    #[error("base-tree cache: populating tree {tree} failed")]
+    Populate {
+        /// The tree.
+        tree: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The tree kept disappearing between population and use (eviction racing).
+    #[error("base-tree cache: tree {tree} was evicted while being acquired, three times")]
+    Contended {
+        /// The tree.
+        tree: String,
+    },
+}
+
+fn io_error<'a>(
+    operation: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> CacheError + 'a {
+    move |source| CacheError::Io {
+        operation,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What the cache records about a populated tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeMeta {
+    /// Bytes of file content in the tree.
+    pub bytes: u64,
+    /// Number of files (including symlinks) in the tree.
+    pub files: u64,
+}
+
+/// One cached tree, as listed by [`TreeCache::entries`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CacheEntry {
+    /// The tree id.
+    pub tree: String,
+    /// Its recorded size.
+    pub meta: TreeMeta,
+    /// When a run last acquired it.
+    pub last_used: SystemTime,
+    /// Whether a run holds it now.
+    pub in_use: bool,
+}
+
+/// What an eviction pass removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Eviction {
+    /// Trees removed, least recently used first.
+    pub removed: Vec<String>,
+    /// Trees over the bound that were kept because a run holds them.
+    pub kept_in_use: Vec<String>,
+    /// Bytes cached after the pass.
+    pub bytes_after: u64,
+}
+
+/// The cache of base trees, bounded in size with LRU eviction.
+#[derive(Clone, Debug)]
+pub struct TreeCache {
+    root: PathBuf,
+    max_bytes: u64,
+}
+
+/// A base tree held for one run: the directory stays until this value is dropped.
+#[derive(Debug)]
+pub struct BaseTree {
+    tree: String,
+    path: PathBuf,
+    meta: TreeMeta,
+    /// The shared lock that marks the tree in use; released on drop.
+    _in_use: File,
+}
+
+impl BaseTree {
+    /// The tree id.
+    pub fn tree(&self) -> &str {
+        &self.tree
+    }
+    /// The directory holding the tree's files (the overlay's lower layer).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Its recorded size.
+    pub fn meta(&self) -> &TreeMeta {
+        &self.meta
+    }
+}
+
+impl TreeCache {
+    /// Opens (creating) the cache at `root`, bounded to `max_bytes` of tree content.
+    ///
+    /// # Ambient authority
+    /// `root` is a host path, used as given.
+    pub fn open(root: impl Into<PathBuf>, max_bytes: u64) -> Result<Self, CacheError> {
+        let root = root.into();
+        for dir in [root.join("trees"), root.join("staging")] {
+            fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
+        }
+        Ok(Self { root, max_bytes })
+    }
+
+    /// The cache root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Holds the base tree `tree` for a run, populating it first if it is not cached:
+    /// `populate` receives an empty directory and must fill it with the tree's files.
+    /// Concurrent acquirers of one tree populate it once.
+    pub fn acquire<E>(
+        &self,
+        tree: &str,
+        populate: impl FnOnce(&Path) -> Result<(), E>,
+    ) -> Result<BaseTree, CacheError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        if tree.is_empty() || tree.len() > 64 || !tree.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(CacheError::InvalidTreeId { tree: tree.into() });
+        }
+        let mut populate = Some(populate);
+        for _ in 0..3 {
+            let lock = self.open_lock(tree)?;
+            lock.lock_shared()
+                .map_err(io_error("lock", &self.lock_path(tree)))?;
+            if let Some(meta) = self.published_meta(tree)? {
+                // Last use, for LRU; a failure here only affects eviction order.
+                let _ = lock.set_modified(SystemTime::now());
+                return Ok(BaseTree {
+                    tree: tree.into(),
+                    path: self.tree_path(tree),
+                    meta,
+                    _in_use: lock,
+                });
+            }
+            lock.unlock()
+                .map_err(io_error("unlock", &self.lock_path(tree)))?;
+            lock.lock()
+                .map_err(io_error("lock", &self.lock_path(tree)))?;
+            if self.published_meta(tree)?.is_none() {
+                let Some(populate) = populate.take() else {
+                    return Err(CacheError::Contended { tree: tree.into() });
+                };
+                self.populate(tree, populate)?;
+            }
+            // Downgrade: another process may evict between unlock and lock_shared,
+            // which the next round notices.
+            lock.unlock()
+                .map_err(io_error("unlock", &self.lock_path(tree)))?;
+        }
+        Err(CacheError::Contended { tree: tree.into() })
+    }
+
+    /// Every cached tree with its size, last use and whether a run holds it.
+    pub fn entries(&self) -> Result<Vec<CacheEntry>, CacheError> {
+        let trees = self.root.join("trees");
+        let mut entries = Vec::new();
+        for entry in fs::read_dir(&trees).map_err(io_error("list", &trees))? {
+            let entry = entry.map_err(io_error("list", &trees))?;
+            let name = entry.file_name();
+            let Some(tree) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            let Some(meta) = self.published_meta(tree)? else {
+                continue;
+            };
+            let lock = self.open_lock(tree)?;
+            let last_used = lock
+                .metadata()
+                .and_then(|m| m.modified())
+                .map_err(io_error("stat", &self.lock_path(tree)))?;
+            let in_use = match lock.try_lock() {
+                Ok(()) => false,
+                Err(fs::TryLockError::WouldBlock) => true,
+                Err(fs::TryLockError::Error(source)) => {
+                    return Err(io_error("lock", &self.lock_path(tree))(source));
+                }
+            };
+            entries.push(CacheEntry {
+                tree: tree.into(),
+                meta,
+                last_used,
+                in_use,
+            });
+        }
+        entries.sort_by(|a, b| a.last_used.cmp(&b.last_used).then(a.tree.cmp(&b.tree)));
+        Ok(entries)
+    }
+
+    /// Removes least recently used trees until the cache is within its bound, never
+    /// a tree a run holds.
+    pub fn evict(&self) -> Result<Eviction, CacheError> {
+        let entries = self.entries()?;
+        let mut total: u64 = entries.iter().map(|e| e.meta.bytes).sum();
+        let mut eviction = Eviction::default();
+        for entry in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            let lock = self.open_lock(&entry.tree)?;
+            match lock.try_lock() {
+                Ok(()) => {}
+                Err(fs::TryLockError::WouldBlock) => {
+                    eviction.kept_in_use.push(entry.tree);
+                    continue;
+                }
+                Err(fs::TryLockError::Error(source)) => {
+                    return Err(io_error("lock", &self.lock_path(&entry.tree))(source));
+                }
+            }
+            // Unpublish first (the meta file says "present"), then remove the files.
+            let meta_path = self.meta_path(&entry.tree);
+            fs::remove_file(&meta_path).map_err(io_error("remove", &meta_path))?;
+            let dir = self.tree_path(&entry.tree);
+            // remove_dir_all does not follow symlinks found inside the tree.
+            fs::remove_dir_all(&dir).map_err(io_error("remove", &dir))?;
+            total = total.saturating_sub(entry.meta.bytes);
+            tracing::info!(tree = %entry.tree, bytes = entry.meta.bytes, "evicted base tree");
+            eviction.removed.push(entry.tree);
+        }
+        eviction.bytes_after = total;
+        Ok(eviction)
+    }
+
+    /// Populates `tree` in staging and publishes it. Caller holds the exclusive lock.
+    fn populate<E>(
+        &self,
+        tree: &str,
+        populate: impl FnOnce(&Path) -> Result<(), E>,
+    ) -> Result<(), CacheError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let staging = self.root.join("staging").join(tree);
+        if staging.exists() {
+            // Debris of a crashed population of this tree (we hold its lock).
+            fs::remove_dir_all(&staging).map_err(io_error("remove", &staging))?;
+        }
+        fs::create_dir(&staging).map_err(io_error("create", &staging))?;
+        if let Err(source) = populate(&staging) {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(CacheError::Populate {
+                tree: tree.into(),
+                source: Box::new(source),
+            });
+        }
+        let meta = measure(&staging)?;
+        let target = self.tree_path(tree);
+        if target.exists() {
+            // Files without a meta file: an eviction or population that crashed midway.
+            fs::remove_dir_all(&target).map_err(io_error("remove", &target))?;
+        }
+        fs::rename(&staging, &target).map_err(io_error("publish", &target))?;
+        let meta_path = self.meta_path(tree);
+        let json = serde_json::to_vec(&meta)
+            .map_err(|e| io_error("write", &meta_path)(io::Error::other(e)))?;
+        fs::write(&meta_path, json).map_err(io_error("write", &meta_path))?;
+        tracing::info!(
+            tree,
+            bytes = meta.bytes,
+            files = meta.files,
+            "populated base tree"
+        );
+        Ok(())
+    }
+
+    fn open_lock(&self, tree: &str) -> Result<File, CacheError> {
+        let path = self.lock_path(tree);
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_error("open", &path))
+    }
+
+    /// The meta of a published tree, or `None` when it is not (fully) published.
+    fn published_meta(&self, tree: &str) -> Result<Option<TreeMeta>, CacheError> {
+        let path = self.meta_path(tree);
+        match fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(meta) if self.tree_path(tree).is_dir() => Ok(Some(meta)),
+                // A torn or orphaned meta file: treat the tree as absent.
+                _ => Ok(None),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(io_error("read", &path)(source)),
+        }
+    }
+
+    fn tree_path(&self, tree: &str) -> PathBuf {
+        self.root.join("trees").join(tree)
+    }
+    fn lock_path(&self, tree: &str) -> PathBuf {
+        self.root.join("trees").join(format!("{tree}.lock"))
+    }
+    fn meta_path(&self, tree: &str) -> PathBuf {
+        self.root.join("trees").join(format!("{tree}.json"))
+    }
+}
+
+/// Sums the file sizes under `dir` without following symlinks.
+fn measure(dir: &Path) -> Result<TreeMeta, CacheError> {
+    let mut meta = TreeMeta { bytes: 0, files: 0 };
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in fs::read_dir(&current).map_err(io_error("list", &current))? {
+            let entry = entry.map_err(io_error("list", &current))?;
+            let file_type = entry.file_type().map_err(io_error("stat", &entry.path()))?;
+            if file_type.is_dir() {
+                stack.push(entry.path());
+            } else {
+                let len = entry
+                    .metadata()
+                    .map_err(io_error("stat", &entry.path()))?
+                    .len();
+                meta.bytes += len;
+                meta.files += 1;
+            }
+        }
+    }
+    Ok(meta)
+}

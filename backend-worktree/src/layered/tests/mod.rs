@@ -1,0 +1,5 @@
+//! Tests of layered materialization.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod cache;
+mod upper;
