@@ -8,6 +8,8 @@
 //! cost is its changes.
 
 pub mod cache;
+pub mod diff;
+pub mod provision;
 pub mod upper;
 
 #[cfg(test)]

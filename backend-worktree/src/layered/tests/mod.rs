@@ -2,4 +2,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
 mod cache;
+mod equivalence;
 mod upper;

@@ -1,0 +1,267 @@
+//! Walking a workspace's files as plain data, and reading one of them back.
+//!
+//! Everything goes through a [`cap_std::fs::Dir`] opened on the workspace root, one
+//! path component at a time: an entry is first examined with `symlink_metadata`
+//! (never followed), a symlink is recorded as a link (its target text read with
+//! `readlink`, never resolved), and a file or directory that is opened afterwards
+//! must be the very inode that was examined (device and inode compared), so an
+//! entry swapped for a link between the two steps is refused instead of read
+//! through. cap-std additionally refuses any resolution that would leave the root.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, Metadata, MetadataExt, PermissionsExt};
+
+use super::filter::PathFilter;
+use super::{ChangesError, Entry, MODE_EXECUTABLE, MODE_FILE, MODE_SYMLINK};
+
+/// Walks `workspace` and returns every regular file and symlink not left out by
+/// `filter`, keyed by its `/`-separated path relative to the root, with its git mode
+/// and blob id. `.git` directories are never entered; empty directories yield
+/// nothing.
+///
+/// # Ambient authority
+/// `workspace` is a host path, opened as given; nothing outside it is reached.
+pub fn walk_workspace(
+    workspace: &Path,
+    filter: &PathFilter,
+) -> Result<BTreeMap<String, Entry>, ChangesError> {
+    let root = open_root(workspace)?;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(root, String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        for name in sorted_names(&dir, workspace, &prefix)? {
+            let rel = join(&prefix, &name, workspace)?;
+            if filter.skips_entry(&rel) {
+                continue;
+            }
+            let meta = dir
+                .symlink_metadata(&name)
+                .map_err(|source| io("inspect", workspace, &rel, source))?;
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                let sub = dir
+                    .open_dir(&name)
+                    .map_err(|source| io("open directory", workspace, &rel, source))?;
+                let opened = sub
+                    .dir_metadata()
+                    .map_err(|source| io("inspect", workspace, &rel, source))?;
+                same_inode(&meta, &opened, &rel)?;
+                stack.push((sub, rel));
+            } else if kind.is_symlink() {
+                let target = read_link(&dir, &name, workspace, &rel)?;
+                let id = blob_id(&mut target.as_slice(), target.len() as u64, &rel)?;
+                out.insert(rel, Entry::new(MODE_SYMLINK, id));
+            } else if kind.is_file() {
+                let mut file = open_file(&dir, &name, &meta, workspace, &rel)?;
+                let id = blob_id(&mut file, meta.len(), &rel)?;
+                out.insert(rel, Entry::new(file_mode(&meta), id));
+            } else {
+                return Err(ChangesError::UnsupportedFileType { path: rel });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the content git records for `path` in `workspace` (a file's bytes, or a
+/// symlink's target text) without following any symlink, and checks that it is
+/// still `expected`, the entry the walk recorded.
+///
+/// # Ambient authority
+/// `workspace` is a host path, opened as given; nothing outside it is reached.
+pub fn read_entry(workspace: &Path, path: &str, expected: &Entry) -> Result<Vec<u8>, ChangesError> {
+    match read_current(workspace, path)? {
+        Some((entry, content))
+            if entry.id == expected.id && entry.is_symlink() == expected.is_symlink() =>
+        {
+            Ok(content)
+        }
+        Some((entry, _)) => Err(ChangesError::ChangedDuringRead {
+            path: path.into(),
+            expected: expected.id,
+            actual: entry.id,
+        }),
+        None => Err(ChangesError::NotAFile { path: path.into() }),
+    }
+}
+
+/// The entry at `path` in `workspace` now, with its content (a file's bytes or a
+/// symlink's target text), or `None` when no file or symlink is there (nothing, or a
+/// directory). Directories on the way
+/// are entered one component at a time and never through a symlink.
+///
+/// # Ambient authority
+/// `workspace` is a host path, opened as given; nothing outside it is reached.
+pub fn read_current(
+    workspace: &Path,
+    path: &str,
+) -> Result<Option<(Entry, Vec<u8>)>, ChangesError> {
+    let mut dir = open_root(workspace)?;
+    let mut components = path.split('/').peekable();
+    let mut walked = String::new();
+    while let Some(component) = components.next() {
+        if !walked.is_empty() {
+            walked.push('/');
+        }
+        walked.push_str(component);
+        let meta = match dir.symlink_metadata(component) {
+            Ok(meta) => meta,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(io("inspect", workspace, &walked, source)),
+        };
+        let kind = meta.file_type();
+        if components.peek().is_some() {
+            if !kind.is_dir() {
+                return Ok(None);
+            }
+            let sub = dir
+                .open_dir(component)
+                .map_err(|source| io("open directory", workspace, &walked, source))?;
+            let opened = sub
+                .dir_metadata()
+                .map_err(|source| io("inspect", workspace, &walked, source))?;
+            same_inode(&meta, &opened, path)?;
+            dir = sub;
+            continue;
+        }
+        let (mode, content) = if kind.is_symlink() {
+            (MODE_SYMLINK, read_link(&dir, component, workspace, path)?)
+        } else if kind.is_file() {
+            let mut file = open_file(&dir, component, &meta, workspace, path)?;
+            let mut content = Vec::new();
+            file.read_to_end(&mut content)
+                .map_err(|source| io("read", workspace, path, source))?;
+            (file_mode(&meta), content)
+        } else if kind.is_dir() {
+            // Git records no directories: no entry at this path.
+            return Ok(None);
+        } else {
+            return Err(ChangesError::UnsupportedFileType { path: path.into() });
+        };
+        let id = blob_id(&mut content.as_slice(), content.len() as u64, path)?;
+        return Ok(Some((Entry::new(mode, id), content)));
+    }
+    Ok(None)
+}
+
+/// The git blob id of `len` bytes from `data`.
+pub(crate) fn blob_id(
+    data: &mut dyn Read,
+    len: u64,
+    rel: &str,
+) -> Result<gix::ObjectId, ChangesError> {
+    gix::objs::compute_stream_hash(
+        gix::hash::Kind::Sha1,
+        gix::objs::Kind::Blob,
+        data,
+        len,
+        &mut gix::utils::progress::Discard,
+        &AtomicBool::new(false),
+    )
+    .map_err(|source| ChangesError::Hash {
+        path: rel.into(),
+        source,
+    })
+}
+
+fn open_root(workspace: &Path) -> Result<Dir, ChangesError> {
+    Dir::open_ambient_dir(workspace, ambient_authority()).map_err(|source| ChangesError::Io {
+        operation: "open workspace root",
+        path: workspace.to_path_buf(),
+        source,
+    })
+}
+
+fn sorted_names(dir: &Dir, workspace: &Path, prefix: &str) -> Result<Vec<OsString>, ChangesError> {
+    let entries = dir
+        .entries()
+        .map_err(|source| io("read directory", workspace, prefix, source))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| io("read directory", workspace, prefix, source))?;
+        names.push(entry.file_name());
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn join(prefix: &str, name: &OsString, workspace: &Path) -> Result<String, ChangesError> {
+    let Some(name) = name.to_str() else {
+        return Err(ChangesError::NonUtf8Path {
+            path: workspace.join(prefix).join(name),
+        });
+    };
+    Ok(if prefix.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{prefix}/{name}")
+    })
+}
+
+fn read_link(
+    dir: &Dir,
+    name: impl AsRef<Path>,
+    workspace: &Path,
+    rel: &str,
+) -> Result<Vec<u8>, ChangesError> {
+    let target = dir
+        .read_link_contents(name)
+        .map_err(|source| io("read link", workspace, rel, source))?;
+    Ok(target.as_os_str().as_bytes().to_vec())
+}
+
+fn open_file(
+    dir: &Dir,
+    name: impl AsRef<Path>,
+    meta: &Metadata,
+    workspace: &Path,
+    rel: &str,
+) -> Result<cap_std::fs::File, ChangesError> {
+    let file = dir
+        .open(name)
+        .map_err(|source| io("open", workspace, rel, source))?;
+    let opened = file
+        .metadata()
+        .map_err(|source| io("inspect", workspace, rel, source))?;
+    same_inode(meta, &opened, rel)?;
+    Ok(file)
+}
+
+fn same_inode(examined: &Metadata, opened: &Metadata, rel: &str) -> Result<(), ChangesError> {
+    let same = examined.dev() == opened.dev()
+        && examined.ino() == opened.ino()
+        && examined.file_type() == opened.file_type();
+    if same {
+        Ok(())
+    } else {
+        Err(ChangesError::Replaced { path: rel.into() })
+    }
+}
+
+fn file_mode(meta: &Metadata) -> u32 {
+    if meta.permissions().mode() & 0o100 != 0 {
+        MODE_EXECUTABLE
+    } else {
+        MODE_FILE
+    }
+}
+
+fn io(
+    operation: &'static str,
+    workspace: &Path,
+    rel: &str,
+    source: std::io::Error,
+) -> ChangesError {
+    ChangesError::Io {
+        operation,
+        path: workspace.join(rel),
+        source,
+    }
+}

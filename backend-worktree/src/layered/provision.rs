@@ -1,0 +1,110 @@
+//! Provisioning a layered run: hold the commit's base tree from the cache and make
+//! the run's own upper, work and merge directories plus its `.git`.
+//!
+//! Per run this writes only the `.git` directory (config, HEAD, alternates and a
+//! copy of the tree's index), never a file of the repository: its cost does not grow
+//! with the repository. The isolating backend mounts
+//! `overlay lowerdir=<lower>,upperdir=<upper>,workdir=<work>,redirect_dir=off,metacopy=off`
+//! on `merged`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use gix::ObjectId;
+
+use super::cache::{BaseTree, CacheError, TreeCache};
+use crate::source::{SourceError, open_source_repo, resolve_revision};
+
+/// Inside a cached base tree: the files (the overlay's lower layer) and the index
+/// every run of the tree starts from.
+const FILES_DIR: &str = "files";
+const INDEX_FILE: &str = "index";
+
+/// Why a layered run could not be provisioned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayeredError {
+    /// The source repository or revision could not be read.
+    #[error("layered checkout: cannot read the source")]
+    Source(#[from] SourceError),
+    /// The base-tree cache failed.
+    #[error("layered checkout: the base-tree cache failed")]
+    Cache(#[from] CacheError),
+    /// A run directory could not be made.
+    #[error("layered checkout: cannot {operation} {path}")]
+    Io {
+        /// What was being done.
+        operation: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A provisioned layered run.
+#[derive(Debug)]
+pub struct LayeredCheckout {
+    /// The held base tree; it cannot be evicted while this value lives.
+    pub base: BaseTree,
+    /// The resolved commit.
+    pub commit: ObjectId,
+    /// Its tree.
+    pub tree: ObjectId,
+    /// The overlay's read-only lower layer (shared by every run of the commit).
+    pub lower: PathBuf,
+    /// The run's upper directory: its changes, and its `.git`.
+    pub upper: PathBuf,
+    /// overlayfs's work directory (same file system as `upper`).
+    pub work: PathBuf,
+    /// The mount point of the merged view: the workspace the agent sees.
+    pub merged: PathBuf,
+}
+
+/// Provisions a layered run of `rev` from `source_repo` under `run_dir`, populating
+/// the commit's base tree in `cache` on first use.
+///
+/// # Ambient authority
+/// `source_repo` and `run_dir` are host paths, used as given.
+pub fn provision_layered(
+    cache: &TreeCache,
+    source_repo: &Path,
+    rev: &str,
+    run_dir: &Path,
+) -> Result<LayeredCheckout, LayeredError> {
+    let repo = open_source_repo(source_repo)?;
+    let commit = resolve_revision(&repo, rev)?;
+    let tree = crate::source::checkout::tree_of(&repo, commit)?;
+    let base = cache.acquire(&tree.to_hex().to_string(), |dir| {
+        let files = dir.join(FILES_DIR);
+        fs::create_dir(&files).map_err(|e| SourceError::io("create the base tree", &files, e))?;
+        crate::source::materialize::materialize_tree(&repo, tree, &files, &dir.join(INDEX_FILE))
+            .map(|_| ())
+    })?;
+    let [upper, work, merged] = ["upper", "work", "merged"].map(|name| run_dir.join(name));
+    for dir in [&upper, &work, &merged] {
+        fs::create_dir_all(dir).map_err(|source| LayeredError::Io {
+            operation: "create",
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let objects = repo.common_dir().join("objects");
+    let git_dir = crate::source::config::write_git_dir(&upper, &objects, commit)?;
+    let index = git_dir.join(INDEX_FILE);
+    fs::copy(base.path().join(INDEX_FILE), &index).map_err(|source| LayeredError::Io {
+        operation: "copy the base index to",
+        path: index,
+        source,
+    })?;
+    Ok(LayeredCheckout {
+        lower: base.path().join(FILES_DIR),
+        base,
+        commit,
+        tree,
+        upper,
+        work,
+        merged,
+    })
+}

@@ -1,0 +1,170 @@
+//! [`WorktreePromotion`]: the Promotion boundary over a local source repository.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use workspace_core::boundary::{
+    BoundaryError, BoundaryKind, PatchExport, PromotionBoundary, PromotionCapabilities,
+    PromotionRecord, PromotionRequest, RunContext, SourceRecord,
+};
+use workspace_core::contract::{Contract, PromotionTarget};
+
+use super::gate::{require_approval, require_checks};
+use super::review::{create_review_branch, mark_merge_candidate};
+use super::{PromotionError, export_patch};
+use crate::changes::ChangeOptions;
+
+/// Exports a run's workspace as `diff.patch` + `changes.json` and promotes it to a
+/// patch or a draft review branch in the source repository (see
+/// [`super::review`]).
+///
+/// `export` uses the contract's `filesystem.outputs` for `in_scope` and leaves out
+/// its `source.generated` paths. `promote` exports again (the digest the request is
+/// judged on is always the workspace's current one), then:
+/// * target `patch`: requires the checks and returns a record without a ref;
+/// * target `draft-review`: writes `refs/heads/review/<run-id>`, and also marks it a
+///   merge candidate when the approval rule is already met (a missing or stale
+///   approval leaves the mark out; it is not an error here).
+///
+/// The source repository is [`SourceRecord::repository`] read as a local path,
+/// unless one is given with [`WorktreePromotion::with_source_repo`] (for a remote
+/// source, the local clone the commit was fetched into).
+#[derive(Clone, Debug, Default)]
+pub struct WorktreePromotion {
+    source_repo: Option<PathBuf>,
+}
+
+impl WorktreePromotion {
+    /// Uses each run's `SourceRecord::repository` as the source repository path.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Uses `path` as the source repository of every run.
+    ///
+    /// # Ambient authority
+    /// `path` is a host path, opened isolated when a run is exported or promoted.
+    pub fn with_source_repo(path: impl Into<PathBuf>) -> Self {
+        Self {
+            source_repo: Some(path.into()),
+        }
+    }
+
+    fn source_repo(&self, source: &SourceRecord) -> PathBuf {
+        self.source_repo
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&source.repository))
+    }
+}
+
+fn options(contract: &Contract) -> ChangeOptions {
+    ChangeOptions::skipping(contract.source.generated.iter().cloned())
+}
+
+fn boundary_error(
+    operation: &'static str,
+    path: &std::path::Path,
+) -> impl FnOnce(PromotionError) -> BoundaryError {
+    let path = path.to_path_buf();
+    move |err| BoundaryError::new(BoundaryKind::Promotion, operation, err).with_path(path)
+}
+
+fn join_error(operation: &'static str) -> impl FnOnce(tokio::task::JoinError) -> BoundaryError {
+    move |source| {
+        BoundaryError::new(
+            BoundaryKind::Promotion,
+            operation,
+            PromotionError::Task { operation, source },
+        )
+    }
+}
+
+#[async_trait]
+impl PromotionBoundary for WorktreePromotion {
+    fn capabilities(&self) -> PromotionCapabilities {
+        PromotionCapabilities {
+            targets: vec![PromotionTarget::Patch, PromotionTarget::DraftReview],
+        }
+    }
+
+    async fn export(
+        &self,
+        run: &RunContext,
+        source: &SourceRecord,
+    ) -> Result<PatchExport, BoundaryError> {
+        let repo = self.source_repo(source);
+        let contract = Arc::clone(&run.contract);
+        let source = source.clone();
+        tokio::task::spawn_blocking(move || {
+            export_patch(
+                &repo,
+                &source.commit,
+                &source.workspace,
+                &contract.filesystem.outputs,
+                &options(&contract),
+            )
+            .map_err(boundary_error("export patch", &source.workspace))
+        })
+        .await
+        .map_err(join_error("export patch"))?
+    }
+
+    async fn promote(
+        &self,
+        run: &RunContext,
+        source: &SourceRecord,
+        request: &PromotionRequest,
+    ) -> Result<PromotionRecord, BoundaryError> {
+        let repo = self.source_repo(source);
+        let contract = Arc::clone(&run.contract);
+        let source = source.clone();
+        let request = request.clone();
+        let run_id = run.run_id.clone();
+        tokio::task::spawn_blocking(move || {
+            let promotion = &contract.promotion;
+            let export = export_patch(
+                &repo,
+                &source.commit,
+                &source.workspace,
+                &contract.filesystem.outputs,
+                &options(&contract),
+            )
+            .map_err(boundary_error("export patch", &source.workspace))?;
+            match promotion.target {
+                PromotionTarget::Patch => {
+                    require_checks(promotion, &request, &export.patch_sha256)
+                        .map_err(boundary_error("promote patch", &source.workspace))?;
+                    Ok(PromotionRecord {
+                        patch_sha256: export.patch_sha256,
+                        review_ref: None,
+                        review_commit: None,
+                        merge_candidate: false,
+                    })
+                }
+                PromotionTarget::DraftReview => {
+                    let record = create_review_branch(
+                        &repo,
+                        &run_id,
+                        &source.commit,
+                        &source.workspace,
+                        &export,
+                        &request,
+                        promotion,
+                    )
+                    .map_err(boundary_error("create review branch", &repo))?;
+                    match require_approval(promotion, &request.approvals, &record.patch_sha256) {
+                        Ok(()) => mark_merge_candidate(&repo, &run_id, &record, &request, promotion)
+                            .map_err(boundary_error("mark merge candidate", &repo)),
+                        Err(reason) => {
+                            tracing::info!(%reason, run_id = %run_id, "not marked as merge candidate");
+                            Ok(record)
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(join_error("promote"))?
+    }
+}

@@ -1,0 +1,8 @@
+//! Tests of export and promotion against real git repositories (fixtures built with
+//! the git CLI; `git apply` is the judge of every patch).
+
+mod boundary;
+mod review;
+mod roundtrip;
+mod scope;
+mod vectors;

@@ -1,0 +1,308 @@
+//! [`WorktreeSource`]: the Source boundary made of the functions of this module.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use workspace_core::boundary::{
+    BoundaryError, BoundaryKind, OriginRecord, RunContext, SourceBoundary, SourceCapabilities,
+    SourceRecord,
+};
+use workspace_core::contract::{CheckoutOrigin, Materialization, SourceSection};
+
+use super::SourceError;
+use super::checkout::{Checkout, standalone_at, tree_of};
+use super::config::{prepare_destination, remote_urls};
+use super::inputs::copy_inputs;
+use super::linked::{provision_linked, release_linked};
+use super::release::remove_tree;
+use super::resolve::{open_source_repo, resolve_revision};
+use super::resume::verify_checkout;
+use super::submodules::provision_submodules;
+
+/// The directory under a run's `run_dir` that holds its checkout.
+pub const CHECKOUT_DIR: &str = "checkout";
+
+/// The Source boundary with gix checkouts of a local repository.
+///
+/// * origins: `fresh` (a new checkout) and `resumed` (the checkout already under the
+///   run directory, re-verified against the revision);
+/// * materializations: `standalone` (the default for `auto`) and `linked` (shares
+///   refs and config with the source: see [`super::provision_linked`]);
+/// * declared submodules initialised from the source's `.git/modules/<name>`;
+/// * declared untracked inputs copied with their sha256.
+///
+/// All gix and file-system work runs in `tokio::task::spawn_blocking`.
+#[derive(Debug, Clone, Default)]
+pub struct WorktreeSource {
+    _private: (),
+}
+
+impl WorktreeSource {
+    /// The worktree source.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl SourceBoundary for WorktreeSource {
+    fn capabilities(&self) -> SourceCapabilities {
+        SourceCapabilities {
+            origins: vec![CheckoutOrigin::Fresh, CheckoutOrigin::Resumed],
+            materializations: vec![Materialization::Standalone, Materialization::Linked],
+            submodules: true,
+            untracked_inputs: true,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "backend-worktree source"
+    }
+
+    async fn provision(&self, run: &RunContext) -> Result<SourceRecord, BoundaryError> {
+        let section = run.contract.source.clone();
+        let dest = run.run_dir.join(CHECKOUT_DIR);
+        let from = run.run_id.to_string();
+        let span = tracing::info_span!("source.provision", run_id = %run.run_id);
+        let path = dest.clone();
+        blocking("provision checkout", path, move || {
+            let _entered = span.enter();
+            provision_source(&section, &dest, from)
+        })
+        .await
+    }
+
+    async fn verify(&self, run: &RunContext, record: &SourceRecord) -> Result<(), BoundaryError> {
+        let record = record.clone();
+        let allow_rebase = run.contract.source.allow_rebase;
+        let run_id = run.run_id.to_string();
+        let path = record.workspace.clone();
+        blocking("verify checkout", path, move || {
+            let report = verify_checkout(&record, allow_rebase)?;
+            tracing::info!(
+                run_id,
+                moved = report.moved,
+                changed = report.inherited.changed.len(),
+                deleted = report.inherited.deleted.len(),
+                untracked = report.inherited.untracked.len(),
+                "source verified"
+            );
+            Ok(())
+        })
+        .await
+    }
+
+    async fn release(&self, run: &RunContext, record: &SourceRecord) -> Result<(), BoundaryError> {
+        let record = record.clone();
+        let run_dir = run.run_dir.clone();
+        let path = record.workspace.clone();
+        blocking("release checkout", path, move || {
+            if !record.workspace.starts_with(&run_dir) {
+                return Err(SourceError::PathEscape {
+                    path: record.workspace.clone(),
+                    reason: "the recorded checkout is not under the run directory",
+                });
+            }
+            match record.materialization {
+                Materialization::Linked => {
+                    release_linked(Path::new(&record.repository), &record.workspace)
+                }
+                _ => remove_tree(&record.workspace),
+            }
+        })
+        .await
+    }
+}
+
+/// Runs `f` on the blocking pool and maps its error to a [`BoundaryError`].
+async fn blocking<T: Send + 'static>(
+    operation: &'static str,
+    path: PathBuf,
+    f: impl FnOnce() -> Result<T, SourceError> + Send + 'static,
+) -> Result<T, BoundaryError> {
+    let result = match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result,
+        Err(source) => Err(SourceError::Join { operation, source }),
+    };
+    result.map_err(|err| BoundaryError::new(BoundaryKind::Source, operation, err).with_path(path))
+}
+
+/// Makes (or, for `resumed`, re-verifies) the checkout at `dest` as `section` says and
+/// returns its record: the blocking body of [`WorktreeSource::provision`].
+///
+/// `fresh`: a new checkout (standalone for `auto`), declared submodules initialised,
+/// declared inputs copied, an empty initial diff. `resumed`: the checkout already at
+/// `dest` is verified against the resolved revision; its initial diff lists the
+/// inherited changes in `--name-status` form. `run_id` is recorded as the origin of a
+/// resumed checkout.
+///
+/// # Ambient authority
+/// `section.repo` and `dest` are host paths, used as given.
+pub fn provision_source(
+    section: &SourceSection,
+    dest: &Path,
+    run_id: String,
+) -> Result<SourceRecord, SourceError> {
+    if section.repo.contains("://") {
+        return Err(SourceError::Unsupported {
+            setting: "a remote repository URL (give a local path)".into(),
+        });
+    }
+    let repo_path = PathBuf::from(&section.repo);
+    let materialization = match section.materialization {
+        Materialization::Auto | Materialization::Standalone => Materialization::Standalone,
+        Materialization::Linked => Materialization::Linked,
+        Materialization::Layered => {
+            return Err(SourceError::Unsupported {
+                setting: "materialization layered".into(),
+            });
+        }
+    };
+    match section.origin {
+        CheckoutOrigin::Fresh => fresh(section, &repo_path, dest, materialization),
+        CheckoutOrigin::Resumed => resumed(section, &repo_path, dest, materialization, run_id),
+        CheckoutOrigin::Snapshot => Err(SourceError::Unsupported {
+            setting: "origin snapshot".into(),
+        }),
+    }
+}
+
+fn fresh(
+    section: &SourceSection,
+    repo_path: &Path,
+    dest: &Path,
+    materialization: Materialization,
+) -> Result<SourceRecord, SourceError> {
+    let source = open_source_repo(repo_path)?;
+    let commit = resolve_revision(&source, &section.revision)?;
+    // Refuse a non-empty destination before anything is made: the cleanup below
+    // removes `dest` and must only ever remove what this call created.
+    prepare_destination(dest)?;
+    let finish = || -> Result<SourceRecord, SourceError> {
+        let checkout = match materialization {
+            Materialization::Linked => provision_linked(repo_path, &commit.to_string(), dest)?,
+            _ => standalone_at(&source, commit, dest)?,
+        };
+        let submodules = provision_submodules(
+            &source,
+            checkout.commit,
+            checkout.tree,
+            &checkout.workspace,
+            &section.submodules,
+        )?;
+        let inputs = copy_inputs(&checkout.workspace, &section.inputs)?;
+        Ok(record(
+            section,
+            &checkout,
+            OriginRecord::Fresh,
+            materialization,
+            submodules,
+            inputs,
+            String::new(),
+        ))
+    };
+    finish().inspect_err(|_| {
+        let cleanup = match materialization {
+            Materialization::Linked => release_linked(repo_path, dest),
+            _ => remove_tree(dest),
+        };
+        if let Err(cleanup) = cleanup {
+            tracing::warn!(error = %cleanup, workspace = %dest.display(), "removing the failed checkout failed");
+        }
+    })
+}
+
+fn resumed(
+    section: &SourceSection,
+    repo_path: &Path,
+    dest: &Path,
+    materialization: Materialization,
+    run_id: String,
+) -> Result<SourceRecord, SourceError> {
+    let source = open_source_repo(repo_path)?;
+    let commit = resolve_revision(&source, &section.revision)?;
+    let checkout = Checkout {
+        workspace: dest.to_owned(),
+        commit,
+        tree: tree_of(&source, commit)?,
+        remote_urls: remote_urls(&source),
+    };
+    // Submodules are recorded as found; inputs were copied by the earlier run.
+    let submodules = provision_submodules_record_only(&source, &checkout, section)?;
+    let mut record = record(
+        section,
+        &checkout,
+        OriginRecord::Resumed { from: run_id },
+        materialization,
+        submodules,
+        Vec::new(),
+        String::new(),
+    );
+    let report = verify_checkout(&record, section.allow_rebase)?;
+    record.initial_diff = name_status(&report.inherited);
+    Ok(record)
+}
+
+/// The submodules of a resumed checkout: declared ones are taken as initialised if
+/// their directory has a `.git`.
+fn provision_submodules_record_only(
+    source: &gix::Repository,
+    checkout: &Checkout,
+    section: &SourceSection,
+) -> Result<Vec<workspace_core::boundary::SubmoduleRecord>, SourceError> {
+    let mut records = provision_submodules(
+        source,
+        checkout.commit,
+        checkout.tree,
+        &checkout.workspace,
+        &[],
+    )?;
+    for record in &mut records {
+        if section.submodules.contains(&record.path) {
+            let dot_git = checkout.workspace.join(&record.path).join(".git");
+            if std::fs::symlink_metadata(&dot_git).is_err() {
+                return Err(SourceError::SubmoduleUnavailable {
+                    path: record.path.clone(),
+                    reason: "the resumed checkout does not have it initialised".into(),
+                });
+            }
+            record.initialized = true;
+        }
+    }
+    Ok(records)
+}
+
+/// A resumed checkout's inherited changes, in `git diff --name-status` form (the
+/// unified patch is the changes module's job).
+fn name_status(inherited: &super::walk::Inherited) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    lines.extend(inherited.changed.iter().map(|p| format!("M\t{p}")));
+    lines.extend(inherited.deleted.iter().map(|p| format!("D\t{p}")));
+    lines.extend(inherited.untracked.iter().map(|p| format!("A\t{p}")));
+    lines.sort_by(|a, b| a[2..].cmp(&b[2..]));
+    lines.into_iter().map(|l| l + "\n").collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    section: &SourceSection,
+    checkout: &Checkout,
+    origin: OriginRecord,
+    materialization: Materialization,
+    submodules: Vec<workspace_core::boundary::SubmoduleRecord>,
+    inputs: Vec<workspace_core::boundary::InputRecord>,
+    initial_diff: String,
+) -> SourceRecord {
+    SourceRecord {
+        repository: section.repo.clone(),
+        remote_urls: checkout.remote_urls.clone(),
+        commit: checkout.commit.to_string(),
+        tree: checkout.tree.to_string(),
+        origin,
+        materialization,
+        workspace: checkout.workspace.clone(),
+        submodules,
+        inputs,
+        initial_diff,
+    }
+}

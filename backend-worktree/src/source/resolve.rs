@@ -1,0 +1,60 @@
+//! Opening the source repository and resolving a revision to a commit id.
+
+use std::path::Path;
+
+use gix::ObjectId;
+
+use super::SourceError;
+
+/// Opens the source repository at `path` in isolation (see [`crate::repo::open_source`]):
+/// only read, never written by standalone provisioning.
+///
+/// # Ambient authority
+/// `path` is a host path, used as given.
+pub fn open_source_repo(path: &Path) -> Result<gix::Repository, SourceError> {
+    crate::repo::open_source(path).map_err(|source| SourceError::OpenSource {
+        path: path.to_owned(),
+        source: Box::new(source),
+    })
+}
+
+/// Resolves `rev` (a commit id, a unique prefix of one, a tag or a branch) in `repo`
+/// to a commit id, peeling annotated tags.
+///
+/// Errors: [`SourceError::RevisionNotFound`] when nothing of that name exists,
+/// [`SourceError::AmbiguousRevision`] when a short id matches several objects,
+/// [`SourceError::NotACommit`] when it names a tree or blob, and
+/// [`SourceError::ResolveRevision`] for anything else (a malformed spec).
+pub fn resolve_revision(repo: &gix::Repository, rev: &str) -> Result<ObjectId, SourceError> {
+    let id = repo
+        .rev_parse_single(rev)
+        .map_err(|err| classify(rev, err))?;
+    let object = id.object().map_err(|err| classify(rev, err))?;
+    let commit = object
+        .peel_to_commit()
+        .map_err(|source| SourceError::NotACommit {
+            revision: rev.to_owned(),
+            source: Box::new(source),
+        })?;
+    Ok(commit.id)
+}
+
+/// Maps gix's revision error to the typed variant a caller can act on.
+fn classify(rev: &str, err: gix::Error) -> SourceError {
+    use gix::revision::spec::parse::Error as ParseError;
+    let revision = rev.to_owned();
+    match err.downcast_any_ref::<ParseError>() {
+        Some(ParseError::AmbiguousPrefix { .. } | ParseError::AmbiguousRefAndObject { .. }) => {
+            SourceError::AmbiguousRevision {
+                revision,
+                source: Box::new(err),
+            }
+        }
+        Some(ParseError::MissingReference { .. }) => SourceError::RevisionNotFound { revision },
+        _ if err.is_not_found() => SourceError::RevisionNotFound { revision },
+        _ => SourceError::ResolveRevision {
+            revision,
+            source: Box::new(err),
+        },
+    }
+}
