@@ -139,8 +139,10 @@ pub fn read_current(
             file.read_to_end(&mut content)
                 .map_err(|source| io("read", workspace, path, source))?;
             (file_mode(&meta), content)
-        } else if kind.is_dir() {
-            // Git records no directories: no entry at this path.
+        } else if kind.is_dir() || is_whiteout(&meta) {
+            // Git records no directories: no entry at this path. An overlayfs
+            // whiteout (a 0:0 character device) in an upper directory marks a
+            // deleted path: no entry either.
             return Ok(None);
         } else {
             return Err(ChangesError::UnsupportedFileType { path: path.into() });
@@ -149,6 +151,12 @@ pub fn read_current(
         return Ok(Some((Entry::new(mode, id), content)));
     }
     Ok(None)
+}
+
+/// Whether `meta` is an overlayfs whiteout: a character device with device number 0.
+fn is_whiteout(meta: &Metadata) -> bool {
+    use cap_std::fs::FileTypeExt;
+    meta.file_type().is_char_device() && meta.rdev() == 0
 }
 
 /// The git blob id of `len` bytes from `data`.

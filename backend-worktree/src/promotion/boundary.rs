@@ -1,6 +1,6 @@
 //! [`WorktreePromotion`]: the Promotion boundary over a local source repository.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -58,8 +58,17 @@ impl WorktreePromotion {
     }
 }
 
+/// What an export leaves out: generated paths, and the declared untracked inputs
+/// (a copied `.env` is what the run was given, not what it produced, and may hold
+/// values that must not reach a review branch). Input destinations are matched
+/// literally, never as globs.
 fn options(contract: &Contract) -> ChangeOptions {
-    ChangeOptions::skipping(contract.source.generated.iter().cloned())
+    let inputs = contract
+        .source
+        .inputs
+        .iter()
+        .map(|input| globset::escape(&input.to));
+    ChangeOptions::skipping(contract.source.generated.iter().cloned().chain(inputs))
 }
 
 fn boundary_error(
@@ -96,18 +105,9 @@ impl PromotionBoundary for WorktreePromotion {
         let repo = self.source_repo(source);
         let contract = Arc::clone(&run.contract);
         let source = source.clone();
-        tokio::task::spawn_blocking(move || {
-            export_patch(
-                &repo,
-                &source.commit,
-                &source.workspace,
-                &contract.filesystem.outputs,
-                &options(&contract),
-            )
-            .map_err(boundary_error("export patch", &source.workspace))
-        })
-        .await
-        .map_err(join_error("export patch"))?
+        tokio::task::spawn_blocking(move || export_run(&repo, &source, &contract))
+            .await
+            .map_err(join_error("export patch"))?
     }
 
     async fn promote(
@@ -123,14 +123,7 @@ impl PromotionBoundary for WorktreePromotion {
         let run_id = run.run_id.clone();
         tokio::task::spawn_blocking(move || {
             let promotion = &contract.promotion;
-            let export = export_patch(
-                &repo,
-                &source.commit,
-                &source.workspace,
-                &contract.filesystem.outputs,
-                &options(&contract),
-            )
-            .map_err(boundary_error("export patch", &source.workspace))?;
+            let export = export_run(&repo, &source, &contract)?;
             match promotion.target {
                 PromotionTarget::Patch => {
                     require_checks(promotion, &request, &export.patch_sha256)
@@ -147,7 +140,7 @@ impl PromotionBoundary for WorktreePromotion {
                         &repo,
                         &run_id,
                         &source.commit,
-                        &source.workspace,
+                        changed_files_root(&source),
                         &export,
                         &request,
                         promotion,
@@ -166,5 +159,45 @@ impl PromotionBoundary for WorktreePromotion {
         })
         .await
         .map_err(join_error("promote"))?
+    }
+}
+
+/// Where a run's changed files are read on the host: the workspace of a checkout,
+/// or the upper directory of a layered run (whose merged view is mounted only
+/// inside its isolation; a whiteout there reads as absent).
+fn changed_files_root(source: &SourceRecord) -> &Path {
+    source
+        .layers
+        .as_ref()
+        .map_or(source.workspace.as_path(), |layers| layers.upper.as_path())
+}
+
+/// `diff.patch` and `changes.json` of a run, from its checkout or its layers.
+fn export_run(
+    repo: &Path,
+    source: &SourceRecord,
+    contract: &Contract,
+) -> Result<PatchExport, BoundaryError> {
+    let outputs = &contract.filesystem.outputs;
+    match &source.layers {
+        Some(layers) => crate::layered::diff::export_layered_patch(
+            repo,
+            &source.commit,
+            &layers.upper,
+            outputs,
+            &options(contract),
+        )
+        .map_err(|err| {
+            BoundaryError::new(BoundaryKind::Promotion, "export layered patch", err)
+                .with_path(layers.upper.clone())
+        }),
+        None => export_patch(
+            repo,
+            &source.commit,
+            &source.workspace,
+            outputs,
+            &options(contract),
+        )
+        .map_err(boundary_error("export patch", &source.workspace)),
     }
 }

@@ -1,6 +1,8 @@
 //! [`WorktreeSource`]: the Source boundary made of the functions of this module.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use workspace_core::boundary::{
@@ -18,6 +20,7 @@ use super::release::remove_tree;
 use super::resolve::{open_source_repo, resolve_revision};
 use super::resume::verify_checkout;
 use super::submodules::provision_submodules;
+use crate::layered::cache::{BaseTree, TreeCache};
 
 /// The directory under a run's `run_dir` that holds its checkout.
 pub const CHECKOUT_DIR: &str = "checkout";
@@ -34,13 +37,32 @@ pub const CHECKOUT_DIR: &str = "checkout";
 /// All gix and file-system work runs in `tokio::task::spawn_blocking`.
 #[derive(Debug, Clone, Default)]
 pub struct WorktreeSource {
-    _private: (),
+    /// The base-tree cache when layered materialization is enabled.
+    layered: Option<TreeCache>,
+    /// The base trees held by live layered runs, by run id.
+    held: Arc<Mutex<HashMap<String, BaseTree>>>,
 }
 
 impl WorktreeSource {
-    /// The worktree source.
+    /// The worktree source: standalone and linked checkouts.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Also layered checkouts, with base trees cached in `cache`; `auto` then means
+    /// layered. Only for stacks whose process boundary mounts the layers (the
+    /// record's `layers`) on the workspace path with overlayfs.
+    pub fn with_layered_cache(cache: TreeCache) -> Self {
+        Self {
+            layered: Some(cache),
+            held: Arc::default(),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, BaseTree>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -49,7 +71,15 @@ impl SourceBoundary for WorktreeSource {
     fn capabilities(&self) -> SourceCapabilities {
         SourceCapabilities {
             origins: vec![CheckoutOrigin::Fresh, CheckoutOrigin::Resumed],
-            materializations: vec![Materialization::Standalone, Materialization::Linked],
+            materializations: if self.layered.is_some() {
+                vec![
+                    Materialization::Standalone,
+                    Materialization::Linked,
+                    Materialization::Layered,
+                ]
+            } else {
+                vec![Materialization::Standalone, Materialization::Linked]
+            },
             submodules: true,
             untracked_inputs: true,
         }
@@ -65,6 +95,24 @@ impl SourceBoundary for WorktreeSource {
         let from = run.run_id.to_string();
         let span = tracing::info_span!("source.provision", run_id = %run.run_id);
         let path = dest.clone();
+        let layered = match (&self.layered, section.materialization, section.origin) {
+            (
+                Some(cache),
+                Materialization::Auto | Materialization::Layered,
+                CheckoutOrigin::Fresh,
+            ) => Some(cache.clone()),
+            _ => None,
+        };
+        if let Some(cache) = layered {
+            let run_dir = run.run_dir.clone();
+            let (record, base) = blocking("provision layered checkout", path, move || {
+                let _entered = span.enter();
+                super::layered::provision_layered_source(&section, &cache, &run_dir)
+            })
+            .await?;
+            self.held().insert(from, base);
+            return Ok(record);
+        }
         blocking("provision checkout", path, move || {
             let _entered = span.enter();
             provision_source(&section, &dest, from)
@@ -77,6 +125,12 @@ impl SourceBoundary for WorktreeSource {
         let allow_rebase = run.contract.source.allow_rebase;
         let run_id = run.run_id.to_string();
         let path = record.workspace.clone();
+        if record.layers.is_some() {
+            return blocking("verify layered checkout", path, move || {
+                super::layered::verify_layered(&record, allow_rebase)
+            })
+            .await;
+        }
         blocking("verify checkout", path, move || {
             let report = verify_checkout(&record, allow_rebase)?;
             tracing::info!(
@@ -96,7 +150,8 @@ impl SourceBoundary for WorktreeSource {
         let record = record.clone();
         let run_dir = run.run_dir.clone();
         let path = record.workspace.clone();
-        blocking("release checkout", path, move || {
+        let layered = record.layers.is_some();
+        let released = blocking("release checkout", path, move || {
             if !record.workspace.starts_with(&run_dir) {
                 return Err(SourceError::PathEscape {
                     path: record.workspace.clone(),
@@ -107,10 +162,14 @@ impl SourceBoundary for WorktreeSource {
                 Materialization::Linked => {
                     release_linked(Path::new(&record.repository), &record.workspace)
                 }
+                _ if layered => super::layered::release_layers(&run_dir),
                 _ => remove_tree(&record.workspace),
             }
         })
-        .await
+        .await;
+        // The base tree stays cached; the run just stops holding it.
+        self.held().remove(run.run_id.as_str());
+        released
     }
 }
 
@@ -301,6 +360,7 @@ fn record(
         origin,
         materialization,
         workspace: checkout.workspace.clone(),
+        layers: None,
         submodules,
         inputs,
         initial_diff,

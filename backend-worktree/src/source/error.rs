@@ -145,6 +145,10 @@ pub enum SourceError {
         reason: String,
     },
 
+    /// A layered checkout could not be provisioned.
+    #[error("source: the layered checkout failed")]
+    Layered(#[source] Box<crate::layered::provision::LayeredError>),
+
     /// The contract asks for something this module does not provide.
     #[error("source: {setting} is not supported by the worktree source")]
     Unsupported {

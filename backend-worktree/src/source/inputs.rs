@@ -27,13 +27,28 @@ pub fn copy_inputs(
     workspace: &Path,
     inputs: &[UntrackedInput],
 ) -> Result<Vec<InputRecord>, SourceError> {
+    copy_inputs_between(workspace, workspace, inputs)
+}
+
+/// [`copy_inputs`] reading workspace-relative `from` paths under `read_root` and
+/// writing under `write_root`: for a layered checkout, the base tree and the run's
+/// upper directory.
+pub(crate) fn copy_inputs_between(
+    read_root: &Path,
+    write_root: &Path,
+    inputs: &[UntrackedInput],
+) -> Result<Vec<InputRecord>, SourceError> {
     inputs
         .iter()
-        .map(|input| copy_input(workspace, input))
+        .map(|input| copy_input(read_root, write_root, input))
         .collect()
 }
 
-fn copy_input(workspace: &Path, input: &UntrackedInput) -> Result<InputRecord, SourceError> {
+fn copy_input(
+    read_root: &Path,
+    workspace: &Path,
+    input: &UntrackedInput,
+) -> Result<InputRecord, SourceError> {
     let from = if input.from_host {
         let from = PathBuf::from(&input.from);
         if !from.is_absolute() {
@@ -46,9 +61,9 @@ fn copy_input(workspace: &Path, input: &UntrackedInput) -> Result<InputRecord, S
     } else {
         let relative = plain_relative(&input.from)
             .ok_or_else(|| refused(&input.from, "not a plain relative path"))?;
-        no_symlink_components(workspace, &relative)
+        no_symlink_components(read_root, &relative)
             .map_err(|reason| refused(&input.from, reason))?;
-        workspace.join(relative)
+        read_root.join(relative)
     };
     let meta =
         fs::symlink_metadata(&from).map_err(|e| SourceError::io("inspect input", &from, e))?;

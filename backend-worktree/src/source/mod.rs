@@ -42,6 +42,7 @@ pub(crate) mod checkout;
 pub(crate) mod config;
 mod error;
 mod inputs;
+mod layered;
 mod linked;
 pub(crate) mod materialize;
 mod release;

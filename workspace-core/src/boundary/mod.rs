@@ -49,7 +49,9 @@ pub use promotion::{
     ApprovalRecord, ChangeKind, ChangedPath, CheckResult, PatchExport, PromotionBoundary,
     PromotionRecord, PromotionRequest,
 };
-pub use source::{InputRecord, OriginRecord, SourceBoundary, SourceRecord, SubmoduleRecord};
+pub use source::{
+    InputRecord, LayersRecord, OriginRecord, SourceBoundary, SourceRecord, SubmoduleRecord,
+};
 pub use stack::Stack;
 
 /// Compile-time proof that the handles a host shares across tasks are thread-safe.

@@ -49,14 +49,30 @@ pub struct SourceRecord {
     pub origin: OriginRecord,
     /// How it was materialized.
     pub materialization: Materialization,
-    /// The checkout on the host.
+    /// The checkout on the host: the workspace root (for a layered checkout, the
+    /// mount point of its merged view).
     pub workspace: PathBuf,
+    /// For a layered checkout, the overlay layers an isolating backend mounts on
+    /// `workspace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<LayersRecord>,
     /// Submodules present, and whether each was initialised.
     pub submodules: Vec<SubmoduleRecord>,
     /// Untracked inputs copied in, with their digests.
     pub inputs: Vec<InputRecord>,
     /// The initial diff against the commit: empty for a fresh checkout.
     pub initial_diff: String,
+}
+
+/// The overlay layers of a layered checkout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayersRecord {
+    /// The read-only base tree shared by every run of the commit.
+    pub lower: PathBuf,
+    /// The run's changes (and its `.git`).
+    pub upper: PathBuf,
+    /// overlayfs's work directory, on the same file system as `upper`.
+    pub work: PathBuf,
 }
 
 /// Where a checkout's initial state came from.

@@ -19,6 +19,9 @@ pub struct SourceSection {
     /// Where the initial state comes from.
     #[serde(default)]
     pub origin: CheckoutOrigin,
+    /// With `origin = "snapshot"`: the sha256 of the snapshot archive to restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
     /// How the checkout is materialized on disk.
     #[serde(default)]
     pub materialization: Materialization,
@@ -89,6 +92,7 @@ impl SourceSection {
             repo: repo.into(),
             revision: revision.into(),
             origin: CheckoutOrigin::default(),
+            snapshot: None,
             materialization: Materialization::default(),
             allow_rebase: false,
             submodules: Vec::new(),
@@ -107,6 +111,25 @@ impl SourceSection {
             );
         }
         check_revision(problems, &self.revision);
+        match (&self.origin, &self.snapshot) {
+            (CheckoutOrigin::Snapshot, None) => problems.push(
+                "source.snapshot",
+                "is missing; origin = \"snapshot\" needs the sha256 of the snapshot to restore",
+            ),
+            (CheckoutOrigin::Snapshot, Some(digest))
+                if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                problems.push(
+                    "source.snapshot",
+                    format!("{digest:?} is not a sha256 digest (64 hex digits)"),
+                )
+            }
+            (CheckoutOrigin::Fresh | CheckoutOrigin::Resumed, Some(_)) => problems.push(
+                "source.snapshot",
+                "is only read with origin = \"snapshot\"; remove it or change the origin",
+            ),
+            _ => {}
+        }
         for (i, path) in self.submodules.iter().enumerate() {
             checks::relative_path(problems, &indexed("source.submodules", i), path);
         }

@@ -42,6 +42,7 @@ fn source_record(fx: &Fixture) -> SourceRecord {
         origin: OriginRecord::Fresh,
         materialization: Materialization::Standalone,
         workspace: PathBuf::from(&fx.workspace),
+        layers: None,
         submodules: Vec::new(),
         inputs: Vec::new(),
         initial_diff: String::new(),

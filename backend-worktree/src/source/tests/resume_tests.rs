@@ -17,6 +17,7 @@ fn record_of(repo: &Repo, checkout: &Checkout) -> SourceRecord {
         origin: OriginRecord::Fresh,
         materialization: Materialization::Standalone,
         workspace: checkout.workspace.clone(),
+        layers: None,
         submodules: Vec::new(),
         inputs: Vec::new(),
         initial_diff: String::new(),
