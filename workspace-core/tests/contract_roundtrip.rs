@@ -92,6 +92,9 @@ prop_compose! {
     ) -> Contract {
         let mut contract = Contract::preset(shape, objective, SourceSection::new("../repo", revision));
         contract.source.origin = origin;
+        if origin == CheckoutOrigin::Snapshot {
+            contract.source.snapshot = Some(workspace_core::digest::sha256_hex(contract.objective.as_bytes()));
+        }
         if shape != TaskShape::ReadOnlyOrientation {
             contract.filesystem.writable = writable.iter().cloned().collect();
             contract.filesystem.outputs = writable.into_iter().take(1).collect();
