@@ -266,6 +266,24 @@ fn each_malformed_contract_names_its_field_path() {
             "identity.credentials[0].name",
             "a credential has one source",
         ),
+        (
+            "snapshot origin without a digest",
+            BASE.replace(
+                "revision = \"8f3c2d1\"",
+                "revision = \"8f3c2d1\"\norigin = \"snapshot\"",
+            ),
+            "source.snapshot",
+            "needs the sha256 of the snapshot",
+        ),
+        (
+            "snapshot digest with a fresh origin",
+            BASE.replace(
+                "revision = \"8f3c2d1\"",
+                "revision = \"8f3c2d1\"\nsnapshot = \"abc\"",
+            ),
+            "source.snapshot",
+            "only read with origin = \"snapshot\"",
+        ),
     ];
     assert!(cases.len() >= 20);
     for (name, text, path, fragment) in &cases {
