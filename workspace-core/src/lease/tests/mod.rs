@@ -1,11 +1,10 @@
-//! Tests of the lease registry, in this process and across processes.
+//! Tests of the lease registry in this process; across processes: `tests/lease_processes.rs`.
 //!
 //! Port tests take ranges from [`port_range`]: consecutive, non-overlapping blocks
 //! above a random base, each checked bindable first, so bind-probing inside the lease
 //! code never skips a port by accident and every test can assert the exact set.
 
 mod names;
-mod processes;
 mod threads;
 
 use std::hash::{BuildHasher, RandomState};

@@ -1,5 +1,10 @@
 //! Leases between OS processes. The child is this very test binary, re-executed to run
 //! only [`child_process`], which does nothing unless [`ROLE`] is set in its environment.
+//!
+//! These tests live in their own test binary: a child forked while another test of
+//! the same binary drops a file lock shares that lock's open file description until
+//! it calls `exec`, so lock-release assertions elsewhere could see it for a moment.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
@@ -9,10 +14,13 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::Duration;
 
+use std::hash::{BuildHasher, RandomState};
+use std::net::{Ipv4Addr, TcpListener};
+use std::ops::RangeInclusive;
+use std::sync::Mutex;
 use tempfile::TempDir;
 
-use super::super::{LeaseError, LeaseKind, Leases, NameKind, PortLease};
-use super::port_range;
+use workspace_core::lease::{LeaseError, LeaseKind, Leases, NameKind, PortLease};
 
 const ROLE: &str = "AGENT_WORKSPACE_LEASE_TEST_ROLE";
 const DIR: &str = "AGENT_WORKSPACE_LEASE_TEST_DIR";
@@ -88,12 +96,9 @@ struct ChildGuard {
 
 impl ChildGuard {
     fn spawn(role: &str, dir: &Path, ports: &std::ops::RangeInclusive<u16>) -> ChildGuard {
-        let test_name = format!(
-            "{}::child_process",
-            module_path!().split_once("::").unwrap().1
-        );
+        let test_name = "child_process";
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", &test_name, "--nocapture", "--test-threads=1"])
+            .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
             .env(ROLE, role)
             .env(DIR, dir)
             .env(PORTS, format!("{}-{}", ports.start(), ports.end()))
@@ -299,4 +304,32 @@ fn leases_of_a_killed_process_are_reclaimed() {
             .is_some_and(|h| h.pid == std::process::id())
     }));
     drop(child);
+}
+
+/// A random number (std's randomly keyed hasher; no extra dependency).
+fn random_u64() -> u64 {
+    RandomState::new().hash_one(std::process::id())
+}
+
+/// `len` consecutive ports, exclusive to the calling test within this process, all
+/// bindable on 127.0.0.1 right now.
+fn port_range(len: u16) -> RangeInclusive<u16> {
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..200 {
+        let start = match *next {
+            Some(start) if start < 60_000 => start,
+            _ => 40_000 + u16::try_from(random_u64() % 10_000).unwrap(),
+        };
+        let range = start..=start + len - 1;
+        *next = Some(start + len);
+        let listeners: Result<Vec<TcpListener>, _> = range
+            .clone()
+            .map(|port| TcpListener::bind((Ipv4Addr::LOCALHOST, port)))
+            .collect();
+        if listeners.is_ok() {
+            return range;
+        }
+    }
+    panic!("found no {len} consecutive free ports between 40000 and 60000");
 }
