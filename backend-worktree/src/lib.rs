@@ -68,4 +68,8 @@ pub mod filesystem;
 pub mod layered;
 pub mod promotion;
 pub mod repo;
+pub mod snapshot;
 pub mod source;
+
+#[cfg(test)]
+mod test_support;

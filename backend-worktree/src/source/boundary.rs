@@ -10,6 +10,7 @@ use workspace_core::boundary::{
     SourceRecord,
 };
 use workspace_core::contract::{CheckoutOrigin, Materialization, SourceSection};
+use workspace_core::lifecycle::CleanupPermit;
 
 use super::SourceError;
 use super::checkout::{Checkout, standalone_at, tree_of};
@@ -27,8 +28,10 @@ pub const CHECKOUT_DIR: &str = "checkout";
 
 /// The Source boundary with gix checkouts of a local repository.
 ///
-/// * origins: `fresh` (a new checkout) and `resumed` (the checkout already under the
-///   run directory, re-verified against the revision);
+/// * origins: `fresh` (a new checkout), `resumed` (the checkout already under the
+///   run directory, re-verified against the revision) and, with a snapshot store
+///   ([`WorktreeSource::with_snapshot_store`]), `snapshot` (restored and verified by
+///   [`crate::snapshot::restore_opts`]);
 /// * materializations: `standalone` (the default for `auto`) and `linked` (shares
 ///   refs and config with the source: see [`super::provision_linked`]);
 /// * declared submodules initialised from the source's `.git/modules/<name>`;
@@ -41,6 +44,8 @@ pub struct WorktreeSource {
     layered: Option<TreeCache>,
     /// The base trees held by live layered runs, by run id.
     held: Arc<Mutex<HashMap<String, BaseTree>>>,
+    /// The snapshot store `origin = "snapshot"` restores from.
+    snapshots: Option<PathBuf>,
 }
 
 impl WorktreeSource {
@@ -56,7 +61,18 @@ impl WorktreeSource {
         Self {
             layered: Some(cache),
             held: Arc::default(),
+            snapshots: None,
         }
+    }
+
+    /// Also `origin = "snapshot"`: snapshots are restored from `store` (a directory
+    /// of `<sha256>.tar` archives written by [`crate::snapshot::capture`]).
+    ///
+    /// # Ambient authority
+    /// `store` is a host path, only read.
+    pub fn with_snapshot_store(mut self, store: impl Into<PathBuf>) -> Self {
+        self.snapshots = Some(store.into());
+        self
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, BaseTree>> {
@@ -70,7 +86,15 @@ impl WorktreeSource {
 impl SourceBoundary for WorktreeSource {
     fn capabilities(&self) -> SourceCapabilities {
         SourceCapabilities {
-            origins: vec![CheckoutOrigin::Fresh, CheckoutOrigin::Resumed],
+            origins: if self.snapshots.is_some() {
+                vec![
+                    CheckoutOrigin::Fresh,
+                    CheckoutOrigin::Resumed,
+                    CheckoutOrigin::Snapshot,
+                ]
+            } else {
+                vec![CheckoutOrigin::Fresh, CheckoutOrigin::Resumed]
+            },
             materializations: if self.layered.is_some() {
                 vec![
                     Materialization::Standalone,
@@ -113,9 +137,10 @@ impl SourceBoundary for WorktreeSource {
             self.held().insert(from, base);
             return Ok(record);
         }
+        let snapshots = self.snapshots.clone();
         blocking("provision checkout", path, move || {
             let _entered = span.enter();
-            provision_source(&section, &dest, from)
+            provision_source_in(&section, &dest, from, snapshots.as_deref())
         })
         .await
     }
@@ -146,7 +171,22 @@ impl SourceBoundary for WorktreeSource {
         .await
     }
 
-    async fn release(&self, run: &RunContext, record: &SourceRecord) -> Result<(), BoundaryError> {
+    async fn release(
+        &self,
+        run: &RunContext,
+        record: &SourceRecord,
+        permit: &CleanupPermit,
+    ) -> Result<(), BoundaryError> {
+        if permit.run_id() != &run.run_id {
+            return Err(BoundaryError::new(
+                BoundaryKind::Source,
+                "release checkout",
+                SourceError::Unsupported {
+                    setting: format!("a cleanup permit of run {}", permit.run_id()),
+                },
+            )
+            .with_path(record.workspace.clone()));
+        }
         let record = record.clone();
         let run_dir = run.run_dir.clone();
         let path = record.workspace.clone();
@@ -193,7 +233,9 @@ async fn blocking<T: Send + 'static>(
 /// declared inputs copied, an empty initial diff. `resumed`: the checkout already at
 /// `dest` is verified against the resolved revision; its initial diff lists the
 /// inherited changes in `--name-status` form. `run_id` is recorded as the origin of a
-/// resumed checkout.
+/// resumed checkout. `snapshot` needs a snapshot store, which only
+/// [`WorktreeSource::with_snapshot_store`] configures: here it is
+/// [`SourceError::Unsupported`].
 ///
 /// # Ambient authority
 /// `section.repo` and `dest` are host paths, used as given.
@@ -201,6 +243,16 @@ pub fn provision_source(
     section: &SourceSection,
     dest: &Path,
     run_id: String,
+) -> Result<SourceRecord, SourceError> {
+    provision_source_in(section, dest, run_id, None)
+}
+
+/// [`provision_source`] with the snapshot store `origin = "snapshot"` restores from.
+fn provision_source_in(
+    section: &SourceSection,
+    dest: &Path,
+    run_id: String,
+    snapshots: Option<&Path>,
 ) -> Result<SourceRecord, SourceError> {
     if section.repo.contains("://") {
         return Err(SourceError::Unsupported {
@@ -220,9 +272,12 @@ pub fn provision_source(
     match section.origin {
         CheckoutOrigin::Fresh => fresh(section, &repo_path, dest, materialization),
         CheckoutOrigin::Resumed => resumed(section, &repo_path, dest, materialization, run_id),
-        CheckoutOrigin::Snapshot => Err(SourceError::Unsupported {
-            setting: "origin snapshot".into(),
-        }),
+        CheckoutOrigin::Snapshot => match snapshots {
+            Some(store) => restored(section, &repo_path, dest, materialization, store),
+            None => Err(SourceError::Unsupported {
+                setting: "origin snapshot without a snapshot store".into(),
+            }),
+        },
     }
 }
 
@@ -300,6 +355,66 @@ fn resumed(
     let report = verify_checkout(&record, section.allow_rebase)?;
     record.initial_diff = name_status(&report.inherited);
     Ok(record)
+}
+
+/// `origin = "snapshot"`: the snapshot `section.snapshot` from `store`, restored and
+/// verified into `dest` by [`crate::snapshot::restore_opts`]; its base commit must be
+/// the resolved revision. The initial diff lists the restored changes in
+/// `--name-status` form; declared submodules and inputs are added as for `fresh`.
+fn restored(
+    section: &SourceSection,
+    repo_path: &Path,
+    dest: &Path,
+    materialization: Materialization,
+    store: &Path,
+) -> Result<SourceRecord, SourceError> {
+    if materialization != Materialization::Standalone {
+        return Err(SourceError::Unsupported {
+            setting: "origin snapshot with materialization linked".into(),
+        });
+    }
+    let Some(digest) = &section.snapshot else {
+        return Err(SourceError::Unsupported {
+            setting: "origin snapshot without source.snapshot".into(),
+        });
+    };
+    let source = open_source_repo(repo_path)?;
+    let commit = resolve_revision(&source, &section.revision)?;
+    let options = crate::snapshot::RestoreOptions::expecting_base(commit.to_string());
+    // `SourceError` has no snapshot variant: the typed cause travels inside the I/O
+    // error (`get_ref()` downcasts to `SnapshotError`).
+    let report =
+        crate::snapshot::restore_opts(repo_path, store, digest, dest, &options).map_err(|e| {
+            SourceError::io("restore the snapshot into", dest, std::io::Error::other(e))
+        })?;
+    let finish = || -> Result<SourceRecord, SourceError> {
+        let checkout = Checkout {
+            workspace: dest.to_owned(),
+            commit,
+            tree: tree_of(&source, commit)?,
+            remote_urls: remote_urls(&source),
+        };
+        let submodules =
+            provision_submodules(&source, commit, checkout.tree, dest, &section.submodules)?;
+        let inputs = copy_inputs(dest, &section.inputs)?;
+        let origin = OriginRecord::Restored {
+            snapshot_digest: report.digest.clone(),
+        };
+        Ok(record(
+            section,
+            &checkout,
+            origin,
+            materialization,
+            submodules,
+            inputs,
+            report.name_status.clone(),
+        ))
+    };
+    finish().inspect_err(|_| {
+        if let Err(cleanup) = remove_tree(dest) {
+            tracing::warn!(error = %cleanup, workspace = %dest.display(), "removing the failed restore failed");
+        }
+    })
 }
 
 /// The submodules of a resumed checkout: declared ones are taken as initialised if

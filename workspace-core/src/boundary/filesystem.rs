@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::{BoundaryError, FilesystemCapabilities, RunContext, SourceRecord};
+use crate::lifecycle::CleanupPermit;
 
 /// Turns the contract's path grants into what the run can actually reach.
 #[async_trait]
@@ -27,10 +28,12 @@ pub trait FilesystemBoundary: Send + Sync + Debug + 'static {
     ) -> Result<FilesystemRecord, BoundaryError>;
 
     /// Undoes what `prepare` set up on the host (mounts, scratch directories).
+    /// `permit` proves the run's evidence export was attempted.
     async fn release(
         &self,
         run: &RunContext,
         record: &FilesystemRecord,
+        permit: &CleanupPermit,
     ) -> Result<(), BoundaryError>;
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{BoundaryError, RunContext, SourceCapabilities};
 use crate::contract::Materialization;
+use crate::lifecycle::CleanupPermit;
 
 /// Provisions the code a run receives and proves what it was.
 #[async_trait]
@@ -29,9 +30,15 @@ pub trait SourceBoundary: Send + Sync + Debug + 'static {
     /// continue.
     async fn verify(&self, run: &RunContext, record: &SourceRecord) -> Result<(), BoundaryError>;
 
-    /// Removes the checkout (after evidence was exported). Shared read-only data
-    /// (object stores, cached base trees) stays.
-    async fn release(&self, run: &RunContext, record: &SourceRecord) -> Result<(), BoundaryError>;
+    /// Removes the checkout. Shared read-only data (object stores, cached base
+    /// trees) stays. `permit` proves the run's evidence export was attempted; an
+    /// implementation refuses a permit of another run.
+    async fn release(
+        &self,
+        run: &RunContext,
+        record: &SourceRecord,
+        permit: &CleanupPermit,
+    ) -> Result<(), BoundaryError>;
 }
 
 /// What the agent received: written to `source.json`.

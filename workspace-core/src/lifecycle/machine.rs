@@ -22,6 +22,25 @@ pub struct Transition {
     pub to: State,
 }
 
+/// Proof that a run may be cleaned up: its evidence export has been attempted.
+///
+/// Only [`Lifecycle::clean_up`] makes one (the field is private), and only after
+/// the transition table allowed `CleanUp`. Boundary calls that delete a run's data
+/// (`SourceBoundary::release`, `FilesystemBoundary::release`,
+/// `RecoveryHooks::clean_up`) take it as a parameter, so "cleanup before export"
+/// does not compile rather than being a convention.
+#[derive(Debug)]
+pub struct CleanupPermit {
+    run_id: RunId,
+}
+
+impl CleanupPermit {
+    /// The run the permit is for; an implementation refuses a permit of another run.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+}
+
 /// Why a lifecycle operation did not happen.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -94,7 +113,10 @@ pub enum LifecycleError {
 pub struct Lifecycle {
     run_id: RunId,
     state: State,
-    export_attempted: bool,
+    /// How many times the run has entered `Exporting`.
+    export_attempts: u32,
+    /// Whether an export ever finished (`Exported` was entered).
+    export_completed: bool,
     entered: Instant,
     timeouts: Timeouts,
     journal: Journal<Transition>,
@@ -121,7 +143,8 @@ impl Lifecycle {
         Ok(Self {
             run_id,
             state: State::Requested,
-            export_attempted: false,
+            export_attempts: 0,
+            export_completed: false,
             entered: Instant::now(),
             timeouts,
             journal,
@@ -147,11 +170,12 @@ impl Lifecycle {
                 },
             )?;
         let mut state = State::Requested;
-        let mut export_attempted = false;
+        let mut export_attempts = 0u32;
+        let mut export_completed = false;
         for record in &read.records {
             let transition = &record.event;
             let legal = transition.from == state
-                && next_state(&state, export_attempted, &transition.operation).as_ref()
+                && next_state(&state, export_attempts > 0, &transition.operation).as_ref()
                     == Ok(&transition.to);
             if !legal {
                 return Err(LifecycleError::Replay {
@@ -160,14 +184,16 @@ impl Lifecycle {
                     from: state.name(),
                 });
             }
-            export_attempted |= transition.to == State::Exporting;
+            export_attempts += u32::from(transition.to == State::Exporting);
+            export_completed |= transition.to == State::Exported;
             state = transition.to.clone();
         }
         tracing::info!(run_id = %run_id, state = %state.name(), "run taken over for recovery");
         let life = Self {
             run_id,
             state,
-            export_attempted,
+            export_attempts,
+            export_completed,
             entered: Instant::now(),
             timeouts,
             journal,
@@ -187,7 +213,18 @@ impl Lifecycle {
 
     /// Whether evidence export has been attempted (the run has entered `Exporting`).
     pub fn export_attempted(&self) -> bool {
-        self.export_attempted
+        self.export_attempts > 0
+    }
+
+    /// How many times the run has entered `Exporting` (a failed export may be
+    /// retried, by the runner or by recovery).
+    pub fn export_attempts(&self) -> u32 {
+        self.export_attempts
+    }
+
+    /// Whether an export has ever finished (the run has entered `Exported`).
+    pub fn export_completed(&self) -> bool {
+        self.export_completed
     }
 
     /// The timeouts in force.
@@ -210,7 +247,7 @@ impl Lifecycle {
 
     /// Applies `op`: checks it, journals it (fsync), then takes it into effect.
     pub fn apply(&mut self, op: Operation) -> Result<&State, LifecycleError> {
-        let next = next_state(&self.state, self.export_attempted, &op).map_err(|refusal| {
+        let next = next_state(&self.state, self.export_attempted(), &op).map_err(|refusal| {
             tracing::warn!(run_id = %self.run_id, state = %self.state.name(), operation = %op.name(), %refusal, "transition refused");
             LifecycleError::Illegal {
                 run_id: self.run_id.clone(),
@@ -233,7 +270,8 @@ impl Lifecycle {
                 source,
             })?;
         tracing::info!(run_id = %self.run_id, from = %transition.from.name(), to = %to, operation = %transition.operation.name(), "transition");
-        self.export_attempted |= to == StateName::Exporting;
+        self.export_attempts += u32::from(to == StateName::Exporting);
+        self.export_completed |= to == StateName::Exported;
         self.state = transition.to;
         self.entered = Instant::now();
         Ok(&self.state)
@@ -304,9 +342,14 @@ impl Lifecycle {
     pub fn finish_export(&mut self) -> Result<&State, LifecycleError> {
         self.apply(Operation::FinishExport)
     }
-    /// Exported (or Failed after an export attempt) -> CleaningUp.
-    pub fn clean_up(&mut self) -> Result<&State, LifecycleError> {
-        self.apply(Operation::CleanUp)
+    /// Exported (or Failed after an export attempt) -> CleaningUp. Returns the
+    /// [`CleanupPermit`] that the boundaries' destructive calls require: holding one
+    /// proves the transition table allowed cleanup, so export was attempted.
+    pub fn clean_up(&mut self) -> Result<CleanupPermit, LifecycleError> {
+        self.apply(Operation::CleanUp)?;
+        Ok(CleanupPermit {
+            run_id: self.run_id.clone(),
+        })
     }
     /// CleaningUp -> Cleaned.
     pub fn finish_clean_up(&mut self) -> Result<&State, LifecycleError> {

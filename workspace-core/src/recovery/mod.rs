@@ -5,9 +5,15 @@
 //! and for every other unfinished run: marks it `Failed { cause: RunnerLost }`
 //! (unless it had already failed), lets the backends reap what the run left
 //! running ([`RecoveryHooks::reap`]: processes, mounts, cgroups, leases), exports
-//! what evidence exists unless a complete export was already recorded, and cleans
-//! up. Each step is journaled like any other transition, so recovery itself can
-//! crash and be run again; hooks must therefore be idempotent.
+//! what evidence exists unless an export already completed, and cleans up. Each
+//! step is journaled like any other transition, so recovery itself can crash and be
+//! run again; hooks must therefore be idempotent.
+//!
+//! Two failures stop short of cleanup and leave the run for the next recovery:
+//! a failed reap (deleting a run's files while its processes or mounts may still be
+//! there could reach through a live mount into the host), and a failed export while
+//! fewer than [`MAX_EXPORT_ATTEMPTS`] were made (evidence is worth a retry; after
+//! that the run is cleaned up without it, and the report says so).
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +23,11 @@ use serde::Serialize;
 use crate::RunId;
 use crate::boundary::BoundaryError;
 use crate::journal::{self, TornTail};
-use crate::lifecycle::{FailureCause, Lifecycle, LifecycleError, State, StateName, Timeouts};
+use crate::lifecycle::{CleanupPermit, FailureCause, Lifecycle, LifecycleError, State, Timeouts};
+
+/// How many export attempts a run gets, over all recoveries, before it is cleaned
+/// up without a complete export.
+pub const MAX_EXPORT_ATTEMPTS: u32 = 3;
 
 /// The directory under the runtime directory that holds one journal per run.
 pub const JOURNAL_DIR: &str = "journals";
@@ -38,8 +48,9 @@ pub trait RecoveryHooks: Send + Sync {
     async fn reap(&self, run: &LostRun) -> Result<(), BoundaryError>;
     /// Exports whatever evidence exists, with the run's failure cause.
     async fn export(&self, run: &LostRun) -> Result<(), BoundaryError>;
-    /// Removes the run's checkout and private state (never its evidence).
-    async fn clean_up(&self, run: &LostRun) -> Result<(), BoundaryError>;
+    /// Removes the run's checkout and private state (never its evidence). `permit`
+    /// proves its export was attempted.
+    async fn clean_up(&self, run: &LostRun, permit: &CleanupPermit) -> Result<(), BoundaryError>;
 }
 
 /// A run found without a live runner.
@@ -77,7 +88,8 @@ pub struct RecoveredRun {
     pub exported_now: bool,
     /// Whether the run reached `Cleaned`.
     pub cleaned: bool,
-    /// Every step that failed, in order (the run is left for the next recovery).
+    /// Every step that failed, and why cleanup was held back if it was, in order.
+    /// A run that is not `cleaned` is left for the next recovery.
     pub errors: Vec<String>,
 }
 
@@ -175,46 +187,39 @@ pub async fn recover(
     Ok(report)
 }
 
-/// Drives one lost run to `Cleaned`: fail, reap, export (if not already complete),
-/// clean up. Stops at the first lifecycle error, recording it.
+/// Drives one lost run towards `Cleaned`: fail, reap, export (unless an export
+/// completed), clean up. Stops early, recording why, when cleanup would be unsafe
+/// or premature; the run is then left for the next recovery.
 async fn finish_lost_run(
     mut life: Lifecycle,
     run: LostRun,
     hooks: &dyn RecoveryHooks,
 ) -> RecoveredRun {
-    let mut outcome = RecoveredRun {
-        run,
-        exported_now: false,
-        cleaned: false,
-        errors: Vec::new(),
-    };
-    let run = &outcome.run;
-    let export_complete = matches!(
-        &run.found_in,
-        State::Exported
-            | State::CleaningUp
-            | State::Failed {
-                at: StateName::Exported | StateName::CleaningUp,
-                ..
-            }
-    );
+    let mut exported_now = false;
+    let mut cleaned = false;
     let mut errors = Vec::new();
     let result: Result<(), LifecycleError> = async {
         if !matches!(life.state(), State::Failed { .. }) {
             life.fail(FailureCause::RunnerLost)?;
         }
-        if let Err(e) = hooks.reap(run).await {
-            errors.push(format!("reap: {}", error_chain(&e)));
-        }
-        if !export_complete {
+        let reaped = match hooks.reap(&run).await {
+            Ok(()) => true,
+            Err(e) => {
+                errors.push(format!("reap: {}", error_chain(&e)));
+                false
+            }
+        };
+        let mut export_failed = false;
+        if !life.export_completed() && life.export_attempts() < MAX_EXPORT_ATTEMPTS {
             life.export()?;
-            match hooks.export(run).await {
+            match hooks.export(&run).await {
                 Ok(()) => {
                     life.finish_export()?;
-                    outcome.exported_now = true;
+                    exported_now = true;
                 }
                 Err(e) => {
                     errors.push(format!("export: {}", error_chain(&e)));
+                    export_failed = true;
                     life.fail(FailureCause::Boundary {
                         boundary: e.boundary,
                         message: error_chain(&e),
@@ -222,11 +227,28 @@ async fn finish_lost_run(
                 }
             }
         }
-        life.clean_up()?;
-        match hooks.clean_up(run).await {
+        if !reaped {
+            errors.push("not cleaned up: the reap failed, the run is left for the next recovery".into());
+            return Ok(());
+        }
+        if export_failed && life.export_attempts() < MAX_EXPORT_ATTEMPTS {
+            errors.push(format!(
+                "not cleaned up: export attempt {} of {MAX_EXPORT_ATTEMPTS} failed, the run is left for the next recovery",
+                life.export_attempts()
+            ));
+            return Ok(());
+        }
+        if !life.export_completed() {
+            errors.push(format!(
+                "cleaning up without a complete export after {} attempts",
+                life.export_attempts()
+            ));
+        }
+        let permit = life.clean_up()?;
+        match hooks.clean_up(&run, &permit).await {
             Ok(()) => {
                 life.finish_clean_up()?;
-                outcome.cleaned = true;
+                cleaned = true;
             }
             Err(e) => {
                 errors.push(format!("clean up: {}", error_chain(&e)));
@@ -242,9 +264,13 @@ async fn finish_lost_run(
     if let Err(e) = result {
         errors.push(error_chain(&e));
     }
-    tracing::info!(run_id = %outcome.run.run_id, found_in = %outcome.run.found_in.name(), cleaned = outcome.cleaned, "recovered run");
-    outcome.errors = errors;
-    outcome
+    tracing::info!(run_id = %run.run_id, found_in = %run.found_in.name(), cleaned, "recovered run");
+    RecoveredRun {
+        run,
+        exported_now,
+        cleaned,
+        errors,
+    }
 }
 
 /// An error and its sources on one line.

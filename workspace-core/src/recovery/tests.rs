@@ -6,13 +6,14 @@ use tempfile::TempDir;
 
 use super::*;
 use crate::boundary::BoundaryKind;
-use crate::lifecycle::Origin;
+use crate::lifecycle::{CleanupPermit, Origin, StateName};
 
 /// Hooks that record what recovery asked of them, and can be told to fail export.
 #[derive(Default)]
 struct RecordingHooks {
     calls: Mutex<Vec<(String, RunId)>>,
     fail_export: bool,
+    fail_reap: bool,
 }
 
 impl RecordingHooks {
@@ -36,6 +37,13 @@ impl RecordingHooks {
 impl RecoveryHooks for RecordingHooks {
     async fn reap(&self, run: &LostRun) -> Result<(), BoundaryError> {
         self.record("reap", run);
+        if self.fail_reap {
+            return Err(BoundaryError::new(
+                BoundaryKind::Process,
+                "reap",
+                "mount busy",
+            ));
+        }
         Ok(())
     }
     async fn export(&self, run: &LostRun) -> Result<(), BoundaryError> {
@@ -49,7 +57,8 @@ impl RecoveryHooks for RecordingHooks {
         }
         Ok(())
     }
-    async fn clean_up(&self, run: &LostRun) -> Result<(), BoundaryError> {
+    async fn clean_up(&self, run: &LostRun, permit: &CleanupPermit) -> Result<(), BoundaryError> {
+        assert_eq!(permit.run_id(), &run.run_id, "a permit of another run");
         self.record("clean-up", run);
         Ok(())
     }
@@ -217,25 +226,110 @@ async fn a_live_run_is_left_alone() {
 }
 
 #[tokio::test]
-async fn a_failed_export_still_cleans_up_and_is_reported() {
+async fn a_failed_export_is_retried_and_cleanup_waits_for_the_last_attempt() {
     let runtime = TempDir::new().expect("tempdir");
     let run_id = abandoned_run(runtime.path(), StateName::Running);
     let hooks = RecordingHooks {
         fail_export: true,
         ..RecordingHooks::default()
     };
+    for attempt in 1..=MAX_EXPORT_ATTEMPTS {
+        let report = recover(runtime.path(), &hooks, Timeouts::default())
+            .await
+            .expect("recover");
+        let outcome = &report.recovered[0];
+        assert!(!outcome.exported_now);
+        assert!(
+            outcome.errors[0].contains("disk full"),
+            "{:?}",
+            outcome.errors
+        );
+        let last = attempt == MAX_EXPORT_ATTEMPTS;
+        assert_eq!(
+            outcome.cleaned, last,
+            "attempt {attempt}: {:?}",
+            outcome.errors
+        );
+        if !last {
+            assert!(
+                outcome.errors[1].contains("left for the next recovery"),
+                "{:?}",
+                outcome.errors
+            );
+        } else {
+            assert!(
+                outcome.errors[1].contains("without a complete export"),
+                "{:?}",
+                outcome.errors
+            );
+        }
+    }
+    let calls = hooks.calls_for(&run_id);
+    assert_eq!(
+        calls,
+        [
+            "reap", "export", "reap", "export", "reap", "export", "clean-up"
+        ]
+    );
+    assert_eq!(final_state(runtime.path(), &run_id), State::Cleaned);
+}
+
+#[tokio::test]
+async fn a_failed_export_followed_by_a_crash_in_cleanup_is_exported_again() {
+    let runtime = TempDir::new().expect("tempdir");
+    let run_id = RunId::generate();
+    let path = journal_path(runtime.path(), &run_id);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+    {
+        let mut life =
+            Lifecycle::create(&path, run_id.clone(), Timeouts::default()).expect("create");
+        life.admit().expect("admit");
+        life.fail(FailureCause::Cancelled).expect("fail");
+        life.export().expect("export");
+        life.fail(FailureCause::RunnerLost).expect("export failed");
+        let _permit = life.clean_up().expect("cleanup after an attempted export");
+        // The runner dies here, in CleaningUp, with no complete export.
+    }
+    let hooks = RecordingHooks::default();
     let report = recover(runtime.path(), &hooks, Timeouts::default())
         .await
         .expect("recover");
     let outcome = &report.recovered[0];
-    assert!(!outcome.exported_now);
-    assert!(outcome.cleaned, "export was attempted, so cleanup proceeds");
     assert!(
-        outcome.errors[0].contains("disk full"),
+        outcome.exported_now,
+        "the evidence is exported before cleanup"
+    );
+    assert!(outcome.cleaned);
+    assert_eq!(hooks.calls_for(&run_id), ["reap", "export", "clean-up"]);
+}
+
+#[tokio::test]
+async fn a_failed_reap_exports_but_never_cleans_up() {
+    let runtime = TempDir::new().expect("tempdir");
+    let run_id = abandoned_run(runtime.path(), StateName::Running);
+    let hooks = RecordingHooks {
+        fail_reap: true,
+        ..RecordingHooks::default()
+    };
+    let report = recover(runtime.path(), &hooks, Timeouts::default())
+        .await
+        .expect("recover");
+    let outcome = &report.recovered[0];
+    assert!(outcome.exported_now);
+    assert!(!outcome.cleaned);
+    assert!(
+        outcome.errors.iter().any(|e| e.contains("mount busy")),
         "{:?}",
         outcome.errors
     );
-    assert_eq!(hooks.calls_for(&run_id), ["reap", "export", "clean-up"]);
+    assert_eq!(hooks.calls_for(&run_id), ["reap", "export"]);
+    // The next recovery, with the reap working again, cleans up without exporting twice.
+    let hooks = RecordingHooks::default();
+    let report = recover(runtime.path(), &hooks, Timeouts::default())
+        .await
+        .expect("recover");
+    assert!(report.recovered[0].cleaned);
+    assert_eq!(hooks.calls_for(&run_id), ["reap", "clean-up"]);
 }
 
 #[tokio::test]

@@ -119,7 +119,21 @@ async fn a_layered_run_is_provisioned_exported_promoted_and_released() {
     );
     std::fs::write(&head, saved).unwrap();
 
-    source.release(&run, &record).await.unwrap();
+    // A permit of another run releases nothing.
+    let foreign = crate::test_support::cleanup_permit(&RunId::new("run-other").unwrap());
+    assert!(source.release(&run, &record, &foreign).await.is_err());
+    assert!(
+        layers.upper.is_dir(),
+        "a foreign permit removed the run's files"
+    );
+    source
+        .release(
+            &run,
+            &record,
+            &crate::test_support::cleanup_permit(&run.run_id),
+        )
+        .await
+        .unwrap();
     for dir in [&layers.upper, &layers.work, &record.workspace] {
         assert!(!dir.exists(), "{} left behind", dir.display());
     }

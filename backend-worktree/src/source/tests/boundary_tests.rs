@@ -85,7 +85,14 @@ async fn source_boundary_provision_verify_release() {
     fs::create_dir(&keep).unwrap();
     fs::write(keep.join("precious"), "x").unwrap();
     std::os::unix::fs::symlink(&keep, ws.join("planted")).unwrap();
-    boundary.release(&ctx, &record).await.unwrap();
+    boundary
+        .release(
+            &ctx,
+            &record,
+            &crate::test_support::cleanup_permit(&ctx.run_id),
+        )
+        .await
+        .unwrap();
     assert!(!ws.exists());
     assert!(keep.join("precious").is_file());
 }
@@ -125,7 +132,14 @@ async fn source_boundary_resumed_origin_reverifies() {
     );
     assert_eq!(record.commit, first.commit);
     assert_eq!(record.initial_diff, "M\ta.txt\n");
-    boundary.release(&ctx2, &record).await.unwrap();
+    boundary
+        .release(
+            &ctx2,
+            &record,
+            &crate::test_support::cleanup_permit(&ctx2.run_id),
+        )
+        .await
+        .unwrap();
     assert!(!record.workspace.exists());
 }
 
@@ -143,7 +157,14 @@ async fn source_boundary_linked_materialization() {
         repo.rev("main")
     );
     boundary.verify(&ctx, &record).await.unwrap();
-    boundary.release(&ctx, &record).await.unwrap();
+    boundary
+        .release(
+            &ctx,
+            &record,
+            &crate::test_support::cleanup_permit(&ctx.run_id),
+        )
+        .await
+        .unwrap();
     assert!(!record.workspace.exists());
     assert!(!git(&repo.path, &["worktree", "list"]).contains("run-3"));
 }
@@ -192,7 +213,14 @@ async fn source_boundary_submodules() {
     assert!(ws.join("vendor/other").is_dir());
     assert_eq!(git(ws, &["status", "--porcelain"]), "");
     boundary.verify(&ctx, &record).await.unwrap();
-    boundary.release(&ctx, &record).await.unwrap();
+    boundary
+        .release(
+            &ctx,
+            &record,
+            &crate::test_support::cleanup_permit(&ctx.run_id),
+        )
+        .await
+        .unwrap();
 
     // A declared submodule the source has no copy of is an error, never skipped.
     fs::remove_dir_all(repo.path.join(".git/modules/vendor/other")).unwrap();
