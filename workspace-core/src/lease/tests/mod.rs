@@ -24,8 +24,8 @@ pub(super) fn port_range(len: u16) -> RangeInclusive<u16> {
     let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..200 {
         let start = match *next {
-            Some(start) if start < 60_000 => start,
-            _ => 40_000 + u16::try_from(random_u64() % 10_000).unwrap(),
+            Some(start) if start < 32_000 => start,
+            _ => 20_000 + u16::try_from(random_u64() % 10_000).unwrap(),
         };
         let range = start..=start + len - 1;
         *next = Some(start + len);
@@ -37,5 +37,7 @@ pub(super) fn port_range(len: u16) -> RangeInclusive<u16> {
             return range;
         }
     }
-    panic!("found no {len} consecutive free ports between 40000 and 60000");
+    panic!(
+        "found no {len} consecutive free ports between 20000 and 32767 (below the ephemeral range, so no outgoing connection takes one)"
+    );
 }
