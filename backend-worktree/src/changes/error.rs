@@ -74,13 +74,6 @@ pub enum ChangesError {
         /// The host path of the entry.
         path: PathBuf,
     },
-    /// A workspace entry is neither a regular file, a symlink nor a directory (a
-    /// fifo, a socket or a device), which git cannot record.
-    #[error("changes: {path} is a fifo, socket or device, which git cannot record")]
-    UnsupportedFileType {
-        /// The path relative to the workspace root.
-        path: String,
-    },
     /// An entry changed between being listed and being opened (it was replaced, e.g.
     /// by a symlink): the walk refuses to read through it.
     #[error("changes: {path} was replaced while it was being read")]
@@ -104,5 +97,39 @@ pub enum ChangesError {
     NotAFile {
         /// The path relative to the workspace root.
         path: String,
+    },
+    /// A changed path breaks git's path rules (a `.git` in any spelling, a
+    /// symlinked `.gitmodules`, ...): it may enter neither a patch nor a review tree.
+    #[error("changes: {path:?} cannot be exported")]
+    RefusedPath {
+        /// The path relative to the workspace root.
+        path: String,
+        /// The rule it breaks.
+        #[source]
+        reason: super::validate::PathRefusal,
+    },
+    /// A changed file is larger than one export or promotion reads.
+    #[error(
+        "changes: {path} is {size} bytes, more than the {limit} bytes an export reads per file"
+    )]
+    TooLarge {
+        /// The path relative to the workspace root.
+        path: String,
+        /// Its size in bytes (at least, when it grew while being read).
+        size: u64,
+        /// The per-file limit in bytes.
+        limit: u64,
+    },
+    /// The changed files together are larger than one export or promotion reads.
+    #[error(
+        "changes: reading {path} brings the changed content to {total} bytes, more than the {limit} bytes one export reads"
+    )]
+    TotalTooLarge {
+        /// The path relative to the workspace root whose content crossed the limit.
+        path: String,
+        /// The total in bytes with that file.
+        total: u64,
+        /// The limit for one export or promotion, in bytes.
+        limit: u64,
     },
 }

@@ -16,17 +16,25 @@
 //! # Limitations
 //! * Paths must be UTF-8 ([`ChangesError::NonUtf8Path`]); spaces and any non-ASCII
 //!   UTF-8 are fine.
-//! * Fifos, sockets and devices cannot be recorded by git and are refused
-//!   ([`ChangesError::UnsupportedFileType`]).
+//! * Fifos, sockets and devices cannot be recorded by git: like git, the walk leaves
+//!   them out (a socket a test database left in the workspace does not stop an
+//!   export), so one standing where a tracked file was reads as its deletion.
 //! * Gitlinks (submodules) of the base tree are left out and left unchanged, and so
 //!   is whatever lies at their path in the workspace.
 //! * Empty directories are not changes (git records no directories).
 //! * Object ids are SHA-1 (the hash the crate's gix build supports).
+//! * Reading changed content is capped ([`ContentLimits`]): 256 MiB per file and
+//!   1 GiB for one export or promotion.
+//! * A path git would refuse to write ([`check_path`]: `.git` in any spelling, a
+//!   symlinked `.gitmodules`, ...) is refused when it would enter a patch or a
+//!   review tree ([`ChangesError::RefusedPath`]); computing changes reports it.
 
 pub(crate) mod base;
 mod diff;
 mod error;
 mod filter;
+mod limits;
+mod validate;
 mod walk;
 
 #[cfg(test)]
@@ -41,7 +49,11 @@ pub use base::{BaseTree, base_tree, parse_commit_id};
 pub use diff::compare;
 pub use error::ChangesError;
 pub use filter::PathFilter;
-pub use walk::{read_current, read_entry, walk_workspace};
+pub use limits::{ContentBudget, ContentLimits, MAX_CONTENT_BYTES, MAX_TOTAL_CONTENT_BYTES};
+pub use validate::{PathRefusal, check_change, check_changes, check_path};
+pub use walk::{
+    current_entry, read_current, read_current_within, read_entry, read_entry_within, walk_workspace,
+};
 
 /// Git mode of a regular file.
 pub const MODE_FILE: u32 = 0o100644;

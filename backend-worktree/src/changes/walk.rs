@@ -19,6 +19,7 @@ use cap_std::ambient_authority;
 use cap_std::fs::{Dir, Metadata, MetadataExt, PermissionsExt};
 
 use super::filter::PathFilter;
+use super::limits::ContentBudget;
 use super::{ChangesError, Entry, MODE_EXECUTABLE, MODE_FILE, MODE_SYMLINK};
 
 /// Walks `workspace` and returns every regular file and symlink not left out by
@@ -63,7 +64,9 @@ pub fn walk_workspace(
                 let id = blob_id(&mut file, meta.len(), &rel)?;
                 out.insert(rel, Entry::new(file_mode(&meta), id));
             } else {
-                return Err(ChangesError::UnsupportedFileType { path: rel });
+                // A fifo, socket or device cannot be recorded by git (a test
+                // database's unix socket, say): like git, leave it out.
+                tracing::debug!(path = %rel, "special file left out of the comparison");
             }
         }
     }
@@ -72,12 +75,26 @@ pub fn walk_workspace(
 
 /// Reads the content git records for `path` in `workspace` (a file's bytes, or a
 /// symlink's target text) without following any symlink, and checks that it is
-/// still `expected`, the entry the walk recorded.
+/// still `expected`, the entry the walk recorded. The content is capped at
+/// [`MAX_CONTENT_BYTES`](super::MAX_CONTENT_BYTES).
 ///
 /// # Ambient authority
 /// `workspace` is a host path, opened as given; nothing outside it is reached.
 pub fn read_entry(workspace: &Path, path: &str, expected: &Entry) -> Result<Vec<u8>, ChangesError> {
-    match read_current(workspace, path)? {
+    read_entry_within(workspace, path, expected, &mut ContentBudget::default())
+}
+
+/// [`read_entry`], charging the content to `budget` (its per-file and total limits).
+///
+/// # Ambient authority
+/// `workspace` is a host path, opened as given; nothing outside it is reached.
+pub fn read_entry_within(
+    workspace: &Path,
+    path: &str,
+    expected: &Entry,
+    budget: &mut ContentBudget,
+) -> Result<Vec<u8>, ChangesError> {
+    match read_current_within(workspace, path, budget)? {
         Some((entry, content))
             if entry.id == expected.id && entry.is_symlink() == expected.is_symlink() =>
         {
@@ -94,8 +111,9 @@ pub fn read_entry(workspace: &Path, path: &str, expected: &Entry) -> Result<Vec<
 
 /// The entry at `path` in `workspace` now, with its content (a file's bytes or a
 /// symlink's target text), or `None` when no file or symlink is there (nothing, or a
-/// directory). Directories on the way
-/// are entered one component at a time and never through a symlink.
+/// directory). Directories on the way are entered one component at a time and never
+/// through a symlink. The content is capped at
+/// [`MAX_CONTENT_BYTES`](super::MAX_CONTENT_BYTES).
 ///
 /// # Ambient authority
 /// `workspace` is a host path, opened as given; nothing outside it is reached.
@@ -103,6 +121,72 @@ pub fn read_current(
     workspace: &Path,
     path: &str,
 ) -> Result<Option<(Entry, Vec<u8>)>, ChangesError> {
+    read_current_within(workspace, path, &mut ContentBudget::default())
+}
+
+/// [`read_current`], charging the content to `budget`: a file larger than its
+/// per-file limit (by its metadata, or by what the read finds when it grew) is
+/// [`ChangesError::TooLarge`], and one that would bring the total over its limit
+/// [`ChangesError::TotalTooLarge`], before more than the limit is read.
+///
+/// # Ambient authority
+/// `workspace` is a host path, opened as given; nothing outside it is reached.
+pub fn read_current_within(
+    workspace: &Path,
+    path: &str,
+    budget: &mut ContentBudget,
+) -> Result<Option<(Entry, Vec<u8>)>, ChangesError> {
+    let (mode, content) = match open_current(workspace, path)? {
+        None => return Ok(None),
+        Some(Current::Link(target)) => {
+            budget.charge(path, target.len() as u64)?;
+            (MODE_SYMLINK, target)
+        }
+        Some(Current::File(file, meta)) => {
+            budget.check(path, meta.len())?;
+            let limit = budget.limits().per_file;
+            let mut content = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+            file.take(limit.saturating_add(1))
+                .read_to_end(&mut content)
+                .map_err(|source| io("read", workspace, path, source))?;
+            budget.charge(path, content.len() as u64)?;
+            (file_mode(&meta), content)
+        }
+    };
+    let id = blob_id(&mut content.as_slice(), content.len() as u64, path)?;
+    Ok(Some((Entry::new(mode, id), content)))
+}
+
+/// The entry at `path` in `workspace` now (its blob id hashed as a stream, without
+/// holding the content), or `None` when no file or symlink is there. Like
+/// [`read_current`], nothing is followed.
+///
+/// # Ambient authority
+/// `workspace` is a host path, opened as given; nothing outside it is reached.
+pub fn current_entry(workspace: &Path, path: &str) -> Result<Option<Entry>, ChangesError> {
+    Ok(match open_current(workspace, path)? {
+        None => None,
+        Some(Current::Link(target)) => {
+            let id = blob_id(&mut target.as_slice(), target.len() as u64, path)?;
+            Some(Entry::new(MODE_SYMLINK, id))
+        }
+        Some(Current::File(mut file, meta)) => {
+            let id = blob_id(&mut file, meta.len(), path)?;
+            Some(Entry::new(file_mode(&meta), id))
+        }
+    })
+}
+
+/// What lies at a path of the workspace: a symlink's target text, or an opened file
+/// (checked to be the inode that was examined) with its metadata.
+enum Current {
+    Link(Vec<u8>),
+    File(cap_std::fs::File, Metadata),
+}
+
+/// Opens what lies at `path`, entering directories one component at a time and
+/// never through a symlink; `None` when no file or symlink is there.
+fn open_current(workspace: &Path, path: &str) -> Result<Option<Current>, ChangesError> {
     let mut dir = open_root(workspace)?;
     let mut components = path.split('/').peekable();
     let mut walked = String::new();
@@ -131,32 +215,22 @@ pub fn read_current(
             dir = sub;
             continue;
         }
-        let (mode, content) = if kind.is_symlink() {
-            (MODE_SYMLINK, read_link(&dir, component, workspace, path)?)
+        return if kind.is_symlink() {
+            Ok(Some(Current::Link(read_link(
+                &dir, component, workspace, path,
+            )?)))
         } else if kind.is_file() {
-            let mut file = open_file(&dir, component, &meta, workspace, path)?;
-            let mut content = Vec::new();
-            file.read_to_end(&mut content)
-                .map_err(|source| io("read", workspace, path, source))?;
-            (file_mode(&meta), content)
-        } else if kind.is_dir() || is_whiteout(&meta) {
+            let file = open_file(&dir, component, &meta, workspace, path)?;
+            Ok(Some(Current::File(file, meta)))
+        } else {
             // Git records no directories: no entry at this path. An overlayfs
             // whiteout (a 0:0 character device) in an upper directory marks a
-            // deleted path: no entry either.
-            return Ok(None);
-        } else {
-            return Err(ChangesError::UnsupportedFileType { path: path.into() });
+            // deleted path, and git records no fifo, socket or device either:
+            // no entry for any of them, as in the walk.
+            Ok(None)
         };
-        let id = blob_id(&mut content.as_slice(), content.len() as u64, path)?;
-        return Ok(Some((Entry::new(mode, id), content)));
     }
     Ok(None)
-}
-
-/// Whether `meta` is an overlayfs whiteout: a character device with device number 0.
-fn is_whiteout(meta: &Metadata) -> bool {
-    use cap_std::fs::FileTypeExt;
-    meta.file_type().is_char_device() && meta.rdev() == 0
 }
 
 /// The git blob id of `len` bytes from `data`.

@@ -11,12 +11,20 @@
 //! mount plan does): with redirects or metadata-only copy-ups the upper directory no
 //! longer holds every changed file's content, and this reading would be incomplete.
 //!
-//! Nothing here follows a symlink: links are recorded as links.
+//! Nothing here follows a symlink: links are recorded as links. The walk goes
+//! through [`cap_std::fs::Dir`] handles one component at a time, never by host
+//! path: a tree deeper than `PATH_MAX` is read like any other, a directory is opened
+//! relative to its parent's handle and must be the inode that was listed (so one
+//! swapped for a symlink while the walk runs is refused), and the opaque mark is
+//! read from the opened directory's descriptor.
 
-use std::fs;
+use std::ffi::OsString;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, Metadata, MetadataExt};
 
 /// One entry of an upper directory, by path relative to the upper directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,9 +72,10 @@ pub enum UpperError {
         /// The path.
         path: PathBuf,
     },
-    /// A fifo, socket or device other than a whiteout.
-    #[error("overlay upper directory: {path} is a special file that cannot be part of a change")]
-    SpecialFile {
+    /// A directory changed between being listed and being opened (it was replaced,
+    /// e.g. by a symlink): the walk refuses to read through it.
+    #[error("overlay upper directory: {path} was replaced while it was being read")]
+    Replaced {
         /// The path.
         path: PathBuf,
     },
@@ -76,61 +85,110 @@ pub enum UpperError {
 /// Directories appear only when opaque; their contents are listed as entries.
 ///
 /// # Ambient authority
-/// `upper` is a host path, used as given; nothing below it is followed.
+/// `upper` is a host path, opened as given; nothing below it is followed.
 pub fn walk_upper(upper: &Path) -> Result<Vec<UpperEntry>, UpperError> {
-    let mut entries = Vec::new();
-    let mut stack = vec![(upper.to_path_buf(), String::new())];
-    while let Some((dir, prefix)) = stack.pop() {
-        let listing = fs::read_dir(&dir).map_err(|source| UpperError::Io {
-            path: dir.clone(),
+    let root =
+        Dir::open_ambient_dir(upper, ambient_authority()).map_err(|source| UpperError::Io {
+            path: upper.to_path_buf(),
             source,
         })?;
-        for entry in listing {
-            let entry = entry.map_err(|source| UpperError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-            let host_path = entry.path();
-            let name = entry
-                .file_name()
-                .into_string()
-                .map_err(|_| UpperError::NonUtf8Path {
-                    path: host_path.clone(),
-                })?;
-            if prefix.is_empty() && name == ".git" {
-                continue;
-            }
-            let path = if prefix.is_empty() {
-                name
-            } else {
-                format!("{prefix}/{name}")
-            };
-            let meta = fs::symlink_metadata(&host_path).map_err(|source| UpperError::Io {
-                path: host_path.clone(),
-                source,
-            })?;
-            let file_type = meta.file_type();
-            if file_type.is_dir() {
-                if is_opaque(&host_path)? {
-                    entries.push(UpperEntry::OpaqueDir { path: path.clone() });
-                }
-                stack.push((host_path, path));
-            } else if file_type.is_symlink() {
-                entries.push(UpperEntry::Symlink { path });
-            } else if file_type.is_file() {
-                entries.push(UpperEntry::File {
-                    path,
-                    executable: meta.mode() & 0o111 != 0,
-                });
-            } else if file_type.is_char_device() && meta.rdev() == 0 {
-                entries.push(UpperEntry::Whiteout { path });
-            } else {
-                return Err(UpperError::SpecialFile { path: host_path });
-            }
+    let mut entries = Vec::new();
+    let mut pending = Vec::new();
+    list(&Rc::new(root), "", upper, &mut entries, &mut pending)?;
+    while let Some(next) = pending.pop() {
+        let host = upper.join(&next.path);
+        let io_error = |source| UpperError::Io {
+            path: host.clone(),
+            source,
+        };
+        let dir = next.parent.open_dir(&next.name).map_err(io_error)?;
+        let opened = dir.dir_metadata().map_err(io_error)?;
+        if opened.dev() != next.examined.dev() || opened.ino() != next.examined.ino() {
+            return Err(UpperError::Replaced { path: host });
         }
+        // The parent's handle is closed once its last pending child is opened.
+        drop(next.parent);
+        if is_opaque(&dir, &host)? {
+            entries.push(UpperEntry::OpaqueDir {
+                path: next.path.clone(),
+            });
+        }
+        list(&Rc::new(dir), &next.path, upper, &mut entries, &mut pending)?;
     }
     entries.sort_by(|a, b| entry_path(a).cmp(entry_path(b)));
     Ok(entries)
+}
+
+/// A directory found by [`list`], opened when the walk reaches it.
+struct Pending {
+    /// The handle of the directory it was listed in.
+    parent: Rc<Dir>,
+    /// Its name there.
+    name: OsString,
+    /// What it was when listed (not followed).
+    examined: Metadata,
+    /// Its path relative to the upper directory.
+    path: String,
+}
+
+/// Records the entries of `dir` (at `prefix`) in `entries`, and its directories in
+/// `pending`.
+fn list(
+    dir: &Rc<Dir>,
+    prefix: &str,
+    upper: &Path,
+    entries: &mut Vec<UpperEntry>,
+    pending: &mut Vec<Pending>,
+) -> Result<(), UpperError> {
+    let io_error = |source| UpperError::Io {
+        path: upper.join(prefix),
+        source,
+    };
+    for entry in dir.entries().map_err(io_error)? {
+        let name = entry.map_err(io_error)?.file_name();
+        let Some(text) = name.to_str() else {
+            return Err(UpperError::NonUtf8Path {
+                path: upper.join(prefix).join(&name),
+            });
+        };
+        if prefix.is_empty() && text == ".git" {
+            continue;
+        }
+        let path = if prefix.is_empty() {
+            text.to_owned()
+        } else {
+            format!("{prefix}/{text}")
+        };
+        let meta = dir
+            .symlink_metadata(&name)
+            .map_err(|source| UpperError::Io {
+                path: upper.join(&path),
+                source,
+            })?;
+        let file_type = meta.file_type();
+        if file_type.is_dir() {
+            pending.push(Pending {
+                parent: Rc::clone(dir),
+                name,
+                examined: meta,
+                path,
+            });
+        } else if file_type.is_symlink() {
+            entries.push(UpperEntry::Symlink { path });
+        } else if file_type.is_file() {
+            entries.push(UpperEntry::File {
+                path,
+                executable: meta.mode() & 0o111 != 0,
+            });
+        } else {
+            // A whiteout (a 0:0 character device) deletes the path. Any other
+            // special file (fifo, socket, device) hides the lower entry just the
+            // same and cannot be recorded by git: the standalone walk leaves it
+            // out, so here it reads as a deletion too.
+            entries.push(UpperEntry::Whiteout { path });
+        }
+    }
+    Ok(())
 }
 
 /// The relative path of an entry.
@@ -143,17 +201,31 @@ pub fn entry_path(entry: &UpperEntry) -> &str {
     }
 }
 
-/// Whether overlayfs marked `dir` opaque.
-fn is_opaque(dir: &Path) -> Result<bool, UpperError> {
+/// Whether overlayfs marked the opened directory `dir` (at `host`, for errors)
+/// opaque.
+fn is_opaque(dir: &Dir, host: &Path) -> Result<bool, UpperError> {
+    use rustix::fs::{Mode, OFlags};
+    // cap-std holds directories as `O_PATH` descriptors, which have no xattrs: open
+    // the very directory (`.`) for reading to ask.
+    let readable = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| UpperError::Io {
+        path: host.to_path_buf(),
+        source: errno.into(),
+    })?;
     for attribute in ["trusted.overlay.opaque", "user.overlay.opaque"] {
         let mut value = [0u8; 4];
-        match rustix::fs::lgetxattr(dir, attribute, &mut value) {
+        match rustix::fs::fgetxattr(&readable, attribute, &mut value) {
             Ok(len) => return Ok(value.get(..len) == Some(b"y".as_slice())),
             // Absent attribute, or a file system without xattrs: not opaque.
             Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => {}
             Err(errno) => {
                 return Err(UpperError::Io {
-                    path: dir.to_path_buf(),
+                    path: host.to_path_buf(),
                     source: errno.into(),
                 });
             }

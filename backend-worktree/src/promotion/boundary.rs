@@ -23,7 +23,8 @@ use crate::changes::ChangeOptions;
 /// its `source.generated` paths. `promote` exports again (the digest the request is
 /// judged on is always the workspace's current one), then:
 /// * target `patch`: requires the checks and returns a record without a ref;
-/// * target `draft-review`: writes `refs/heads/review/<run-id>`, and also marks it a
+/// * target `draft-review`: writes `refs/heads/review/<run-id>` (a change outside
+///   `filesystem.outputs` needs an approval bound to the digest), and also marks it a
 ///   merge candidate when the approval rule is already met (a missing or stale
 ///   approval leaves the mark out; it is not an error here).
 ///
@@ -127,7 +128,7 @@ impl PromotionBoundary for WorktreePromotion {
             match promotion.target {
                 PromotionTarget::Patch => {
                     require_checks(promotion, &request, &export.patch_sha256)
-                        .map_err(boundary_error("promote patch", &source.workspace))?;
+                        .map_err(boundary_error("promote patch", changed_files_root(&source)))?;
                     Ok(PromotionRecord {
                         patch_sha256: export.patch_sha256,
                         review_ref: None,
@@ -142,6 +143,7 @@ impl PromotionBoundary for WorktreePromotion {
                         &source.commit,
                         changed_files_root(&source),
                         &export,
+                        &contract.filesystem.outputs,
                         &request,
                         promotion,
                     )

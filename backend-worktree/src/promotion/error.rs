@@ -97,6 +97,21 @@ pub enum PromotionError {
         /// The digest of the patch being promoted.
         current: String,
     },
+    /// Changes outside the declared outputs (`filesystem.outputs`) would reach a
+    /// review branch without an approval bound to this patch.
+    #[error(
+        "promotion refused: {paths:?} lie outside the declared outputs and patch {digest} is not approved"
+    )]
+    OutOfScope {
+        /// Every path outside the outputs (both sides of a rename are checked).
+        paths: Vec<String>,
+        /// The digest of the patch.
+        digest: String,
+        /// Why no approval counts ([`PromotionError::ApprovalMissing`] or
+        /// [`PromotionError::StaleApproval`]).
+        #[source]
+        approval: Box<PromotionError>,
+    },
     /// The workspace no longer holds what the export recorded at `path`.
     #[error("promotion refused: the workspace changed at {path} since the patch was exported")]
     ExportOutdated {

@@ -74,24 +74,50 @@ pub fn require_approval(
 ) -> Result<(), PromotionError> {
     match contract.merge_approval {
         Approval::DangerNone => Ok(()),
-        Approval::Human => {
-            let recorded: Vec<&ApprovalRecord> = approvals
-                .iter()
-                .filter(|a| !a.approver.trim().is_empty())
-                .collect();
-            if recorded.iter().any(|a| a.patch_sha256 == digest) {
-                return Ok(());
-            }
-            match recorded.first() {
-                Some(earlier) => Err(PromotionError::StaleApproval {
-                    approver: earlier.approver.clone(),
-                    approved: earlier.patch_sha256.clone(),
-                    current: digest.to_owned(),
-                }),
-                None => Err(PromotionError::ApprovalMissing {
-                    digest: digest.to_owned(),
-                }),
-            }
-        }
+        Approval::Human => require_recorded_approval(approvals, digest),
+    }
+}
+
+/// Requires that changes outside the declared outputs (`out_of_scope`, the paths at
+/// fault) reach a review branch only with a recorded approval bound to `digest`,
+/// whatever `merge_approval` says: [`PromotionError::OutOfScope`], whose source is
+/// [`PromotionError::ApprovalMissing`] or [`PromotionError::StaleApproval`]. Nothing
+/// is required when every change is in scope.
+pub fn require_scope_approval(
+    approvals: &[ApprovalRecord],
+    digest: &str,
+    out_of_scope: Vec<String>,
+) -> Result<(), PromotionError> {
+    if out_of_scope.is_empty() {
+        return Ok(());
+    }
+    require_recorded_approval(approvals, digest).map_err(|reason| PromotionError::OutOfScope {
+        paths: out_of_scope,
+        digest: digest.to_owned(),
+        approval: Box::new(reason),
+    })
+}
+
+/// A recorded approval (non-empty approver) bound to `digest`.
+fn require_recorded_approval(
+    approvals: &[ApprovalRecord],
+    digest: &str,
+) -> Result<(), PromotionError> {
+    let recorded: Vec<&ApprovalRecord> = approvals
+        .iter()
+        .filter(|a| !a.approver.trim().is_empty())
+        .collect();
+    if recorded.iter().any(|a| a.patch_sha256 == digest) {
+        return Ok(());
+    }
+    match recorded.first() {
+        Some(earlier) => Err(PromotionError::StaleApproval {
+            approver: earlier.approver.clone(),
+            approved: earlier.patch_sha256.clone(),
+            current: digest.to_owned(),
+        }),
+        None => Err(PromotionError::ApprovalMissing {
+            digest: digest.to_owned(),
+        }),
     }
 }

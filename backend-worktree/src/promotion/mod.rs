@@ -6,7 +6,8 @@
 //!   bound together by the patch's sha256.
 //! * [`create_review_branch`] writes the same changes as a commit on
 //!   `refs/heads/review/<run-id>` in the source repository, once every required
-//!   check has passed on that exact digest; [`mark_merge_candidate`] adds
+//!   check has passed on that exact digest and, when a change lies outside the
+//!   declared outputs, an approval is bound to it; [`mark_merge_candidate`] adds
 //!   `refs/review-merge-candidates/<run-id>` once the approval rule is met for it.
 //! * [`WorktreePromotion`] implements
 //!   [`PromotionBoundary`](workspace_core::boundary::PromotionBoundary) with them.
@@ -15,6 +16,8 @@
 //! anything a repository configures (filters, hooks, fsmonitor, external diff or
 //! textconv drivers): the base is read from the source repository opened isolated,
 //! the workspace is read as plain files, and no symlink in it is ever followed.
+//! Every path is checked with git's path rules before it enters a patch or a review
+//! tree, and the changed content read is capped ([`crate::changes::ContentLimits`]).
 
 mod binary;
 mod boundary;
@@ -34,7 +37,7 @@ use std::path::Path;
 
 pub use boundary::WorktreePromotion;
 pub use error::PromotionError;
-pub use gate::{require_approval, require_checks};
+pub use gate::{require_approval, require_checks, require_scope_approval};
 pub use patch::export_patch;
 pub use quote::quote_path;
 pub use review::{create_review_branch, mark_merge_candidate};

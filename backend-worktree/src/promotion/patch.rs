@@ -11,7 +11,10 @@ use super::hunks::write_hunks;
 use super::quote::quote_path;
 use super::scope::in_scope;
 use super::{PromotionError, open_source};
-use crate::changes::{Change, ChangeOptions, Entry, base_tree, changes_against, read_entry};
+use crate::changes::{
+    Change, ChangeOptions, ContentBudget, ContentLimits, Entry, base_tree, changes_against,
+    check_changes, read_entry_within,
+};
 
 /// How many bytes git inspects for a NUL to call content binary.
 const BINARY_PROBE: usize = 8000;
@@ -27,6 +30,11 @@ const BINARY_PROBE: usize = 8000;
 /// with mode `120000`; a file replaced by a symlink (or back) is a deletion plus an
 /// addition; exact renames are `rename from`/`rename to` with `similarity index 100%`.
 ///
+/// Refused when a changed path breaks git's path rules
+/// ([`ChangesError::RefusedPath`](crate::changes::ChangesError::RefusedPath)), or
+/// when a changed file or all of them together are larger than
+/// [`ContentLimits::default`] allows.
+///
 /// # Ambient authority
 /// `source_repo` and `workspace` are host paths used as given. The source repository
 /// is opened isolated; the workspace is only read as plain files, never followed
@@ -38,13 +46,34 @@ pub fn export_patch(
     outputs: &[String],
     options: &ChangeOptions,
 ) -> Result<PatchExport, PromotionError> {
+    export_patch_within(
+        source_repo,
+        base_commit,
+        workspace,
+        outputs,
+        options,
+        ContentLimits::default(),
+    )
+}
+
+/// [`export_patch`] with explicit content `limits`.
+pub(crate) fn export_patch_within(
+    source_repo: &Path,
+    base_commit: &str,
+    workspace: &Path,
+    outputs: &[String],
+    options: &ChangeOptions,
+    limits: ContentLimits,
+) -> Result<PatchExport, PromotionError> {
     let _span = tracing::info_span!("export_patch", base = base_commit).entered();
     let repo = open_source(source_repo)?;
     let base = base_tree(&repo, base_commit).map_err(PromotionError::changes("read base tree"))?;
     let (changes, _) = changes_against(&base, workspace, options)
         .map_err(PromotionError::changes("compute changes"))?;
+    let mut budget = ContentBudget::new(limits);
     let mut read_new = |path: &str, entry: &Entry| {
-        read_entry(workspace, path, entry).map_err(PromotionError::changes("read changed file"))
+        read_entry_within(workspace, path, entry, &mut budget)
+            .map_err(PromotionError::changes("read changed file"))
     };
     let patch = render_patch(&repo, &changes, &mut read_new)?;
     let export = PatchExport {
@@ -86,11 +115,17 @@ enum Section<'a> {
 /// Renders `changes` as a patch: deletions first (so a path freed by one can be
 /// reused by a later addition), then everything else, each group in path order.
 /// Old content is read from `repo`; new content comes from `read_new`.
+///
+/// Every patch and every review tree goes through here: before anything is read,
+/// each path (both sides of a rename) is checked with git's path rules
+/// ([`check_changes`]), so a path git would refuse to write, or one that would act
+/// on a reviewer's checkout, is refused.
 pub(crate) fn render_patch(
     repo: &gix::Repository,
     changes: &[Change],
     read_new: &mut ReadNew<'_>,
 ) -> Result<Vec<u8>, PromotionError> {
+    check_changes(changes).map_err(PromotionError::changes("check changed paths"))?;
     let mut deletions = Vec::new();
     let mut others = Vec::new();
     for change in changes {

@@ -14,11 +14,12 @@ use workspace_core::boundary::{PatchExport, PromotionRecord, PromotionRequest};
 use workspace_core::contract::PromotionSection;
 use workspace_core::digest::sha256_hex;
 
-use super::gate::{require_approval, require_checks};
+use super::gate::{require_approval, require_checks, require_scope_approval};
 use super::patch::render_patch;
+use super::scope::out_of_scope;
 use super::tree::{rebuild_changes, write_tree};
 use super::{PromotionError, open_source};
-use crate::changes::{base_tree, parse_commit_id};
+use crate::changes::{ContentLimits, base_tree, parse_commit_id};
 
 /// The name and email of every review commit and ref-log entry.
 pub const IDENTITY: (&str, &str) = ("agent-workspace", "agent-workspace@localhost");
@@ -51,6 +52,14 @@ pub fn review_message(run_id: &RunId, patch_sha256: &str) -> String {
 /// that patch. The commit has the fixed identity [`IDENTITY`] and the message
 /// [`review_message`].
 ///
+/// A change outside `outputs` (the contract's `filesystem.outputs`; `"."` covers
+/// everything) is refused unless the request carries an approval bound to the
+/// digest ([`PromotionError::OutOfScope`]). A path git would refuse to write is
+/// refused ([`PromotionError::Changes`] with
+/// [`ChangesError::RefusedPath`](crate::changes::ChangesError::RefusedPath)), and
+/// so is content beyond [`ContentLimits::default`]. Nothing is written to the
+/// source repository before every check has passed.
+///
 /// Idempotent: when the ref already points at a commit with the same tree, parent
 /// and message, that commit is returned again; when it points elsewhere the call is
 /// refused ([`PromotionError::RefExists`]).
@@ -58,15 +67,56 @@ pub fn review_message(run_id: &RunId, patch_sha256: &str) -> String {
 /// # Ambient authority
 /// `source_repo` and `workspace` are host paths used as given. The source repository
 /// is opened isolated (none of its hooks or filters run); the workspace is only read.
+#[allow(clippy::too_many_arguments)] // each is a distinct input of the promotion
 pub fn create_review_branch(
     source_repo: &Path,
     run_id: &RunId,
     base_commit: &str,
     workspace: &Path,
     export: &PatchExport,
+    outputs: &[String],
     request: &PromotionRequest,
     contract: &PromotionSection,
 ) -> Result<PromotionRecord, PromotionError> {
+    let target = ReviewTarget {
+        source_repo,
+        run_id,
+        base_commit,
+        workspace,
+    };
+    create_review_branch_within(
+        &target,
+        export,
+        outputs,
+        request,
+        contract,
+        ContentLimits::default(),
+    )
+}
+
+/// Where a review branch is written, and from which workspace.
+pub(crate) struct ReviewTarget<'a> {
+    pub(crate) source_repo: &'a Path,
+    pub(crate) run_id: &'a RunId,
+    pub(crate) base_commit: &'a str,
+    pub(crate) workspace: &'a Path,
+}
+
+/// [`create_review_branch`] with explicit content `limits`.
+pub(crate) fn create_review_branch_within(
+    target: &ReviewTarget<'_>,
+    export: &PatchExport,
+    outputs: &[String],
+    request: &PromotionRequest,
+    contract: &PromotionSection,
+    limits: ContentLimits,
+) -> Result<PromotionRecord, PromotionError> {
+    let ReviewTarget {
+        source_repo,
+        run_id,
+        base_commit,
+        workspace,
+    } = *target;
     let _span = tracing::info_span!("create_review_branch", run_id = %run_id).entered();
     let digest = export.patch_sha256.as_str();
     require_checks(contract, request, digest)?;
@@ -75,7 +125,7 @@ pub fn create_review_branch(
     refuse_current_branch(&repo, &reference)?;
 
     let base = base_tree(&repo, base_commit).map_err(PromotionError::changes("read base tree"))?;
-    let (changes, contents) = rebuild_changes(&base, workspace, export)?;
+    let (changes, contents) = rebuild_changes(&base, workspace, export, limits)?;
     let mut read_new = |path: &str, _: &crate::changes::Entry| {
         contents
             .get(path)
@@ -89,6 +139,7 @@ pub fn create_review_branch(
             current,
         });
     }
+    require_scope_approval(&request.approvals, digest, out_of_scope(&changes, outputs))?;
     let tree = write_tree(&repo, base.tree, &changes, &contents)?;
     let parent =
         parse_commit_id(base_commit).map_err(PromotionError::changes("parse base commit"))?;

@@ -10,6 +10,21 @@ pub fn in_scope(change: &Change, outputs: &[String]) -> bool {
     covered(&change.path) && covered(change.old_path())
 }
 
+/// The paths of `changes` outside `outputs` (a rename's old and new path each
+/// count), sorted and without repetition.
+pub(crate) fn out_of_scope(changes: &[Change], outputs: &[String]) -> Vec<String> {
+    let covered = |path: &str| outputs.iter().any(|output| is_under(path, output));
+    let mut paths: Vec<String> = changes
+        .iter()
+        .flat_map(|change| [change.old_path(), change.path.as_str()])
+        .filter(|path| !covered(path))
+        .map(str::to_owned)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
 /// Whether `path` is `parent` or lies under it, comparing whole components.
 pub fn is_under(path: &str, parent: &str) -> bool {
     let parent = parent.trim_end_matches('/');

@@ -8,23 +8,35 @@ use gix::objs::tree::EntryKind;
 use workspace_core::boundary::{ChangeKind, PatchExport};
 
 use super::PromotionError;
-use crate::changes::{BaseTree, Change, Entry, MODE_EXECUTABLE, MODE_SYMLINK, read_current};
+use crate::changes::{
+    BaseTree, Change, ContentBudget, ContentLimits, Entry, MODE_EXECUTABLE, MODE_SYMLINK,
+    check_path, current_entry, read_current_within,
+};
 
-/// The new content of each added or modified path, keyed by path.
+/// The new content of each path whose new blob is not already in the base tree,
+/// keyed by path.
 pub(crate) type Contents = HashMap<String, Vec<u8>>;
 
-/// Rebuilds the changes `export` lists from `base` and the workspace as it is now,
-/// reading every new side once (without following symlinks). A path whose state no
-/// longer fits the export is [`PromotionError::ExportOutdated`]; finer differences
-/// (content, mode) show up as a different patch digest when the caller renders the
-/// result again.
+/// Rebuilds the changes `export` lists from `base` and the workspace as it is now
+/// (without following symlinks). A path whose state no longer fits the export is
+/// [`PromotionError::ExportOutdated`]; finer differences (content, mode) show up as
+/// a different patch digest when the caller renders the result again.
+///
+/// Every listed path (both sides of a rename) is checked with git's path rules
+/// before anything is read there. Only new content that is not already a blob of
+/// the base (an addition, a modification, a type change) is read and kept, within
+/// `limits` ([`ChangesError::TooLarge`](crate::changes::ChangesError::TooLarge),
+/// [`ChangesError::TotalTooLarge`](crate::changes::ChangesError::TotalTooLarge));
+/// a rename or mode change keeps the base blob.
 pub(crate) fn rebuild_changes(
     base: &BaseTree,
     workspace: &Path,
     export: &PatchExport,
+    limits: ContentLimits,
 ) -> Result<(Vec<Change>, Contents), PromotionError> {
     let mut changes = Vec::with_capacity(export.changes.len());
     let mut contents = Contents::new();
+    let mut budget = ContentBudget::new(limits);
     for changed in &export.changes {
         let outdated = || PromotionError::ExportOutdated {
             path: changed.path.clone(),
@@ -33,22 +45,26 @@ pub(crate) fn rebuild_changes(
             ChangeKind::Renamed { from } => from.as_str(),
             _ => changed.path.as_str(),
         };
+        for path in [changed.path.as_str(), old_path] {
+            check_path(path, None).map_err(PromotionError::changes("check changed paths"))?;
+        }
         let old = match changed.change {
             ChangeKind::Added => None,
             _ => Some(*base.entries.get(old_path).ok_or_else(outdated)?),
         };
-        let new = match changed.change {
-            ChangeKind::Deleted => {
-                if read_current(workspace, &changed.path)
-                    .map_err(PromotionError::changes("read changed file"))?
-                    .is_some()
-                {
-                    return Err(outdated());
-                }
-                None
-            }
-            _ => {
-                let (entry, content) = read_current(workspace, &changed.path)
+        // Hashed first (as a stream, nothing kept) only when the base may already
+        // hold the new blob; an addition is read (within the budget) directly.
+        let found = match old {
+            Some(_) => current_entry(workspace, &changed.path)
+                .map_err(PromotionError::changes("read changed file"))?,
+            None => None,
+        };
+        let new = match (&changed.change, found) {
+            (ChangeKind::Deleted, None) => None,
+            (ChangeKind::Deleted, Some(_)) => return Err(outdated()),
+            (_, Some(entry)) if old.is_some_and(|o| same_blob(&o, &entry)) => Some(entry),
+            (_, _) => {
+                let (entry, content) = read_current_within(workspace, &changed.path, &mut budget)
                     .map_err(PromotionError::changes("read changed file"))?
                     .ok_or_else(outdated)?;
                 contents.insert(changed.path.clone(), content);
@@ -96,19 +112,20 @@ pub(crate) fn write_tree(
     }
     for change in changes {
         let Some(new) = change.new else { continue };
-        let content = contents
-            .get(&change.path)
-            .ok_or_else(|| PromotionError::ExportOutdated {
-                path: change.path.clone(),
-            })?;
-        let id = repo
-            .write_blob(content)
-            .map_err(PromotionError::objects("write blob", &change.path))?
-            .detach();
+        let outdated = || PromotionError::ExportOutdated {
+            path: change.path.clone(),
+        };
+        let id = match (contents.get(&change.path), change.old) {
+            (Some(content), _) => repo
+                .write_blob(content)
+                .map_err(PromotionError::objects("write blob", &change.path))?
+                .detach(),
+            // A rename or mode change: the blob is the base's, already stored.
+            (None, Some(old)) if same_blob(&old, &new) => old.id,
+            (None, _) => return Err(outdated()),
+        };
         if id != new.id {
-            return Err(PromotionError::ExportOutdated {
-                path: change.path.clone(),
-            });
+            return Err(outdated());
         }
         editor
             .upsert(change.path.as_str(), entry_kind(&new), id)
@@ -121,6 +138,12 @@ pub(crate) fn write_tree(
             "of the review commit",
         ))?
         .detach())
+}
+
+/// Whether `a` and `b` are the same blob of the same type (file or symlink), so the
+/// base's blob serves the new side as it is.
+fn same_blob(a: &Entry, b: &Entry) -> bool {
+    a.id == b.id && a.is_symlink() == b.is_symlink()
 }
 
 fn entry_kind(entry: &Entry) -> EntryKind {

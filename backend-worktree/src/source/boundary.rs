@@ -1,7 +1,7 @@
 //! [`WorktreeSource`]: the Source boundary made of the functions of this module.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -192,7 +192,7 @@ impl SourceBoundary for WorktreeSource {
         let path = record.workspace.clone();
         let layered = record.layers.is_some();
         let released = blocking("release checkout", path, move || {
-            if !record.workspace.starts_with(&run_dir) {
+            if !is_under(&record.workspace, &run_dir) {
                 return Err(SourceError::PathEscape {
                     path: record.workspace.clone(),
                     reason: "the recorded checkout is not under the run directory",
@@ -211,6 +211,15 @@ impl SourceBoundary for WorktreeSource {
         self.held().remove(run.run_id.as_str());
         released
     }
+}
+
+/// Whether `path` names something strictly below `dir`: `dir` followed by plain
+/// names only (no `..`, which `Path::starts_with` lets through).
+fn is_under(path: &Path, dir: &Path) -> bool {
+    path.strip_prefix(dir).is_ok_and(|rest| {
+        rest.components().next().is_some()
+            && rest.components().all(|c| matches!(c, Component::Normal(_)))
+    })
 }
 
 /// Runs `f` on the blocking pool and maps its error to a [`BoundaryError`].
@@ -381,12 +390,8 @@ fn restored(
     let source = open_source_repo(repo_path)?;
     let commit = resolve_revision(&source, &section.revision)?;
     let options = crate::snapshot::RestoreOptions::expecting_base(commit.to_string());
-    // `SourceError` has no snapshot variant: the typed cause travels inside the I/O
-    // error (`get_ref()` downcasts to `SnapshotError`).
-    let report =
-        crate::snapshot::restore_opts(repo_path, store, digest, dest, &options).map_err(|e| {
-            SourceError::io("restore the snapshot into", dest, std::io::Error::other(e))
-        })?;
+    let report = crate::snapshot::restore_opts(repo_path, store, digest, dest, &options)
+        .map_err(|e| SourceError::Snapshot(Box::new(e)))?;
     let finish = || -> Result<SourceRecord, SourceError> {
         let checkout = Checkout {
             workspace: dest.to_owned(),
@@ -448,7 +453,7 @@ fn provision_submodules_record_only(
 
 /// A resumed checkout's inherited changes, in `git diff --name-status` form (the
 /// unified patch is the changes module's job).
-fn name_status(inherited: &super::walk::Inherited) -> String {
+fn name_status(inherited: &super::inherited::Inherited) -> String {
     let mut lines: Vec<String> = Vec::new();
     lines.extend(inherited.changed.iter().map(|p| format!("M\t{p}")));
     lines.extend(inherited.deleted.iter().map(|p| format!("D\t{p}")));

@@ -127,26 +127,43 @@ pub fn remote_urls(repo: &gix::Repository) -> Vec<String> {
 
 /// Removes credentials from a URL: `https://user:pass@host/x` -> `https://host/x`.
 ///
-/// A `user:password@` part is always dropped; for http(s) and ftp(s) a bare `user@`
-/// is dropped too (it is commonly a token). An ssh user name (`ssh://git@host/x`,
-/// `git@host:x`) is kept: it is not a secret.
+/// * A `user:password@` part is always dropped, in a URL (`ssh://u:p@host/x`) as in
+///   the scp-like form (`user:token@host:path` -> `host:path`).
+/// * For http(s) and ftp(s) a bare `user@` is dropped too (it is commonly a token),
+///   and so are the query string and the fragment (`?private_token=...`).
+/// * An ssh user name (`ssh://git@host/x`, `git@host:x`) is kept: it is not a secret.
 pub fn strip_credentials(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
+        return strip_scp_credentials(url);
     };
     let token_scheme = matches!(
         scheme.to_ascii_lowercase().as_str(),
         "http" | "https" | "ftp" | "ftps"
     );
-    if userinfo.contains(':') || token_scheme {
-        format!("{scheme}://{host}{path}")
+    let rest = if token_scheme {
+        // Query strings and fragments carry tokens (`?private_token=`, `#access_token=`).
+        rest.split(['?', '#']).next().unwrap_or_default()
     } else {
-        url.to_owned()
+        rest
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') || token_scheme => {
+            format!("{scheme}://{host}{path}")
+        }
+        _ => format!("{scheme}://{rest}"),
+    }
+}
+
+/// The scp-like form `[user@]host:path` (and anything else without `://`): a user
+/// part holding a `:` (`user:token@host:path`) is dropped. Only what comes before the
+/// first `/` can be a user part, so a local path is never changed.
+fn strip_scp_credentials(url: &str) -> String {
+    let head_end = url.find('/').unwrap_or(url.len());
+    match url[..head_end].rfind('@') {
+        Some(at) if url[..at].contains(':') => url[at + 1..].to_owned(),
+        _ => url.to_owned(),
     }
 }
 
@@ -178,5 +195,43 @@ mod tests {
             strip_credentials("https://example.com/a@b"),
             "https://example.com/a@b"
         );
+    }
+
+    #[test]
+    fn source_strip_credentials_drops_http_queries_and_fragments() {
+        assert_eq!(
+            strip_credentials("https://host/r.git?private_token=abc"),
+            "https://host/r.git"
+        );
+        assert_eq!(
+            strip_credentials("https://u:p@host/r.git?x=1#access_token=abc"),
+            "https://host/r.git"
+        );
+        assert_eq!(strip_credentials("http://host?token=abc"), "http://host");
+        assert_eq!(
+            strip_credentials("HTTPS://host/r.git#token=abc"),
+            "HTTPS://host/r.git"
+        );
+        for url in [
+            "https://host/r.git?private_token=abc",
+            "https://host/r.git#abc",
+            "https://host?abc",
+        ] {
+            assert!(!strip_credentials(url).contains("abc"), "{url}");
+        }
+    }
+
+    #[test]
+    fn source_strip_credentials_from_scp_like_forms() {
+        assert_eq!(
+            strip_credentials("user:token@host:path/r.git"),
+            "host:path/r.git"
+        );
+        assert_eq!(strip_credentials("user:token@host:r.git"), "host:r.git");
+        assert_eq!(strip_credentials("git@host:x.git"), "git@host:x.git");
+        assert_eq!(strip_credentials("host:x.git"), "host:x.git");
+        assert_eq!(strip_credentials("/srv/a:b@c/r.git"), "/srv/a:b@c/r.git");
+        assert_eq!(strip_credentials("./a:b@c"), "./a:b@c");
+        assert!(!strip_credentials("user:s3cret@host:r.git").contains("s3cret"));
     }
 }

@@ -149,6 +149,29 @@ pub enum SourceError {
     #[error("source: the layered checkout failed")]
     Layered(#[source] Box<crate::layered::provision::LayeredError>),
 
+    /// A snapshot could not be restored into the checkout.
+    #[error("source: restoring the snapshot failed")]
+    Snapshot(#[source] Box<crate::snapshot::SnapshotError>),
+
+    /// The changes of a checkout against its base tree could not be computed.
+    #[error("source: comparing {workspace} with its base tree failed")]
+    Changes {
+        /// The workspace.
+        workspace: PathBuf,
+        /// The changes module's error.
+        #[source]
+        source: Box<crate::changes::ChangesError>,
+    },
+
+    /// A removal was refused: removing would reach beyond the checkout's own files.
+    #[error("source: refusing to remove {path}: {reason}")]
+    RemoveRefused {
+        /// The path that was not removed.
+        path: PathBuf,
+        /// Why, e.g. "it is on another file system (a mount point)".
+        reason: &'static str,
+    },
+
     /// The contract asks for something this module does not provide.
     #[error("source: {setting} is not supported by the worktree source")]
     Unsupported {

@@ -4,9 +4,9 @@ use std::fs;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
-use sha2::{Digest, Sha256};
 use workspace_core::boundary::InputRecord;
 use workspace_core::contract::UntrackedInput;
+use workspace_core::digest::sha256_hex;
 
 use super::SourceError;
 use super::config::write_new;
@@ -111,12 +111,12 @@ fn copy_input(
     Ok(InputRecord {
         from: input.from.clone(),
         to: input.to.clone(),
-        sha256: hex(&Sha256::digest(&data)),
+        sha256: sha256_hex(&data),
     })
 }
 
 /// `path` as a relative path of plain names only (no `..`, no root, no `.`).
-fn plain_relative(path: &str) -> Option<PathBuf> {
+pub(super) fn plain_relative(path: &str) -> Option<PathBuf> {
     let path = Path::new(path);
     let ok = !path.as_os_str().is_empty()
         && path.components().all(|c| matches!(c, Component::Normal(_)));
@@ -144,15 +144,4 @@ fn refused(from: &str, reason: &'static str) -> SourceError {
         from: PathBuf::from(from),
         reason,
     }
-}
-
-/// Lower-case hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }

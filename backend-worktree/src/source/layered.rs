@@ -10,8 +10,9 @@ use workspace_core::contract::{Materialization, SourceSection};
 
 use super::SourceError;
 use super::config::remote_urls;
+use super::head::git_dir_head;
 use super::inputs::copy_inputs_between;
-use super::release::remove_tree;
+use super::release::{remove_empty_dir, remove_tree};
 use super::resolve::open_source_repo;
 use super::submodules::provision_submodules;
 use crate::layered::cache::{BaseTree, TreeCache};
@@ -72,8 +73,8 @@ pub(crate) fn provision_layered_source(
 }
 
 /// Re-verifies a layered checkout: its lower layer is still the recorded tree and
-/// its `.git/HEAD` (read as plain data from the upper directory) still the recorded
-/// commit unless a rebase is allowed.
+/// its `.git/HEAD` (read as plain data from the upper directory, never through a
+/// link) still the recorded commit unless a rebase is allowed.
 pub(crate) fn verify_layered(record: &SourceRecord, allow_rebase: bool) -> Result<(), SourceError> {
     let incomplete = |reason: String| SourceError::RestoreIncomplete {
         workspace: record.workspace.clone(),
@@ -101,22 +102,24 @@ pub(crate) fn verify_layered(record: &SourceRecord, allow_rebase: bool) -> Resul
             return Err(incomplete(format!("{} is missing", dir.display())));
         }
     }
-    let head_path = layers.upper.join(".git/HEAD");
-    let head =
-        fs::read_to_string(&head_path).map_err(|e| SourceError::io("read", &head_path, e))?;
-    let head = head.trim();
-    if !allow_rebase && head != record.commit {
+    // The upper directory is agent-written: `HEAD` is read without following links
+    // and only ever reported once it parses.
+    let head = git_dir_head(&layers.upper).map_err(incomplete)?;
+    if !allow_rebase && head.commit().map(|id| id.to_string()) != Some(record.commit.clone()) {
         return Err(incomplete(format!(
-            "HEAD moved: expected {}, found {head}",
+            "HEAD moved: expected commit {}, found {head}",
             record.commit
         )));
     }
     Ok(())
 }
 
-/// Removes a layered run's own directories (never the shared base tree).
+/// Removes a layered run's own directories (never the shared base tree): `merged`
+/// first, which must be an empty directory on the run directory's file system (the
+/// overlay unmounted), else nothing is removed; then `upper` and `work`.
 pub(crate) fn release_layers(run_dir: &Path) -> Result<(), SourceError> {
-    for name in ["upper", "work", "merged"] {
+    remove_empty_dir(&run_dir.join("merged"))?;
+    for name in ["upper", "work"] {
         remove_tree(&run_dir.join(name))?;
     }
     Ok(())

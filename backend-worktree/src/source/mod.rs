@@ -28,9 +28,10 @@
 //!
 //! # Resume
 //!
-//! [`verify_checkout`] re-reads the workspace's `HEAD` as plain data (never opening the
-//! agent-writable repository), refuses a moved `HEAD` unless a rebase is allowed, and
-//! reports the files inherited relative to the base tree read from the source.
+//! [`verify_checkout`] re-reads the workspace's `HEAD` as plain data without following
+//! any link (never opening the agent-writable repository), refuses a moved `HEAD`
+//! unless a rebase is allowed, and reports the files inherited relative to the base
+//! tree read from the source, as [`crate::changes`] computes them for the diff.
 //!
 //! # Ambient authority
 //! Every function here that takes a repository path or a destination uses it as a
@@ -41,6 +42,8 @@ mod boundary;
 pub(crate) mod checkout;
 pub(crate) mod config;
 mod error;
+mod head;
+mod inherited;
 mod inputs;
 mod layered;
 mod linked;
@@ -49,7 +52,6 @@ mod release;
 mod resolve;
 mod resume;
 mod submodules;
-mod walk;
 
 #[cfg(test)]
 mod tests;
@@ -58,8 +60,8 @@ pub use boundary::{CHECKOUT_DIR, WorktreeSource, provision_source};
 pub use checkout::{Checkout, provision_standalone};
 pub use config::{remote_urls, strip_credentials};
 pub use error::SourceError;
+pub use inherited::Inherited;
 pub use inputs::copy_inputs;
 pub use linked::{provision_linked, release_linked};
 pub use resolve::{open_source_repo, resolve_revision};
 pub use resume::{ResumeReport, verify_checkout};
-pub use walk::Inherited;

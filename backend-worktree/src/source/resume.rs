@@ -1,18 +1,23 @@
 //! Resume: re-verifying an existing checkout against its record.
 //!
 //! The workspace's `.git` is agent-writable, so its repository is never opened (no
-//! config, no hooks, no filters): `HEAD` is read as a plain file, and the base tree is
-//! read from the source repository by the recorded commit id.
+//! config, no hooks, no filters): `HEAD` is read as a plain file without following
+//! any link ([`super::head`]), and the base tree is read from the source repository
+//! by the recorded commit id. The inherited files are the changes the diff reports
+//! ([`crate::changes`]), so resume and export never disagree.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use gix::ObjectId;
 use workspace_core::boundary::SourceRecord;
+use workspace_core::contract::Materialization;
 
 use super::SourceError;
+use super::head::{linked_worktrees_dir, workspace_head};
+use super::inherited::{Inherited, changes_error, inherited};
 use super::resolve::open_source_repo;
-use super::walk::{Inherited, inherited};
+use crate::changes::base_tree;
 
 /// What a resumed workspace inherited from its earlier run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +40,12 @@ pub struct ResumeReport {
 ///
 /// Fails with [`SourceError::RestoreIncomplete`] (naming the expected and the found
 /// commit) when the workspace is missing, `HEAD` is unreadable, or `HEAD` moved and
-/// `allow_rebase` is false.
+/// `allow_rebase` is false. `HEAD` is unreadable when it, `.git` or a directory on
+/// the way is a symlink, when it is not a regular file of at most 256 bytes holding
+/// a commit id or a `ref: refs/...` line (its content is then not repeated), when a
+/// standalone checkout has a `.git` file instead of a directory, and when a linked
+/// worktree's `.git` file points anywhere but at a registration in the source's
+/// `.git/worktrees`.
 ///
 /// # Ambient authority
 /// `record.repository` (the source, opened in isolation and only read) and
@@ -67,24 +77,30 @@ pub fn verify_checkout(
         Err(e) => return Err(incomplete(format!("the workspace is missing ({e})"))),
     }
 
-    let head = read_head(workspace).map_err(incomplete)?;
-    let found = ObjectId::from_hex(head.as_bytes()).ok();
+    let source = open_source_repo(Path::new(&record.repository))?;
+    // Only a linked worktree has a `.git` file, and only one registered in the source.
+    let linked_worktrees = match record.materialization {
+        Materialization::Linked => Some(linked_worktrees_dir(&source).map_err(incomplete)?),
+        _ => None,
+    };
+    let head = workspace_head(workspace, linked_worktrees.as_deref()).map_err(incomplete)?;
+    let found = head.commit();
     let moved = found != Some(expected);
     if moved && !allow_rebase {
         return Err(incomplete(format!(
-            "HEAD moved: expected detached at commit {expected}, found {}",
-            found.map_or_else(|| head.clone(), |id| format!("commit {id}"))
+            "HEAD moved: expected detached at commit {expected}, found {head}"
         )));
     }
 
-    let source = open_source_repo(Path::new(&record.repository))?;
-    let actual_tree = super::checkout::tree_of(&source, expected)?;
-    if actual_tree != tree {
+    let base =
+        base_tree(&source, &expected.to_string()).map_err(|e| changes_error(workspace, e))?;
+    if base.tree != tree {
         return Err(incomplete(format!(
-            "commit {expected} has tree {actual_tree} in the source, the record says {tree}"
+            "commit {expected} has tree {} in the source, the record says {tree}",
+            base.tree
         )));
     }
-    let inherited = inherited(&source, tree, workspace)?;
+    let inherited = inherited(&base, workspace)?;
     Ok(ResumeReport {
         workspace: workspace.clone(),
         expected,
@@ -92,34 +108,4 @@ pub fn verify_checkout(
         moved,
         inherited,
     })
-}
-
-/// The trimmed content of the workspace's `HEAD`, read as plain data. A `.git` file
-/// (linked worktree) is followed to its `gitdir` once.
-fn read_head(workspace: &Path) -> Result<String, String> {
-    let dot_git = workspace.join(".git");
-    let meta = fs::symlink_metadata(&dot_git)
-        .map_err(|e| format!("{} is missing ({e})", dot_git.display()))?;
-    let git_dir = if meta.is_dir() {
-        dot_git
-    } else if meta.is_file() {
-        let text = fs::read_to_string(&dot_git)
-            .map_err(|e| format!("cannot read {} ({e})", dot_git.display()))?;
-        let target = text
-            .trim_end()
-            .strip_prefix("gitdir: ")
-            .ok_or_else(|| format!("{} is not a gitdir file", dot_git.display()))?;
-        workspace.join(target)
-    } else {
-        return Err(format!("{} is a symlink", dot_git.display()));
-    };
-    let head = git_dir.join("HEAD");
-    let meta =
-        fs::symlink_metadata(&head).map_err(|e| format!("cannot read {} ({e})", head.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", head.display()));
-    }
-    let text =
-        fs::read_to_string(&head).map_err(|e| format!("cannot read {} ({e})", head.display()))?;
-    Ok(text.trim().to_owned())
 }

@@ -7,7 +7,7 @@
 //! through alternates). Nothing is fetched. A declared submodule that cannot be
 //! initialised is an error ([`SourceError::SubmoduleUnavailable`]), never skipped.
 
-use std::path::{Component, Path};
+use std::path::Path;
 
 use gix::ObjectId;
 use gix::bstr::ByteSlice;
@@ -15,6 +15,7 @@ use workspace_core::boundary::SubmoduleRecord;
 
 use super::SourceError;
 use super::checkout::standalone_at;
+use super::inputs::plain_relative;
 use super::resolve::open_source_repo;
 
 /// One submodule found in `.gitmodules`.
@@ -103,14 +104,19 @@ fn initialise(
             "the commit's tree has no gitlink at that path",
         ));
     };
-    let name = Path::new(&submodule.name);
-    if !is_plain(name) || !is_plain(Path::new(&submodule.path)) {
+    let Some(name) = plain_relative(&submodule.name) else {
+        return Err(unavailable(
+            &submodule.path,
+            "its name or path is not a plain relative path",
+        ));
+    };
+    if plain_relative(&submodule.path).is_none() {
         return Err(unavailable(
             &submodule.path,
             "its name or path is not a plain relative path",
         ));
     }
-    let modules = source.common_dir().join("modules").join(name);
+    let modules = source.common_dir().join("modules").join(&name);
     if !modules.is_dir() {
         return Err(unavailable(
             &submodule.path,
@@ -129,11 +135,6 @@ fn initialise(
     }
     standalone_at(&repo, commit, &workspace.join(&submodule.path))?;
     Ok(())
-}
-
-/// Only plain names: no root, no `.`, no `..`.
-fn is_plain(path: &Path) -> bool {
-    !path.as_os_str().is_empty() && path.components().all(|c| matches!(c, Component::Normal(_)))
 }
 
 fn unavailable(path: &str, reason: &str) -> SourceError {

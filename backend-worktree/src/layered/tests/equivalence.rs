@@ -15,7 +15,7 @@ use crate::layered::provision::provision_layered;
 use crate::promotion::export_patch;
 use crate::source::provision_standalone;
 
-fn git(dir: &Path, args: &[&str]) {
+pub(crate) fn git(dir: &Path, args: &[&str]) {
     let status = Command::new("git")
         .current_dir(dir)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -40,7 +40,7 @@ pub(crate) fn git_output(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn write(path: &Path, text: &str) {
+pub(crate) fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
 }
@@ -63,14 +63,48 @@ pub(crate) fn source_repo(dir: &Path) -> std::path::PathBuf {
     repo
 }
 
+/// [`source_repo`] with one more commit holding the shapes the layered walk must
+/// treat as the standalone one does: directories and files to swap, a directory to
+/// remove and recreate, one to replace by a symlink, and a gitlink (`sub`).
+fn swap_repo(dir: &Path) -> std::path::PathBuf {
+    let repo = source_repo(dir);
+    write(&repo.join("dirfile/a.txt"), "dirfile a\n");
+    write(&repo.join("dirfile/deep/b.txt"), "dirfile b\n");
+    write(&repo.join("filedir"), "a file\n");
+    write(&repo.join("opaque/x.txt"), "opaque x\n");
+    write(&repo.join("opaque/y.txt"), "opaque y\n");
+    write(&repo.join("opaque/inner/z.txt"), "opaque z\n");
+    write(&repo.join("linkdir/l.txt"), "linkdir l\n");
+    git(&repo, &["add", "-A"]);
+    let gitlink = git_output(&repo, &["rev-parse", "HEAD"]);
+    git(
+        &repo,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{},sub", gitlink.trim()),
+        ],
+    );
+    git(&repo, &["commit", "-q", "-m", "swaps"]);
+    repo
+}
+
 const AGENT: &str = "echo changed >> src/lib.rs; rm README.md; mkdir -p new/dir; echo hi > new/dir/file.txt; \
      chmod +x src/util.rs; ln -s src/util.rs util-link; rm lib-link; mv docs/guide.md docs/guide2.md; \
-     mv old old2; printf 'bin\\000ary' > data.bin; mkdir target; echo built > target/out";
+     mv old old2; printf 'bin\\000ary' > data.bin; mkdir target; echo built > target/out; \
+     rm -r dirfile; echo 'now a file' > dirfile; \
+     rm filedir; mkdir filedir; echo inside > filedir/inside.txt; \
+     rm -r opaque; mkdir -p opaque/inner; echo fresh > opaque/x.txt; echo z2 > opaque/inner/z.txt; \
+     rm -r linkdir; ln -s src linkdir; \
+     mkdir -p sub; echo in-submodule > sub/file.txt; \
+     mkdir -p nested/.git; echo '[core]' > nested/.git/config; echo tracked > nested/file.txt; \
+     mkfifo new/pipe; rm src/util.rs; mkfifo src/util.rs";
 
 #[test]
 fn layered_and_standalone_give_the_same_patch() {
     let dir = TempDir::new().unwrap();
-    let repo = source_repo(dir.path());
+    let repo = swap_repo(dir.path());
     let cache = TreeCache::open(dir.path().join("cache"), u64::MAX).unwrap();
     let options = ChangeOptions::skipping(["target"]);
     let outputs = ["src".to_owned(), "new".to_owned()];
@@ -99,6 +133,32 @@ fn layered_and_standalone_give_the_same_patch() {
     let from_checkout = export_patch(&repo, &commit, &workspace, &outputs, &options).unwrap();
 
     assert!(!from_checkout.changes.is_empty());
+    let paths: Vec<&str> = from_checkout
+        .changes
+        .iter()
+        .map(|c| c.path.as_str())
+        .collect();
+    for expected in [
+        "dirfile",
+        "dirfile/a.txt",
+        "dirfile/deep/b.txt",
+        "filedir",
+        "filedir/inside.txt",
+        "opaque/inner/z.txt",
+        "opaque/x.txt",
+        "opaque/y.txt",
+        "linkdir",
+        "linkdir/l.txt",
+        "nested/file.txt",
+    ] {
+        assert!(paths.contains(&expected), "{expected} missing: {paths:?}");
+    }
+    assert!(
+        paths
+            .iter()
+            .all(|p| !p.starts_with("sub") && !p.contains(".git")),
+        "{paths:?}"
+    );
     assert_eq!(
         String::from_utf8_lossy(&from_layers.patch),
         String::from_utf8_lossy(&from_checkout.patch)

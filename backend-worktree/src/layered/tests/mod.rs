@@ -5,3 +5,4 @@ mod boundaries;
 mod cache;
 mod equivalence;
 mod upper;
+mod walk;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use workspace_core::RunId;
 use workspace_core::boundary::{
-    ApprovalRecord, OriginRecord, PromotionBoundary, PromotionRequest, RunContext, SourceRecord,
+    ApprovalRecord, LayersRecord, OriginRecord, PromotionBoundary, PromotionRequest, RunContext,
+    SourceRecord,
 };
 use workspace_core::contract::{
     Approval, Contract, Materialization, PromotionTarget, SourceSection, TaskShape,
@@ -13,7 +14,7 @@ use workspace_core::contract::{
 
 use super::review::{check, contract, edit};
 use crate::changes::tests::fixture::{Fixture, git};
-use crate::promotion::WorktreePromotion;
+use crate::promotion::{PromotionError, WorktreePromotion};
 
 fn run_context(fx: &Fixture, target: PromotionTarget) -> RunContext {
     let mut contract_doc = Contract::preset(
@@ -80,12 +81,14 @@ async fn promotion_boundary_exports_and_promotes_a_draft_review() {
     assert!(err.to_string().contains("promotion"), "{err}");
 
     request.checks = vec![check("test", true, &digest)];
-    let record = boundary.promote(&run, &source, &request).await.unwrap();
-    assert_eq!(
-        record.review_ref.as_deref(),
-        Some("refs/heads/review/run-boundary")
+    // Changes outside `filesystem.outputs` need an approval of this patch.
+    let err = boundary.promote(&run, &source, &request).await.unwrap_err();
+    let cause = err.source.downcast_ref::<PromotionError>();
+    assert!(
+        matches!(cause, Some(PromotionError::OutOfScope { paths, .. }) if paths.contains(&"run.sh".to_owned())),
+        "{err:?}"
     );
-    assert!(!record.merge_candidate, "no approval yet");
+    assert_eq!(git(&fx.source, &["for-each-ref", "refs/heads/review"]), "");
 
     request.approvals = vec![ApprovalRecord {
         approver: "reviewer".into(),
@@ -93,8 +96,65 @@ async fn promotion_boundary_exports_and_promotes_a_draft_review() {
         at_unix_ms: 1,
     }];
     let marked = boundary.promote(&run, &source, &request).await.unwrap();
+    assert_eq!(
+        marked.review_ref.as_deref(),
+        Some("refs/heads/review/run-boundary")
+    );
     assert!(marked.merge_candidate);
-    assert_eq!(marked.review_commit, record.review_commit);
+    let again = boundary.promote(&run, &source, &request).await.unwrap();
+    assert_eq!(again.review_commit, marked.review_commit);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn promotion_boundary_in_scope_review_without_approval_is_not_a_merge_candidate() {
+    let fx = Fixture::new();
+    fx.write("src/lib.rs", b"pub fn one() -> u32 {\n    3\n}\n");
+    fx.write("src/new.rs", b"pub fn two() {}\n");
+    let boundary = WorktreePromotion::new();
+    let run = run_context(&fx, PromotionTarget::DraftReview);
+    let source = source_record(&fx);
+    let export = boundary.export(&run, &source).await.unwrap();
+    assert!(export.changes.iter().all(|c| c.in_scope));
+    let request = PromotionRequest {
+        patch_sha256: export.patch_sha256.clone(),
+        checks: vec![check("test", true, &export.patch_sha256)],
+        approvals: vec![],
+    };
+    let record = boundary.promote(&run, &source, &request).await.unwrap();
+    assert_eq!(
+        record.review_ref.as_deref(),
+        Some("refs/heads/review/run-boundary")
+    );
+    assert!(!record.merge_candidate, "no approval yet");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn promotion_boundary_layered_patch_refusal_names_the_upper_directory() {
+    let fx = Fixture::new();
+    let upper = fx.dir.path().join("upper");
+    let merged = fx.dir.path().join("merged");
+    std::fs::create_dir_all(upper.join("src")).unwrap();
+    std::fs::write(upper.join("src/new.rs"), b"pub fn two() {}\n").unwrap();
+    let run = run_context(&fx, PromotionTarget::Patch);
+    let mut source = source_record(&fx);
+    source.materialization = Materialization::Layered;
+    source.workspace = merged;
+    source.layers = Some(LayersRecord {
+        lower: fx.workspace.clone(),
+        upper: upper.clone(),
+        work: fx.dir.path().join("work"),
+    });
+    let boundary = WorktreePromotion::new();
+    let export = boundary.export(&run, &source).await.unwrap();
+    assert_eq!(export.changes.len(), 1);
+    let request = PromotionRequest {
+        patch_sha256: export.patch_sha256.clone(),
+        checks: vec![],
+        approvals: vec![],
+    };
+    let err = boundary.promote(&run, &source, &request).await.unwrap_err();
+    assert_eq!(err.operation, "promote patch");
+    assert_eq!(err.path.as_deref(), Some(upper.as_path()), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

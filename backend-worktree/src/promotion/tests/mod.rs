@@ -2,6 +2,7 @@
 //! the git CLI; `git apply` is the judge of every patch).
 
 mod boundary;
+mod guards;
 mod review;
 mod roundtrip;
 mod scope;

@@ -87,7 +87,16 @@ fn promote(
     req: &PromotionRequest,
     c: &PromotionSection,
 ) -> Result<PromotionRecord, PromotionError> {
-    create_review_branch(&fx.source, &run(), &fx.base, &fx.workspace, export, req, c)
+    create_review_branch(
+        &fx.source,
+        &run(),
+        &fx.base,
+        &fx.workspace,
+        export,
+        &[".".into()],
+        req,
+        c,
+    )
 }
 
 /// HEAD, the current branch, the index file and every working-tree file of `repo`,

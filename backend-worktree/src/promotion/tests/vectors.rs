@@ -108,6 +108,7 @@ fn promotion_planted_vectors_never_run() {
         &fx.base,
         &fx.workspace,
         &export,
+        &[".".into()],
         &request,
         &c,
     )

@@ -102,14 +102,11 @@ async fn snapshot_origin_provisions_a_restored_checkout_through_the_boundary() {
     super::fixture::git(&fx.repo, &["commit", "-q", "-m", "next"]);
     let ctx = run(&fx, "run-moved", "main", &snapshot.digest);
     let err = boundary.provision(&ctx).await.unwrap_err();
-    let SourceError::Io { source, .. } = err_source(&err) else {
+    let SourceError::Snapshot(typed) = err_source(&err) else {
         panic!("{}", chain(&err));
     };
-    let typed = source
-        .get_ref()
-        .and_then(|e| e.downcast_ref::<SnapshotError>());
     assert!(
-        matches!(typed, Some(SnapshotError::BaseCommitMismatch { .. })),
+        matches!(**typed, SnapshotError::BaseCommitMismatch { .. }),
         "{}",
         chain(&err)
     );

@@ -246,3 +246,39 @@ async fn source_boundary_never_removes_an_existing_destination() {
     assert!(anyhowless(&err).contains("not an empty directory"), "{err}");
     assert!(occupied.join("someone-elses").is_file());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_boundary_release_refuses_a_recorded_path_that_climbs_out() {
+    let repo = Repo::standard();
+    let ctx = run(&repo, section(&repo.path, "main"), "run-climb");
+    let boundary = WorktreeSource::new();
+    let record = boundary.provision(&ctx).await.unwrap();
+    let victim = repo.dest("victim");
+    fs::create_dir_all(victim.join("sub")).unwrap();
+    fs::write(victim.join("sub/precious"), "precious\n").unwrap();
+    let before = super::fixture::digest_tree(&victim);
+
+    // `<run_dir>/../../../victim` starts with the run directory, component-wise.
+    let mut crafted = record.clone();
+    crafted.workspace = ctx.run_dir.join("../../../victim");
+    assert!(crafted.workspace.starts_with(&ctx.run_dir));
+    let permit = crate::test_support::cleanup_permit(&ctx.run_id);
+    let err = boundary.release(&ctx, &crafted, &permit).await.unwrap_err();
+    let source = std::error::Error::source(&err)
+        .and_then(|e| e.downcast_ref::<crate::source::SourceError>());
+    assert!(
+        matches!(source, Some(crate::source::SourceError::PathEscape { .. })),
+        "{}",
+        anyhowless(&err)
+    );
+    assert_eq!(super::fixture::digest_tree(&victim), before);
+
+    // The run directory itself is not a checkout either.
+    crafted.workspace = ctx.run_dir.clone();
+    assert!(boundary.release(&ctx, &crafted, &permit).await.is_err());
+    assert!(record.workspace.exists());
+
+    boundary.release(&ctx, &record, &permit).await.unwrap();
+    assert!(!record.workspace.exists());
+    assert_eq!(super::fixture::digest_tree(&victim), before);
+}

@@ -6,10 +6,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 
-use crate::source::inputs::hex;
+use workspace_core::digest::sha256_hex;
 
 /// Runs git in `dir` with no global or system configuration; panics on failure.
 pub fn git(dir: &Path, args: &[&str]) -> String {
@@ -138,7 +137,7 @@ pub fn digest_tree(dir: &Path) -> BTreeMap<PathBuf, String> {
                 out.insert(rel, format!("link:{}", target.display()));
             } else {
                 let data = fs::read(&path).unwrap();
-                out.insert(rel, hex(&Sha256::digest(&data)));
+                out.insert(rel, sha256_hex(&data));
             }
         }
     }

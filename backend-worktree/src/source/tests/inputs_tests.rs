@@ -6,8 +6,8 @@ use sha2::{Digest, Sha256};
 use workspace_core::contract::UntrackedInput;
 
 use super::fixture::Repo;
-use crate::source::inputs::hex;
 use crate::source::{SourceError, copy_inputs, provision_standalone};
+use workspace_core::digest::to_hex as hex;
 
 fn input(from: &str, to: &str, from_host: bool) -> UntrackedInput {
     UntrackedInput {
