@@ -1,9 +1,13 @@
 //! Provisioning a layered run: hold the commit's base tree from the cache and make
 //! the run's own upper, work and merge directories plus its `.git`.
 //!
-//! Per run this writes only the `.git` directory (config, HEAD, alternates and a
-//! copy of the tree's index), never a file of the repository: its cost does not grow
-//! with the repository. The isolating backend mounts
+//! Per run this writes only a few small files of `.git` (config, HEAD, alternates),
+//! never a file of the repository and not the index either: its cost does not grow
+//! with the repository. The tree's index lives in the cached lower layer at
+//! `.git/index`, so the merged view's `.git` is the run's upper `.git` over it; git
+//! replaces the index through `index.lock` and a rename, so the first write lands in
+//! the upper directory and the shared copy is never touched. The isolating backend
+//! mounts
 //! `overlay lowerdir=<lower>,upperdir=<upper>,workdir=<work>,redirect_dir=off,metacopy=off`
 //! on `merged`.
 
@@ -15,10 +19,10 @@ use gix::ObjectId;
 use super::cache::{BaseTree, CacheError, TreeCache};
 use crate::source::{SourceError, open_source_repo, resolve_revision};
 
-/// Inside a cached base tree: the files (the overlay's lower layer) and the index
-/// every run of the tree starts from.
+/// Inside a cached base tree: the files (the overlay's lower layer), with the index
+/// every run of the tree starts from at `.git/index` among them.
 const FILES_DIR: &str = "files";
-const INDEX_FILE: &str = "index";
+const LOWER_INDEX: &str = ".git/index";
 
 /// Why a layered run could not be provisioned.
 #[derive(Debug, thiserror::Error)]
@@ -78,8 +82,10 @@ pub fn provision_layered(
     let tree = crate::source::checkout::tree_of(&repo, commit)?;
     let base = cache.acquire(&tree.to_hex().to_string(), |dir| {
         let files = dir.join(FILES_DIR);
-        fs::create_dir(&files).map_err(|e| SourceError::io("create the base tree", &files, e))?;
-        crate::source::materialize::materialize_tree(&repo, tree, &files, &dir.join(INDEX_FILE))
+        let git_dir = files.join(".git");
+        fs::create_dir_all(&git_dir)
+            .map_err(|e| SourceError::io("create the base tree", &git_dir, e))?;
+        crate::source::materialize::materialize_tree(&repo, tree, &files, &files.join(LOWER_INDEX))
             .map(|_| ())
     })?;
     let [upper, work, merged] = ["upper", "work", "merged"].map(|name| run_dir.join(name));
@@ -91,13 +97,7 @@ pub fn provision_layered(
         })?;
     }
     let objects = repo.common_dir().join("objects");
-    let git_dir = crate::source::config::write_git_dir(&upper, &objects, commit)?;
-    let index = git_dir.join(INDEX_FILE);
-    fs::copy(base.path().join(INDEX_FILE), &index).map_err(|source| LayeredError::Io {
-        operation: "copy the base index to",
-        path: index,
-        source,
-    })?;
+    crate::source::config::write_git_dir(&upper, &objects, commit)?;
     Ok(LayeredCheckout {
         lower: base.path().join(FILES_DIR),
         base,

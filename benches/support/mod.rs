@@ -1,0 +1,115 @@
+//! Fixtures for the benchmarks: generated repositories and the git baselines.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)] // benchmark fixtures
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// A repository generated with `git fast-import`: `files` files of about
+/// `bytes_per_file` bytes of text spread over `dirs` directories, one commit.
+pub struct GeneratedRepo {
+    /// Keeps the repository alive.
+    pub dir: tempfile::TempDir,
+    /// The repository (non-bare, its work tree left empty).
+    pub path: PathBuf,
+    /// The commit id.
+    pub commit: String,
+    /// The number of files.
+    pub files: usize,
+}
+
+/// `git` with no host or user configuration.
+pub fn git(dir: &Path) -> Command {
+    let mut command = Command::new("git");
+    command
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost"]);
+    command
+}
+
+/// Runs `command`, panicking with its stderr when it fails.
+pub fn run(command: &mut Command) {
+    let out = command.output().expect("run git (install git)");
+    assert!(
+        out.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Generates the repository under `parent` (fresh path per call).
+pub fn generate(parent: &Path, files: usize, dirs: usize, bytes_per_file: usize) -> GeneratedRepo {
+    let dir = tempfile::Builder::new()
+        .prefix("repo-")
+        .tempdir_in(parent)
+        .unwrap();
+    let path = dir.path().join("source");
+    std::fs::create_dir(&path).unwrap();
+    run(git(&path).args(["init", "-q", "-b", "main"]));
+    let mut import = git(&path)
+        .args(["fast-import", "--quiet"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("git fast-import");
+    let mut stream = std::io::BufWriter::new(import.stdin.take().unwrap());
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut line = String::new();
+    for i in 0..files {
+        let mut content = Vec::with_capacity(bytes_per_file + 80);
+        while content.len() < bytes_per_file {
+            // xorshift64: distinct, poorly compressible text.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            line.clear();
+            use std::fmt::Write as _;
+            let _ = writeln!(line, "{i:06} {state:016x} {:016x}", state.rotate_left(17));
+            content.extend_from_slice(line.as_bytes());
+        }
+        write!(stream, "blob\nmark :{}\ndata {}\n", i + 1, content.len()).unwrap();
+        stream.write_all(&content).unwrap();
+        stream.write_all(b"\n").unwrap();
+    }
+    write!(
+        stream,
+        "commit refs/heads/main\nmark :{}\ncommitter bench <bench@localhost> 0 +0000\ndata 9\ngenerated\n",
+        files + 1
+    )
+    .unwrap();
+    for i in 0..files {
+        writeln!(stream, "M 100644 :{} d{:03}/f{i:05}.txt", i + 1, i % dirs).unwrap();
+    }
+    stream.write_all(b"\n").unwrap();
+    drop(stream);
+    assert!(import.wait().unwrap().success(), "git fast-import failed");
+    let out = git(&path).args(["rev-parse", "main"]).output().unwrap();
+    let commit = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    GeneratedRepo {
+        dir,
+        path,
+        commit,
+        files,
+    }
+}
+
+/// The baseline a user would otherwise reach for: `git worktree add --detach`.
+pub fn git_worktree_add(repo: &GeneratedRepo, dest: &Path) {
+    run(git(&repo.path)
+        .args(["worktree", "add", "-q", "--detach"])
+        .arg(dest)
+        .arg(&repo.commit));
+}
+
+/// The other baseline: `git clone --shared --no-checkout` then `git checkout`.
+pub fn git_clone_shared(repo: &GeneratedRepo, dest: &Path) {
+    run(git(&repo.path)
+        .args(["clone", "-q", "--shared", "--no-checkout"])
+        .arg(&repo.path)
+        .arg(dest));
+    run(git(dest)
+        .args(["checkout", "-q", "--detach"])
+        .arg(&repo.commit));
+}
