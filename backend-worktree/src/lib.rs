@@ -70,47 +70,44 @@
 //! the same run (every iteration on a fresh path, `sync` before each sample, nothing
 //! deleted until the end) and prints medians and ratios of that run.
 //!
-//! Measured 2026-11-29 (at commit `cd7adba`): release build, 2-core VM (Debian 12,
-//! kernel 6.18, 23 GiB), temporary files on ext4 on a virtio disk (`/dev/vda`, not
-//! tmpfs), while other sessions' builds and tests shared the machine (load 1.5 to 3):
-//! absolute times moved by up to 1.8x between runs, ratios within one run less.
-//! Medians of the last of six runs:
+//! Measured 2026-11-29: release build, 2-core VM (Debian 12, kernel 6.18, 23 GiB),
+//! temporary files on ext4 on a virtio disk (`/dev/vda`, not tmpfs). Absolute times
+//! move by up to 1.8x between runs on this machine (disk writeback, other builds);
+//! ratios within one run much less. Medians of one run:
 //!
 //! | fresh workspace of the 5,000-file repository     | median ms |
 //! |--------------------------------------------------|----------:|
-//! | `git worktree add --detach`                      |       625 |
-//! | `git clone --shared` + `git checkout`            |       486 |
-//! | [`source::provision_standalone`]                 |       298 |
-//! | [`layered::provision::provision_layered`], warm  |      1.76 |
-//! | the same, 10x repository                         |     13.53 |
-//! | copying the cached index alone, 5k / 10x         | 1.20 / 12.14 |
+//! | `git worktree add --detach`                      |       867 |
+//! | `git clone --shared` + `git checkout`            |       781 |
+//! | [`source::provision_standalone`]                 |       670 |
+//! | [`layered::provision::provision_layered`], warm  |      0.62 |
+//! | the same, 10x repository (50,000 files, 500 MB)  |      0.38 |
 //! | diff of one changed file: layered upper, 5k      |      0.23 |
-//! | the same, 10x repository                         |      0.42 |
-//! | the same, [`promotion::export_patch`] of a standalone checkout, 5k | 87.2 |
+//! | the same, 10x repository                         |      0.41 |
+//! | the same, [`promotion::export_patch`] of a standalone checkout, 5k | 78.7 |
 //!
-//! | ratio of medians                         | last run | six runs      | goal   |
-//! |------------------------------------------|---------:|---------------|--------|
-//! | standalone / `git worktree add`          |    0.48  | 0.37 - 0.70, one 1.30 | < 1: met in 5 of 6 |
-//! | clone `--shared` / `git worktree add`    |    0.78  | 0.61 - 0.93, one 1.30 |        |
-//! | layered warm / `git worktree add`        |   0.003  | 0.001 - 0.003 | <= 0.1: met |
-//! | layered warm 10x / layered warm 5k       |     7.7  | 7.2 - 19.5    | <= 2: **not met** |
-//! | diff layered 10x / diff layered 5k       |    1.79  | 1.74 - 1.80   |        |
-//! | diff layered 5k / diff standalone 5k     |   0.003  | 0.002 - 0.003 |        |
+//! | ratio of medians                         | this run | goal        |
+//! |------------------------------------------|---------:|-------------|
+//! | standalone / `git worktree add`          |    0.77  | < 1: met    |
+//! | clone `--shared` / `git worktree add`    |    0.90  |             |
+//! | layered warm / `git worktree add`        |   0.001  | <= 0.1: met |
+//! | layered warm 10x / layered warm 5k       |    0.62  | <= 2: met   |
+//! | diff layered 10x / diff layered 5k       |    1.79  |             |
+//! | diff layered 5k / diff standalone 5k     |   0.003  |             |
 //!
-//! The one run where the standalone checkout lost (1,086 ms against 838) ran beside
-//! another session's tests (load 2.9 on 2 cores). Most likely the standalone checkout owes
-//! its lead to gix's parallel checkout on both cores, while `git worktree add` checks out on one
-//! thread (`checkout.workers` defaults to 1), so CPU contention takes the lead away.
-//! Populating the cache (the cold layered run, once per commit) took 0.5 to 1.4 s for
-//! 5,000 files and 4.0 to 10.2 s for 50,000.
+//! Earlier runs beside concurrent builds gave standalone / `git worktree add` between
+//! 0.37 and 0.70, and once 1.30 under a load of 2.9 on 2 cores: the standalone
+//! checkout's lead comes from gix's parallel checkout on both cores, while git checks
+//! out on one thread (`checkout.workers` defaults to 1), so CPU contention takes it
+//! away. Populating the cache (the cold layered run, once per commit) took 0.9 s for
+//! 5,000 files and 7.4 s for 50,000.
 //!
-//! A warm layered run writes no file of the repository, but it copies the base tree's
-//! index (about 80 bytes a file: 0.4 MB for 5,000 files, 4 MB for 50,000) into the
-//! run's `.git`. That copy is the one step that grows with the repository: 12.1 of the
-//! 13.5 ms at 50,000 files (kernel memcpy into new page-cache pages; ext4 cannot
-//! reflink). Everything else stays about 1 to 2 ms at both sizes. The diff of a layered
-//! run grows with the width of the trees on the changed path (a root tree of 200
-//! entries against 2,000, decoded per lookup), not with the number of files; the
+//! A warm layered run writes three small files of `.git` and nothing that grows with
+//! the repository: the tree's index (about 80 bytes a file, 4 MB at 50,000 files)
+//! stays in the cached lower layer, where an earlier version copied it per run (12 of
+//! 13.5 ms at 50,000 files, the one step that broke the 2x goal). The diff of a
+//! layered run grows with the width of the trees on the changed path (a root tree of
+//! 200 entries against 2,000, decoded per lookup), not with the number of files; the
 //! standalone diff reads and hashes every file.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
