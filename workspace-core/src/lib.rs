@@ -56,6 +56,7 @@ pub mod evidence;
 pub mod journal;
 pub mod lease;
 pub mod lifecycle;
+pub mod mount_plan;
 pub mod recovery;
 mod run_id;
 

@@ -1,0 +1,131 @@
+//! The plan's data types.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The file system of one isolated run, in the order it is made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountPlan {
+    /// Size cap of the fresh tmpfs that becomes the root.
+    pub root_size_bytes: u64,
+    /// The steps, in order.
+    pub steps: Vec<MountStep>,
+    /// Where commands start: the workspace root inside.
+    pub workdir: String,
+    /// The hostname inside (the run id).
+    pub hostname: String,
+}
+
+/// One step of the plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountStep {
+    /// The absolute, normalized path inside the new root.
+    pub target: String,
+    /// What is done there.
+    pub action: MountAction,
+    /// Why: which part of the contract or the base system it comes from.
+    pub reason: Reason,
+}
+
+/// What a step does at its target.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum MountAction {
+    /// Bind a host directory or file (recursively for directories).
+    Bind {
+        /// The host path.
+        source: PathBuf,
+        /// Read-only unless false.
+        read_only: bool,
+    },
+    /// Stack the layers of a layered checkout with overlayfs
+    /// (`redirect_dir=off,metacopy=off`).
+    Overlay {
+        /// The read-only base tree.
+        lower: PathBuf,
+        /// The run's changes.
+        upper: PathBuf,
+        /// overlayfs's work directory.
+        work: PathBuf,
+    },
+    /// Bind the target onto itself, so it can get access flags of its own.
+    Rebind {
+        /// Read-only unless false.
+        read_only: bool,
+    },
+    /// Make the mount at the target read-only (its own mount point only).
+    RemountReadOnly,
+    /// A fresh tmpfs.
+    Tmpfs {
+        /// Its size cap.
+        size_bytes: u64,
+        /// The mode of its root directory.
+        mode: u32,
+    },
+    /// A fresh procfs for the run's pid namespace.
+    Proc,
+    /// A fresh devpts instance (for a PTY).
+    Devpts,
+    /// Bind a host device node (the one kind of step without `nodev`).
+    Device {
+        /// The host device, e.g. `/dev/null`.
+        source: PathBuf,
+    },
+    /// Hide the target: an empty read-only directory, or `/dev/null` over a file.
+    Mask {
+        /// Whether the target is a file.
+        file: bool,
+    },
+    /// Create a symbolic link.
+    Symlink {
+        /// What it points to.
+        to: String,
+    },
+    /// Create a file with generated contents (e.g. `/etc/passwd`).
+    File {
+        /// The contents.
+        contents: String,
+        /// The file mode.
+        mode: u32,
+    },
+}
+
+/// Where a step comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    /// The host's system directories (read-only).
+    System,
+    /// The minimal `/etc`.
+    Etc,
+    /// The source repository's object store, shared read-only.
+    SourceObjects,
+    /// The workspace root.
+    Workspace,
+    /// `filesystem.writable`.
+    Writable,
+    /// `filesystem.read_only`.
+    ReadOnly,
+    /// `filesystem.excluded` (and the protected defaults).
+    Excluded,
+    /// `filesystem.host_mounts`.
+    HostMount,
+    /// The private `/tmp`.
+    Tmp,
+    /// The home directory.
+    Home,
+    /// The minimal `/dev`.
+    Dev,
+    /// `/proc` and its read-only parts.
+    Proc,
+    /// `/sys`, read-only.
+    Sys,
+}
+
+impl MountPlan {
+    /// The steps with a given reason, in order.
+    pub fn steps_for(&self, reason: Reason) -> impl Iterator<Item = &MountStep> {
+        self.steps.iter().filter(move |step| step.reason == reason)
+    }
+}
