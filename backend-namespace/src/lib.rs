@@ -1,16 +1,18 @@
 //! backend-namespace: the Process, Environment and Identity boundaries of
 //! agent-workspace with Linux namespaces; the embedded default backend.
 //!
-//! **Status: not implemented yet.** This crate holds no boundary implementation
-//! today; a stack cannot use it. It will hold:
+//! **Status: in progress.** The boundary implementations (the mount plan applied on
+//! a fresh root with `pivot_root`; user, mount, pid, net, uts, ipc and cgroup
+//! namespaces set up in the child; a small init as pid 1; `no_new_privs`, emptied
+//! capability sets) are not written yet. What is here are the parts they are built
+//! from, each usable and tested on its own:
 //!
-//! * a mount plan applied on a fresh tmpfs root with `pivot_root` (system
-//!   directories read-only, the workspace read-write, overlayfs for layered
-//!   checkouts, masked exclusions, private `/tmp`, minimal `/dev`, fresh `/proc`);
-//! * user, mount, pid, net, uts, ipc and cgroup namespaces set up in the child (never
-//!   `unshare` in the host process), a small init as pid 1, `no_new_privs`, every
-//!   capability set emptied and a seccomp filter;
-//! * a cleared environment with an allowlist and injected short-lived credentials;
-//! * cgroup (v1 and v2) and rlimit limits, wall-clock timeouts that kill the whole
-//!   tree, and a probe that records the observed boundary and fails closed.
+//! * [`cgroup`]: per-run control groups on cgroup v1, v2 or the hybrid layout, with
+//!   memory, pids and cpu limits, OOM detection, whole-tree kill and removal;
+//! * [`seccomp`]: the seccomp filter for what namespaces do not cover;
+//! * [`host_check`]: what this host supports, with a remediation for each gap.
 #![deny(missing_docs)]
+
+pub mod cgroup;
+pub mod host_check;
+pub mod seccomp;

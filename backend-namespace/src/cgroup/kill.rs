@@ -1,0 +1,171 @@
+//! Listing, killing and OOM detection for the processes of a run's cgroups.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use super::run::RunCgroup;
+use super::{CgroupError, Controller, Hierarchy, fsio};
+
+/// The most kill rounds before [`CgroupError::KillIncomplete`].
+const KILL_ROUNDS: u32 = 100;
+/// The pause after each round, for the killed processes to exit.
+const ROUND_PAUSE: Duration = Duration::from_millis(20);
+/// How long to wait for the v1 freezer to report `FROZEN`.
+const FREEZE_WAIT: Duration = Duration::from_secs(1);
+
+/// How [`RunCgroup::kill_all`] ends the processes of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KillMethod {
+    /// Write `1` to the v2 `cgroup.kill` (the kernel kills the whole subtree,
+    /// including processes forked meanwhile).
+    CgroupKill,
+    /// Freeze the v1 freezer group, SIGKILL every pid in it, thaw; repeat until empty.
+    V1Freezer,
+    /// SIGKILL every pid in the group; repeat until empty (no freezer available, so
+    /// a fork racing the signals is caught by a later round).
+    Signals,
+}
+
+impl RunCgroup {
+    /// Every pid in the run's groups and their sub-cgroups (all hierarchies),
+    /// sorted and without duplicates.
+    pub fn pids(&self) -> Result<Vec<u32>, CgroupError> {
+        let mut pids = Vec::new();
+        for dir in &self.dirs {
+            fsio::procs_recursive(&dir.path, &mut pids)?;
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        Ok(pids)
+    }
+
+    /// Whether the kernel OOM-killed a process of the run because of its memory cap
+    /// (v1 `memory.oom_control` / v2 `memory.events`: `oom_kill` > 0).
+    ///
+    /// [`CgroupError::ControllerMissing`] if the run has no memory group.
+    pub fn oom_killed(&self) -> Result<bool, CgroupError> {
+        let dir = self
+            .dirs
+            .iter()
+            .find(|d| d.controllers.contains(&Controller::Memory))
+            .ok_or_else(|| CgroupError::ControllerMissing {
+                controller: Controller::Memory,
+                reason: "the run has no memory cgroup".to_owned(),
+            })?;
+        let file = match dir.hierarchy {
+            Hierarchy::V1 => "memory.oom_control",
+            Hierarchy::V2 => "memory.events",
+        };
+        Ok(fsio::keyed_value(&dir.path.join(file), "oom_kill")? > 0)
+    }
+
+    /// Kills every process of the run and waits until the groups are empty.
+    ///
+    /// Only pids read from the run's groups are signalled (never pid 0, 1 or this
+    /// process). Bounded: [`CgroupError::KillIncomplete`] if processes remain.
+    pub fn kill_all(&self) -> Result<(), CgroupError> {
+        match self.kill_method {
+            KillMethod::CgroupKill => self.kill_with_cgroup_kill(),
+            KillMethod::V1Freezer | KillMethod::Signals => self.kill_with_signals(),
+        }
+    }
+
+    fn kill_with_cgroup_kill(&self) -> Result<(), CgroupError> {
+        let Some(dir) = self.dirs.iter().find(|d| d.hierarchy == Hierarchy::V2) else {
+            return self.kill_with_signals();
+        };
+        let file = dir.path.join("cgroup.kill");
+        for round in 0..KILL_ROUNDS / 2 {
+            if self.pids()?.is_empty() {
+                return Ok(());
+            }
+            if round % 10 == 0 {
+                fsio::write(&file, "1")?;
+            }
+            std::thread::sleep(ROUND_PAUSE);
+        }
+        // A process left in a v1 group only (moved out of the v2 one) is not reached
+        // by `cgroup.kill`: signal what is still listed.
+        self.kill_with_signals()
+    }
+
+    fn kill_with_signals(&self) -> Result<(), CgroupError> {
+        let freezer = self.dirs.iter().find(|d| d.freezer);
+        let Some(main) = freezer.or_else(|| self.dirs.first()) else {
+            return Ok(());
+        };
+        for _ in 0..KILL_ROUNDS {
+            if self.pids()?.is_empty() {
+                return Ok(());
+            }
+            if let Some(dir) = freezer {
+                freeze(&dir.path)?;
+            }
+            let signalled = self.pids().and_then(|pids| signal_all(&pids, &main.path));
+            if let Some(dir) = freezer {
+                // Thaw even when signalling failed, so nothing stays frozen.
+                fsio::write(&dir.path.join("freezer.state"), "THAWED")?;
+            }
+            signalled?;
+            std::thread::sleep(ROUND_PAUSE);
+        }
+        self.incomplete(&main.path)
+    }
+
+    fn incomplete(&self, path: &Path) -> Result<(), CgroupError> {
+        Err(CgroupError::KillIncomplete {
+            path: path.to_path_buf(),
+            rounds: KILL_ROUNDS,
+            remaining: self.pids()?,
+        })
+    }
+}
+
+/// Writes `FROZEN` and waits (bounded) until the state reads `FROZEN`.
+fn freeze(dir: &Path) -> Result<(), CgroupError> {
+    let state = dir.join("freezer.state");
+    fsio::write(&state, "FROZEN")?;
+    let deadline = Instant::now() + FREEZE_WAIT;
+    loop {
+        if fsio::read(&state)?.trim() == "FROZEN" {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            // A task stuck in the kernel can keep the group FREEZING; signal anyway,
+            // the next round catches what this one misses.
+            tracing::debug!(path = %state.display(), "freezer did not reach FROZEN in time");
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// SIGKILLs each pid, skipping pid 0, 1 and this process; a pid already gone is fine.
+fn signal_all(pids: &[u32], dir: &Path) -> Result<(), CgroupError> {
+    let own = std::process::id();
+    for &pid in pids {
+        if pid <= 1 || pid == own {
+            continue;
+        }
+        let Ok(raw) = i32::try_from(pid) else {
+            continue;
+        };
+        match kill(Pid::from_raw(raw), Signal::SIGKILL) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(source) => {
+                return Err(CgroupError::Signal {
+                    pid,
+                    path: dir.to_path_buf(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,129 @@
+//! Names and leak checks of run cgroup directories.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use workspace_core::RunId;
+
+use super::{CgroupError, CgroupLayout, Controller, Placement};
+
+/// Checks that `name` is a relative path of plain components.
+pub(crate) fn check_parent_name(name: &str) -> Result<PathBuf, CgroupError> {
+    let invalid = |reason| CgroupError::InvalidParentName {
+        name: name.to_owned(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(invalid("it is empty"));
+    }
+    if name.contains('\0') {
+        return Err(invalid("it contains a NUL byte"));
+    }
+    let path = PathBuf::from(name);
+    for part in name.split('/') {
+        if part.is_empty() {
+            return Err(invalid("it is absolute or has an empty component"));
+        }
+    }
+    if !path.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(invalid(
+            "only plain components are allowed (no `.` or `..`)",
+        ));
+    }
+    Ok(path)
+}
+
+/// The cgroup directories of run `run_id` under `parent_name` that still exist in any
+/// hierarchy of `layout` (empty when nothing leaked).
+///
+/// # Ambient authority
+/// Looks at the host's cgroup hierarchies.
+pub fn leaked_paths(
+    layout: &CgroupLayout,
+    parent_name: &str,
+    run_id: &RunId,
+) -> Result<Vec<PathBuf>, CgroupError> {
+    let parent = check_parent_name(parent_name)?;
+    Ok(hierarchy_mounts(layout)
+        .into_iter()
+        .map(|mount| mount.join(&parent).join(run_id.as_str()))
+        .filter(|path| path.exists())
+        .collect())
+}
+
+/// Removes the parent directory `parent_name` (made by [`RunCgroup::create`](super::RunCgroup::create)) from
+/// every hierarchy of `layout`, once no run is left in it.
+///
+/// Only empty directories are removed: a parent still holding a run's group is an
+/// error ([`CgroupError::RemoveDir`]), and nothing is killed.
+///
+/// # Ambient authority
+/// Removes directories of the host's cgroup hierarchies.
+pub fn remove_parent(layout: &CgroupLayout, parent_name: &str) -> Result<(), CgroupError> {
+    let parent = check_parent_name(parent_name)?;
+    let mut first = None;
+    for mount in hierarchy_mounts(layout) {
+        // Deepest component first: `a/b` removes `a/b`, then `a`.
+        let mut path = parent.clone();
+        loop {
+            let full = mount.join(&path);
+            if let Err(source) = std::fs::remove_dir(&full)
+                && source.kind() != io::ErrorKind::NotFound
+            {
+                first.get_or_insert(CgroupError::RemoveDir {
+                    path: full,
+                    attempts: 1,
+                    source,
+                });
+                break;
+            }
+            if !path.pop() || path.as_os_str().is_empty() {
+                break;
+            }
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Every hierarchy mount of the layout a run may have a directory in.
+fn hierarchy_mounts(layout: &CgroupLayout) -> Vec<PathBuf> {
+    let mut mounts: Vec<PathBuf> = Vec::new();
+    let v1 = Controller::ALL
+        .into_iter()
+        .filter_map(|c| match layout.placement(c) {
+            Placement::V1 { mount } => Some(mount.clone()),
+            _ => None,
+        });
+    for mount in layout
+        .unified()
+        .map(Path::to_path_buf)
+        .into_iter()
+        .chain(v1)
+        .chain(layout.freezer_v1().map(Path::to_path_buf))
+    {
+        if !mounts.contains(&mount) {
+            mounts.push(mount);
+        }
+    }
+    mounts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cgroup_parent_name_rules() {
+        assert!(check_parent_name("agent-workspace").is_ok());
+        assert!(check_parent_name("agent-workspace/pool-1").is_ok());
+        for bad in ["", "/abs", "a//b", "a/../b", "..", "./a", "a/", "a\0b"] {
+            assert!(
+                matches!(
+                    check_parent_name(bad),
+                    Err(CgroupError::InvalidParentName { .. })
+                ),
+                "{bad:?} was accepted"
+            );
+        }
+    }
+}

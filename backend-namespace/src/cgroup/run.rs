@@ -1,0 +1,352 @@
+//! Creating, filling and removing the cgroups of one run.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use workspace_core::RunId;
+use workspace_core::boundary::ResolvedLimits;
+
+use super::kill::KillMethod;
+use super::limits::{self, AppliedLimits};
+use super::paths::check_parent_name;
+use super::{CgroupError, CgroupLayout, Controller, Hierarchy, Placement, fsio};
+
+/// How often `rmdir` is tried on a cgroup that is still busy.
+const RMDIR_ATTEMPTS: u32 = 50;
+/// The pause between two `rmdir` attempts.
+const RMDIR_PAUSE: Duration = Duration::from_millis(10);
+
+/// One directory of a run, in one hierarchy.
+#[derive(Clone, Debug)]
+pub(crate) struct RunDir {
+    pub(crate) hierarchy: Hierarchy,
+    pub(crate) path: PathBuf,
+    pub(crate) controllers: Vec<Controller>,
+    pub(crate) freezer: bool,
+}
+
+/// The control groups of one run: one directory per hierarchy used.
+///
+/// Dropping it kills what is left in it and removes the directories (best effort,
+/// with a `tracing` warning on failure); [`RunCgroup::remove`] does the same and
+/// reports errors.
+#[derive(Debug)]
+pub struct RunCgroup {
+    run_id: RunId,
+    pub(crate) dirs: Vec<RunDir>,
+    applied: AppliedLimits,
+    pub(crate) kill_method: KillMethod,
+    removed: bool,
+}
+
+impl RunCgroup {
+    /// Creates `<mount>/<parent_name>/<run_id>` in every hierarchy used and applies
+    /// the cgroup limits of `limits` (memory, pids, cpu; the others are ignored here).
+    ///
+    /// The v2 directory is made whenever the layout has a v2 hierarchy (for
+    /// `cgroup.kill`, even without controllers); a v1 directory for each v1 hierarchy
+    /// carrying memory, pids or cpu; a v1 freezer directory when `cgroup.kill` is
+    /// unavailable. A limit whose controller is [`Placement::Missing`] is
+    /// [`CgroupError::ControllerMissing`]; an existing run directory is
+    /// [`CgroupError::AlreadyExists`]. On error, the directories made so far are removed.
+    ///
+    /// # Ambient authority
+    /// Creates directories in and writes files of the host's cgroup hierarchies.
+    pub fn create(
+        layout: &CgroupLayout,
+        parent_name: &str,
+        run_id: &RunId,
+        limits: &ResolvedLimits,
+    ) -> Result<Self, CgroupError> {
+        let parent = check_parent_name(parent_name)?;
+        for controller in Controller::ALL {
+            if !limits::asks_for(limits, controller) {
+                continue;
+            }
+            match layout.placement(controller) {
+                Placement::Missing { reason } => {
+                    return Err(CgroupError::ControllerMissing {
+                        controller,
+                        reason: reason.clone(),
+                    });
+                }
+                Placement::V2 if layout.unified().is_none() => {
+                    return Err(CgroupError::ControllerMissing {
+                        controller,
+                        reason: "placed on v2, but the layout has no v2 hierarchy".to_owned(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        if let Some(millis) = limits.cpu_millis {
+            limits::cpu_quota(millis)?;
+        }
+
+        let plan = plan_dirs(layout, &parent, run_id);
+        if plan.is_empty() {
+            return Err(CgroupError::NoHierarchy);
+        }
+        let mut run = RunCgroup {
+            run_id: run_id.clone(),
+            dirs: Vec::new(),
+            applied: AppliedLimits::default(),
+            kill_method: KillMethod::Signals,
+            removed: false,
+        };
+        match run.populate(layout, &parent, plan, limits) {
+            Ok(()) => Ok(run),
+            Err(e) => {
+                if let Err(cleanup) = run.remove_dirs() {
+                    tracing::warn!(run_id = %run_id, error = %cleanup,
+                        "removing the cgroups of a failed setup failed");
+                }
+                run.removed = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn populate(
+        &mut self,
+        layout: &CgroupLayout,
+        parent: &Path,
+        plan: Vec<RunDir>,
+        limits: &ResolvedLimits,
+    ) -> Result<(), CgroupError> {
+        for dir in plan {
+            if dir.hierarchy == Hierarchy::V2
+                && let Some(root) = layout.unified()
+            {
+                enable_v2_controllers(root, parent, &dir.controllers)?;
+            }
+            make_dir(&dir.path)?;
+            self.dirs.push(dir.clone());
+            for controller in &dir.controllers {
+                limits::apply(
+                    *controller,
+                    dir.hierarchy,
+                    &dir.path,
+                    limits,
+                    &mut self.applied,
+                )?;
+            }
+        }
+        self.kill_method = self.choose_kill_method(layout, parent)?;
+        tracing::debug!(run_id = %self.run_id, dirs = ?self.paths(), kill = ?self.kill_method,
+            "run cgroups created");
+        Ok(())
+    }
+
+    /// `cgroup.kill` if the v2 directory has it; else a v1 freezer directory (made
+    /// now); else signals alone.
+    fn choose_kill_method(
+        &mut self,
+        layout: &CgroupLayout,
+        parent: &Path,
+    ) -> Result<KillMethod, CgroupError> {
+        let v2_kill = self
+            .dirs
+            .iter()
+            .any(|d| d.hierarchy == Hierarchy::V2 && d.path.join("cgroup.kill").exists());
+        if v2_kill {
+            return Ok(KillMethod::CgroupKill);
+        }
+        let Some(freezer) = layout.freezer_v1() else {
+            return Ok(KillMethod::Signals);
+        };
+        let path = freezer.join(parent).join(self.run_id.as_str());
+        match self.dirs.iter_mut().find(|d| d.path == path) {
+            Some(dir) => dir.freezer = true,
+            None => {
+                make_dir(&path)?;
+                self.dirs.push(RunDir {
+                    hierarchy: Hierarchy::V1,
+                    path,
+                    controllers: Vec::new(),
+                    freezer: true,
+                });
+            }
+        }
+        Ok(KillMethod::V1Freezer)
+    }
+
+    /// Moves process `pid` (and the threads of it) into every directory of the run.
+    ///
+    /// The namespace backend calls this for the run's init before it execs.
+    pub fn add_process(&self, pid: u32) -> Result<(), CgroupError> {
+        let value = pid.to_string();
+        for dir in &self.dirs {
+            fsio::write(&dir.path.join("cgroup.procs"), &value)?;
+        }
+        Ok(())
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// What limits were applied, where.
+    pub fn applied(&self) -> &AppliedLimits {
+        &self.applied
+    }
+
+    /// How [`RunCgroup::kill_all`] ends the run's processes.
+    pub fn kill_method(&self) -> KillMethod {
+        self.kill_method
+    }
+
+    /// The run's cgroup directories, one per hierarchy.
+    pub fn paths(&self) -> Vec<&Path> {
+        self.dirs.iter().map(|d| d.path.as_path()).collect()
+    }
+
+    /// Whether any of the run's directories still exists.
+    pub fn exists(&self) -> bool {
+        self.dirs.iter().any(|d| d.path.exists())
+    }
+
+    /// Kills every process of the run, then removes its directories (sub-cgroups
+    /// first; a busy directory is retried a few times).
+    pub fn remove(mut self) -> Result<(), CgroupError> {
+        self.removed = true;
+        self.kill_all()?;
+        self.remove_dirs()
+    }
+
+    /// Removes every directory of the run; tries all and returns the first error.
+    fn remove_dirs(&self) -> Result<(), CgroupError> {
+        let mut first = None;
+        for dir in self.dirs.iter().rev() {
+            if let Err(e) = remove_tree(&dir.path) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for RunCgroup {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        if let Err(e) = self.kill_all().and_then(|()| self.remove_dirs()) {
+            tracing::warn!(run_id = %self.run_id, error = %e,
+                "best-effort removal of the run cgroups failed");
+        }
+    }
+}
+
+/// Which directories a run gets: v2 (if mounted), one per v1 hierarchy used.
+fn plan_dirs(layout: &CgroupLayout, parent: &Path, run_id: &RunId) -> Vec<RunDir> {
+    let mut dirs: Vec<RunDir> = Vec::new();
+    if let Some(root) = layout.unified() {
+        dirs.push(RunDir {
+            hierarchy: Hierarchy::V2,
+            path: root.join(parent).join(run_id.as_str()),
+            controllers: Controller::ALL
+                .into_iter()
+                .filter(|c| *layout.placement(*c) == Placement::V2)
+                .collect(),
+            freezer: false,
+        });
+    }
+    for controller in Controller::ALL {
+        if let Placement::V1 { mount } = layout.placement(controller) {
+            let path = mount.join(parent).join(run_id.as_str());
+            match dirs.iter_mut().find(|d| d.path == path) {
+                Some(dir) => dir.controllers.push(controller),
+                None => dirs.push(RunDir {
+                    hierarchy: Hierarchy::V1,
+                    path,
+                    controllers: vec![controller],
+                    freezer: false,
+                }),
+            }
+        }
+    }
+    dirs
+}
+
+/// Enables `controllers` in `cgroup.subtree_control` from the v2 root down to `parent`.
+fn enable_v2_controllers(
+    root: &Path,
+    parent: &Path,
+    controllers: &[Controller],
+) -> Result<(), CgroupError> {
+    if controllers.is_empty() {
+        return Ok(());
+    }
+    let mut level = root.to_path_buf();
+    let mut levels = vec![level.clone()];
+    for component in parent.components() {
+        level.push(component);
+        levels.push(level.clone());
+    }
+    for dir in levels {
+        create_dir_all(&dir)?;
+        let file = dir.join("cgroup.subtree_control");
+        for controller in controllers {
+            fsio::write_raw(&file, &format!("+{controller}")).map_err(|source| {
+                CgroupError::EnableController {
+                    controller: *controller,
+                    path: file.clone(),
+                    source,
+                }
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes the run directory (and its parents); the run directory must be new.
+fn make_dir(path: &Path) -> Result<(), CgroupError> {
+    if let Some(parent) = path.parent() {
+        create_dir_all(parent)?;
+    }
+    match std::fs::create_dir(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(CgroupError::AlreadyExists {
+            path: path.to_path_buf(),
+        }),
+        Err(source) => Err(CgroupError::CreateDir {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+fn create_dir_all(path: &Path) -> Result<(), CgroupError> {
+    std::fs::create_dir_all(path).map_err(|source| CgroupError::CreateDir {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Removes a cgroup directory and every sub-cgroup below it, deepest first.
+fn remove_tree(path: &Path) -> Result<(), CgroupError> {
+    for sub in fsio::subdirs(path)? {
+        remove_tree(&sub)?;
+    }
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match std::fs::remove_dir(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(nix::libc::EBUSY) && attempt < RMDIR_ATTEMPTS => {
+                std::thread::sleep(RMDIR_PAUSE);
+            }
+            Err(source) => {
+                return Err(CgroupError::RemoveDir {
+                    path: path.to_path_buf(),
+                    attempts: attempt,
+                    source,
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Unit tests: the program is run through a small classic-BPF interpreter, so both
+//! architectures are checked here without installing anything.
+#![allow(clippy::unwrap_used)] // panicking is how a test fails
+
+use seccompiler::{TargetArch, sock_filter};
+
+use super::prologue::{
+    AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO,
+    SECCOMP_RET_KILL_PROCESS, X32_SYSCALL_BIT,
+};
+use super::table::TABLE;
+use super::*;
+
+const EPERM_RET: u32 = SECCOMP_RET_ERRNO | 1;
+const ENOSYS_RET: u32 = SECCOMP_RET_ERRNO | 38;
+
+/// Run `prog` on a `seccomp_data` (little endian, as on both targets).
+fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+    let mut data = Vec::new();
+    data.extend_from_slice(&nr.to_le_bytes());
+    data.extend_from_slice(&arch.to_le_bytes());
+    data.extend_from_slice(&0u64.to_le_bytes()); // instruction pointer
+    for a in args {
+        data.extend_from_slice(&a.to_le_bytes());
+    }
+    let (mut acc, mut pc) = (0u32, 0usize);
+    loop {
+        let ins = &prog[pc];
+        pc += 1;
+        match ins.code {
+            0x20 => {
+                let k = ins.k as usize;
+                let mut w = [0u8; 4];
+                w.copy_from_slice(&data[k..k + 4]);
+                acc = u32::from_le_bytes(w);
+            }
+            0x54 => acc &= ins.k,
+            0x05 => pc += ins.k as usize,
+            0x15 | 0x25 | 0x35 => {
+                let taken = match ins.code {
+                    0x15 => acc == ins.k,
+                    0x25 => acc > ins.k,
+                    _ => acc >= ins.k,
+                };
+                pc += usize::from(if taken { ins.jt } else { ins.jf });
+            }
+            0x06 => return ins.k,
+            other => panic!("opcode {other:#x} not in the interpreter"),
+        }
+    }
+}
+
+fn nr(name: &str, arch: TargetArch) -> u32 {
+    let e = TABLE.iter().find(|e| e.name == name).unwrap();
+    (if arch == TargetArch::x86_64 {
+        e.x86_64
+    } else {
+        e.aarch64
+    }) as u32
+}
+
+fn audit(arch: TargetArch) -> u32 {
+    if arch == TargetArch::x86_64 {
+        AUDIT_ARCH_X86_64
+    } else {
+        AUDIT_ARCH_AARCH64
+    }
+}
+
+const ARCHES: [TargetArch; 2] = [TargetArch::x86_64, TargetArch::aarch64];
+const NEWUSER: u64 = 0x1000_0000;
+const SIGCHLD: u64 = 17;
+
+#[test]
+fn default_policy_denies_every_row_with_the_documented_errno() {
+    for arch in ARCHES {
+        let prog = build_filter(&SeccompPolicy::default(), arch).unwrap();
+        for entry in TABLE {
+            let n = nr(entry.name, arch);
+            let ret = run(&prog, audit(arch), n, [NEWUSER, 0, 0, 0, 0, 0]);
+            let want = if entry.name == "clone3" {
+                ENOSYS_RET
+            } else {
+                EPERM_RET
+            };
+            assert_eq!(ret, want, "{} on {arch:?}", entry.name);
+        }
+    }
+}
+
+#[test]
+fn ordinary_syscalls_and_plain_fork_are_allowed() {
+    for arch in ARCHES {
+        let prog = build_filter(&SeccompPolicy::default(), arch).unwrap();
+        let a = audit(arch);
+        // read, write, openat are 0, 1, 257 on x86_64 and 63, 64, 56 on aarch64.
+        let plain: &[u32] = if arch == TargetArch::x86_64 {
+            &[0, 1, 257]
+        } else {
+            &[63, 64, 56]
+        };
+        for &n in plain {
+            assert_eq!(
+                run(&prog, a, n, [0; 6]),
+                SECCOMP_RET_ALLOW,
+                "{n} on {arch:?}"
+            );
+        }
+        let clone = nr("clone", arch);
+        let unshare = nr("unshare", arch);
+        // fork-like clone and unshare of other namespaces pass; CLONE_NEWUSER in any
+        // combination does not; upper 32 bits are ignored by the kernel and here.
+        assert_eq!(
+            run(&prog, a, clone, [SIGCHLD, 0, 0, 0, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run(&prog, a, unshare, [0x0002_0000, 0, 0, 0, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            run(
+                &prog,
+                a,
+                clone,
+                [NEWUSER | SIGCHLD | 0x2_0000, 0, 0, 0, 0, 0]
+            ),
+            EPERM_RET
+        );
+        assert_eq!(
+            run(&prog, a, unshare, [NEWUSER | (1 << 40), 0, 0, 0, 0, 0]),
+            EPERM_RET
+        );
+    }
+}
+
+#[test]
+fn foreign_arch_is_killed_and_x32_is_enosys() {
+    let prog = build_filter(&SeccompPolicy::default(), TargetArch::x86_64).unwrap();
+    assert_eq!(
+        run(&prog, AUDIT_ARCH_AARCH64, 0, [0; 6]),
+        SECCOMP_RET_KILL_PROCESS
+    );
+    // i386 compat ABI: EM_386 | LE.
+    assert_eq!(
+        run(&prog, 3 | 0x4000_0000, 0, [0; 6]),
+        SECCOMP_RET_KILL_PROCESS
+    );
+    let x32_unshare = X32_SYSCALL_BIT | 272;
+    assert_eq!(
+        run(
+            &prog,
+            AUDIT_ARCH_X86_64,
+            x32_unshare,
+            [NEWUSER, 0, 0, 0, 0, 0]
+        ),
+        ENOSYS_RET
+    );
+    let arm = build_filter(&SeccompPolicy::default(), TargetArch::aarch64).unwrap();
+    assert_eq!(
+        run(&arm, AUDIT_ARCH_X86_64, 0, [0; 6]),
+        SECCOMP_RET_KILL_PROCESS
+    );
+}
+
+#[test]
+fn policy_switches_let_their_syscalls_through_and_nothing_else() {
+    let nested = SeccompPolicy {
+        allow_nested_user_namespaces: true,
+        allow_ptrace: false,
+    };
+    let ptrace = SeccompPolicy {
+        allow_nested_user_namespaces: false,
+        allow_ptrace: true,
+    };
+    for arch in ARCHES {
+        let a = audit(arch);
+        let p = build_filter(&nested, arch).unwrap();
+        for name in ["unshare", "clone", "clone3", "setns"] {
+            assert_eq!(
+                run(&p, a, nr(name, arch), [NEWUSER, 0, 0, 0, 0, 0]),
+                SECCOMP_RET_ALLOW,
+                "{name}"
+            );
+        }
+        assert_eq!(run(&p, a, nr("ptrace", arch), [0; 6]), EPERM_RET);
+        let p = build_filter(&ptrace, arch).unwrap();
+        for name in ["ptrace", "process_vm_readv", "process_vm_writev"] {
+            assert_eq!(
+                run(&p, a, nr(name, arch), [0; 6]),
+                SECCOMP_RET_ALLOW,
+                "{name}"
+            );
+        }
+        assert_eq!(run(&p, a, nr("setns", arch), [0; 6]), EPERM_RET);
+        assert_eq!(run(&p, a, nr("bpf", arch), [0; 6]), EPERM_RET);
+    }
+}
+
+#[test]
+fn table_has_unique_names_and_numbers() {
+    for (i, a) in TABLE.iter().enumerate() {
+        for b in &TABLE[i + 1..] {
+            assert_ne!(a.name, b.name);
+            assert_ne!(a.x86_64, b.x86_64, "{} / {}", a.name, b.name);
+            assert_ne!(a.aarch64, b.aarch64, "{} / {}", a.name, b.name);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    for e in TABLE {
+        let libc_nr = match e.name {
+            "unshare" => nix::libc::SYS_unshare,
+            "clone" => nix::libc::SYS_clone,
+            "clone3" => nix::libc::SYS_clone3,
+            "ptrace" => nix::libc::SYS_ptrace,
+            "io_uring_setup" => nix::libc::SYS_io_uring_setup,
+            "mount_setattr" => nix::libc::SYS_mount_setattr,
+            "keyctl" => nix::libc::SYS_keyctl,
+            _ => continue,
+        };
+        assert_eq!(e.x86_64, libc_nr, "{}", e.name);
+    }
+}
+
+#[test]
+fn denied_syscalls_follow_the_policy() {
+    let all = SeccompPolicy::default().denied_syscalls();
+    assert_eq!(all.len(), TABLE.len());
+    let relaxed = SeccompPolicy {
+        allow_nested_user_namespaces: true,
+        allow_ptrace: true,
+    }
+    .denied_syscalls();
+    assert_eq!(relaxed.len(), TABLE.len() - 7);
+    assert!(relaxed.iter().all(|d| d.denial == Denial::Eperm));
+    let json = serde_json::to_string(&all[0]).unwrap();
+    assert_eq!(
+        json,
+        r#"{"name":"unshare","denial":"eperm_with_clone_newuser"}"#
+    );
+}
+
+#[test]
+fn unsupported_arch_is_a_typed_error() {
+    let err = build_filter(&SeccompPolicy::default(), TargetArch::riscv64).unwrap_err();
+    assert!(matches!(err, SeccompError::NoSyscallTable { .. }), "{err}");
+    assert!(current_arch().is_ok());
+}
