@@ -10,9 +10,18 @@
 //! * [`cgroup`]: per-run control groups on cgroup v1, v2 or the hybrid layout, with
 //!   memory, pids and cpu limits, OOM detection, whole-tree kill and removal;
 //! * [`seccomp`]: the seccomp filter for what namespaces do not cover;
-//! * [`host_check`]: what this host supports, with a remediation for each gap.
+//! * [`host_check`]: what this host supports, with a remediation for each gap;
+//! * [`environment`] and [`identity`]: the Environment and Identity boundaries'
+//!   decisions (a cleared environment with an allowlist, finite default limits, the
+//!   run user, issued credentials), which the process boundary applies;
+//! * [`spawn`]: one command in fresh user, mount, pid, net, uts, ipc and cgroup
+//!   namespaces with the mount plan applied on a new root, a minimal init as pid 1,
+//!   emptied capability sets and `no_new_privs`.
 #![deny(missing_docs)]
 
 pub mod cgroup;
+pub mod environment;
 pub mod host_check;
+pub mod identity;
 pub mod seccomp;
+pub mod spawn;

@@ -44,7 +44,9 @@ pub enum SpawnError {
         source: Errno,
     },
     /// `clone(2)` with the namespace flags failed.
-    #[error("process boundary: clone with new user, mount, pid, net, uts and ipc namespaces failed")]
+    #[error(
+        "process boundary: clone with new user, mount, pid, net, uts and ipc namespaces failed"
+    )]
     Clone {
         /// The cause.
         #[source]
@@ -228,6 +230,7 @@ pub(crate) mod op {
     pub const SYMLINK: u32 = 7;
     pub const READ: u32 = 8;
     pub const CLOSE: u32 = 9;
+    pub const OPEN_SOURCE: u32 = 10;
 
     pub fn name(op: u32) -> &'static str {
         match op {
@@ -240,6 +243,7 @@ pub(crate) mod op {
             SYMLINK => "symlink",
             READ => "read",
             CLOSE => "close",
+            OPEN_SOURCE => "opening the bind source",
             _ => "the system call",
         }
     }

@@ -1,0 +1,419 @@
+//! The `clone` and everything the cloned child does until it forks the command.
+//!
+//! # Why a fork-style raw `clone`
+//!
+//! The parent calls `syscall(SYS_clone, flags | SIGCHLD, NULL, ...)`: with a NULL
+//! stack the child continues on a copy-on-write copy of the caller's stack, exactly
+//! like `fork`, so there is no separate stack to size or keep alive and the code
+//! after the call is ordinary Rust that reads the [`Prepared`] data in place. glibc's
+//! `fork()` is avoided on purpose: it runs `atfork` handlers and takes the malloc
+//! locks, which another thread of a multi-threaded runtime may hold at that moment
+//! and which would then stay locked forever in the child. For the same reason the
+//! child uses raw `syscall`s for `setresuid`/`setresgid`/`setgroups` (glibc's
+//! wrappers would try to broadcast the change to threads that exist only in the
+//! parent) and never allocates.
+//!
+//! # Order in the child
+//!
+//! 1. reset signal dispositions (all signals stay blocked, as the parent blocked
+//!    them around `clone`), `umask(022)`;
+//! 2. move the kept descriptors to 0..=2 (stdio), 3 (go), 4 (error), 5 (status),
+//!    6.. (cgroup files), then `close_range(n, ~0)`: an inherited descriptor could keep a host `flock` lease
+//!    or journal lock held;
+//! 3. wait for the parent's "maps written, go" byte;
+//! 4. join the run's cgroups (write `0` to each `cgroup.procs`), then
+//!    `unshare(CLONE_NEWCGROUP)` so the namespace root is the run's cgroup;
+//! 5. clear supplementary groups (when the parent left `setgroups` allowed);
+//! 6. open every bind source (`O_PATH`, still with the host root's fs ids);
+//!    `setfsgid`/`setfsuid` to the run's ids (files created in the new tmpfs
+//!    mounts need an owner mapped in the namespace); mounts private; scratch tmpfs on `/tmp`, first `pivot_root` into it with the
+//!    host root at `/oldroot`; the root tmpfs at `/newroot`; the mount plan;
+//!    `/newroot` read-only; `pivot_root(".", ".")` and detach the old root;
+//! 7. hostname, `lo` up;
+//! 8. drop the bounding set, `setresgid`/`setresuid`, empty every capability set,
+//!    clear ambient, `no_new_privs`, `chdir(cwd)`;
+//! 9. fork the command; this process stays as pid 1 ([`super::init`]).
+
+use std::convert::Infallible;
+use std::ffi::c_int;
+use std::os::fd::AsRawFd;
+use std::ptr;
+
+use nix::errno::Errno as NixErrno;
+use nix::libc;
+
+use super::error::{ChildStage, Report, SpawnError, op};
+use super::prepared::Prepared;
+use super::raw::{self, Errno, Fd};
+use super::{init, mounts};
+
+/// The go byte when the child should clear its supplementary groups.
+pub(crate) const GO_CLEAR_GROUPS: u8 = 1;
+/// The go byte when `setgroups` was denied (groups stay as inherited).
+pub(crate) const GO_GROUPS_DENIED: u8 = 2;
+
+pub(crate) const FD_GO: c_int = 3;
+pub(crate) const FD_ERROR: c_int = 4;
+pub(crate) const FD_STATUS: c_int = 5;
+const FD_CGROUP: c_int = 6;
+
+/// `CAP_LAST_CAP` is below this on every kernel so far; the loop stops at `EINVAL`.
+const CAP_PROBE_LIMIT: c_int = 64;
+
+/// Clones the child into new user, mount, pid, net, uts and ipc namespaces and
+/// returns its pid (the namespace's pid 1) in the parent. The child never returns.
+pub(crate) fn clone_child(prepared: &Prepared) -> Result<i32, SpawnError> {
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWIPC
+        | libc::SIGCHLD;
+    // SAFETY: `sigset_t` is plain data; sigfillset initialises it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to local sigsets. Blocking every signal in this thread
+    // keeps the host's handlers (e.g. tokio's) from running in the child before it
+    // resets them; the mask is restored right after the clone.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: a fork-style clone (NULL stack, no CLONE_VM): the child gets a private
+    // copy of the address space and continues here. In the child, `run` performs
+    // only async-signal-safe system calls on `prepared` (allocated before) and ends
+    // with `execve` or `_exit`; it never returns into the caller's frames.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            ptr::null_mut::<libc::c_void>(),
+            ptr::null_mut::<libc::c_void>(),
+            ptr::null_mut::<libc::c_void>(),
+            0usize,
+        )
+    };
+    if ret == 0 {
+        run(prepared);
+    }
+    let error = NixErrno::last();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
+    if ret < 0 {
+        return Err(SpawnError::Clone { source: error });
+    }
+    Ok(ret as i32)
+}
+
+/// The child: set up, then become pid 1 and fork the command; on failure report
+/// `(stage, step, op, errno)` on the error pipe and `_exit(127)`.
+fn run(prepared: &Prepared) -> ! {
+    let mut error_fd = prepared.child_fds.error_write.as_raw_fd();
+    let Err(report) = setup(prepared, &mut error_fd);
+    let _ = raw::write_all(error_fd, &report.encode());
+    // SAFETY: `_exit` ends the process without running the parent's atexit
+    // handlers or destructors.
+    unsafe { libc::_exit(127) }
+}
+
+fn fail(stage: ChildStage, op: u32) -> impl Fn(Errno) -> Report {
+    move |errno| Report {
+        stage: stage as u32,
+        index: 0,
+        op,
+        errno,
+    }
+}
+
+fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
+    reset_signals();
+    // SAFETY: umask only changes this process's creation mask.
+    unsafe { libc::umask(0o022) };
+    let cgroups = keep_descriptors(p).map_err(fail(ChildStage::Descriptors, op::CALL))?;
+    *error_fd = FD_ERROR;
+
+    let go = raw::read_byte(FD_GO).map_err(fail(ChildStage::Go, op::READ))?;
+    let Some(go) = go else {
+        // The parent gave up before writing the maps: nothing to report to.
+        // SAFETY: see `run`.
+        unsafe { libc::_exit(127) }
+    };
+    // SAFETY: FD_GO is ours and no longer needed.
+    unsafe { libc::close(FD_GO) };
+
+    for fd in FD_CGROUP..FD_CGROUP + cgroups {
+        raw::write_all(fd, b"0").map_err(fail(ChildStage::Cgroup, op::WRITE))?;
+        // SAFETY: the cgroup file descriptor is ours and no longer needed.
+        unsafe { libc::close(fd) };
+    }
+    // SAFETY: unshare of the cgroup namespace affects this process only.
+    raw::check(unsafe { libc::unshare(libc::CLONE_NEWCGROUP) })
+        .map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
+    if go == GO_CLEAR_GROUPS {
+        // SAFETY: raw setgroups(0, NULL): no glibc thread broadcast.
+        raw::check_long(unsafe {
+            libc::syscall(libc::SYS_setgroups, 0usize, ptr::null::<libc::gid_t>())
+        })
+        .map_err(fail(ChildStage::Groups, op::CALL))?;
+    }
+
+    mounts::open_sources(&p.steps, &p.source_fds)?;
+    // Files the plan creates in the new tmpfs mounts must be owned by an id mapped
+    // in this namespace (else EOVERFLOW): create them as the run's ids. Only the
+    // fs ids change; the capabilities stay until `drop_privileges`.
+    // SAFETY: raw setfsgid/setfsuid: no glibc thread broadcast in the child.
+    unsafe {
+        libc::syscall(libc::SYS_setfsgid, p.gid);
+        libc::syscall(libc::SYS_setfsuid, p.uid);
+    }
+    build_root(p)?;
+
+    // SAFETY: the prepared hostname outlives the call; length checked before clone.
+    raw::check(unsafe { libc::sethostname(p.hostname.as_ptr().cast(), p.hostname.len()) })
+        .map_err(fail(ChildStage::Hostname, op::CALL))?;
+    loopback_up().map_err(fail(ChildStage::Loopback, op::CALL))?;
+
+    drop_privileges(p)?;
+    // SAFETY: a NUL-terminated path prepared before clone.
+    raw::check(unsafe { libc::chdir(p.cwd.as_ptr()) })
+        .map_err(fail(ChildStage::Chdir, op::CALL))?;
+    init::fork_command(p)
+}
+
+/// Resets every catchable signal to its default disposition.
+fn reset_signals() {
+    // SAFETY: `sigaction` is plain data; zeroed means SIG_DFL, empty mask, no flags.
+    let default: libc::sigaction = unsafe { std::mem::zeroed() };
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: a valid sigaction; errors (reserved signals) are ignored.
+        unsafe { libc::sigaction(signal, &default, ptr::null_mut()) };
+    }
+}
+
+/// Moves the kept descriptors to `0..kept.len()` in the prepared order and closes
+/// every other one. Returns how many cgroup files were kept.
+fn keep_descriptors(p: &Prepared) -> Result<c_int, Errno> {
+    let count = p.kept.len();
+    let base = p
+        .kept
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(count as c_int)
+        + 1;
+    // First copy everything above every source and target, so no dup3 below can
+    // clobber a descriptor that still has to be moved. `moved` was allocated before
+    // clone; this process writes its own copy-on-write copy of it.
+    for (fd, moved) in p.kept.iter().zip(&p.moved) {
+        // SAFETY: duplicating an open descriptor.
+        moved.set(raw::check(unsafe {
+            libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, base)
+        })?);
+    }
+    for (i, moved) in p.moved.iter().enumerate() {
+        let flags = if i < 3 { 0 } else { libc::O_CLOEXEC };
+        // SAFETY: `moved` is open and differs from the target (it is above `count`).
+        raw::check(unsafe { libc::dup3(moved.get(), i as c_int, flags) })?;
+    }
+    // SAFETY: closes descriptors this process owns; nothing below `count` is touched.
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, count as u32, u32::MAX, 0u32) };
+    if closed < 0 {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: valid out-pointer.
+        raw::check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) })?;
+        let end = (limit.rlim_cur.min(1 << 20) as c_int).max(base + count as c_int);
+        for fd in count as c_int..end {
+            // SAFETY: closing a descriptor number; EBADF is ignored.
+            unsafe { libc::close(fd) };
+        }
+    }
+    Ok(p.child_fds.cgroup_procs.len() as c_int)
+}
+
+/// Builds the new root and pivots into it (stage 6 in the module docs).
+fn build_root(p: &Prepared) -> Result<(), Report> {
+    let private = fail(ChildStage::MountPrivate, op::MOUNT);
+    // SAFETY: literal paths; null source/type/data are allowed for a propagation change.
+    raw::check(unsafe {
+        libc::mount(
+            ptr::null(),
+            c"/".as_ptr(),
+            ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            ptr::null(),
+        )
+    })
+    .map_err(private)?;
+
+    let scratch = fail(ChildStage::ScratchRoot, op::CALL);
+    // SAFETY: literal NUL-terminated strings. The tmpfs over /tmp exists only in
+    // this (private) mount namespace.
+    unsafe {
+        raw::check(libc::mount(
+            c"tmpfs".as_ptr(),
+            c"/tmp".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            c"size=64k,mode=0700".as_ptr().cast(),
+        ))
+        .map_err(&scratch)?;
+        raw::check(libc::mkdir(c"/tmp/newroot".as_ptr(), 0o755)).map_err(&scratch)?;
+        raw::check(libc::mkdir(c"/tmp/oldroot".as_ptr(), 0o755)).map_err(&scratch)?;
+        raw::check_long(libc::syscall(
+            libc::SYS_pivot_root,
+            c"/tmp".as_ptr(),
+            c"/tmp/oldroot".as_ptr(),
+        ))
+        .map_err(&scratch)?;
+        raw::check(libc::chdir(c"/".as_ptr())).map_err(&scratch)?;
+    }
+
+    let new_root = fail(ChildStage::NewRoot, op::CALL);
+    // SAFETY: literal paths and the data string prepared before clone.
+    raw::check(unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            c"/newroot".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            p.root_data.as_ptr().cast(),
+        )
+    })
+    .map_err(&new_root)?;
+    let root = open_dir(c"/newroot").map_err(&new_root)?;
+
+    mounts::apply(&p.steps, root.0, &p.source_fds)?;
+
+    let top = open_dir(c"/newroot").map_err(fail(ChildStage::RootReadOnly, op::REOPEN))?;
+    mounts::set_flags(&top, 0x1, 0, false).map_err(|(op, errno)| Report {
+        stage: ChildStage::RootReadOnly as u32,
+        index: 0,
+        op,
+        errno,
+    })?;
+    drop(top);
+
+    let pivot = fail(ChildStage::PivotRoot, op::CALL);
+    // SAFETY: `root.0` is an open directory; literal paths. After
+    // pivot_root(".", ".") the old root is stacked on "." and detached at once.
+    unsafe {
+        raw::check(libc::fchdir(root.0)).map_err(&pivot)?;
+        raw::check_long(libc::syscall(
+            libc::SYS_pivot_root,
+            c".".as_ptr(),
+            c".".as_ptr(),
+        ))
+        .map_err(&pivot)?;
+        raw::check(libc::umount2(c".".as_ptr(), libc::MNT_DETACH)).map_err(&pivot)?;
+        raw::check(libc::chdir(c"/".as_ptr())).map_err(&pivot)?;
+    }
+    Ok(())
+}
+
+fn open_dir(path: &std::ffi::CStr) -> Result<Fd, Errno> {
+    // SAFETY: a NUL-terminated path.
+    raw::check(unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })
+    .map(Fd)
+}
+
+/// `ip link set lo up` with two ioctls (no netlink needed).
+fn loopback_up() -> Result<(), Errno> {
+    // SAFETY: socket(2) with constant arguments.
+    let socket = Fd(raw::check(unsafe {
+        libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+    })?);
+    // SAFETY: `ifreq` is plain data; all-zero is valid.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    request.ifr_name[0] = b'l' as libc::c_char;
+    request.ifr_name[1] = b'o' as libc::c_char;
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS take a `struct ifreq *`; `request` is valid.
+    unsafe {
+        raw::check(libc::ioctl(socket.0, libc::SIOCGIFFLAGS, &mut request))?;
+        request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        raw::check(libc::ioctl(socket.0, libc::SIOCSIFFLAGS, &request))?;
+    }
+    Ok(())
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Drops every privilege: bounding set, ids, capability sets, ambient, and sets
+/// `no_new_privs`. The bounding set goes first (it needs `CAP_SETPCAP`); the uid
+/// change does not clear capabilities by itself here (no uid maps to 0 in the
+/// namespace), so `capset` empties them explicitly.
+fn drop_privileges(p: &Prepared) -> Result<(), Report> {
+    for cap in 0..CAP_PROBE_LIMIT {
+        // SAFETY: prctl with integer arguments.
+        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if ret < 0 {
+            if raw::errno() == libc::EINVAL {
+                break;
+            }
+            return Err(fail(ChildStage::BoundingSet, op::CALL)(raw::errno()));
+        }
+    }
+    // SAFETY: raw setresgid/setresuid: no glibc thread broadcast in the child.
+    raw::check_long(unsafe { libc::syscall(libc::SYS_setresgid, p.gid, p.gid, p.gid) })
+        .map_err(fail(ChildStage::SetGid, op::CALL))?;
+    // SAFETY: as above.
+    raw::check_long(unsafe { libc::syscall(libc::SYS_setresuid, p.uid, p.uid, p.uid) })
+        .map_err(fail(ChildStage::SetUid, op::CALL))?;
+    let header = CapHeader {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    let caps = fail(ChildStage::Capabilities, op::CALL);
+    // SAFETY: a v3 header and two data structs, as capset(2) expects.
+    raw::check_long(unsafe { libc::syscall(libc::SYS_capset, &raw const header, data.as_ptr()) })
+        .map_err(&caps)?;
+    // SAFETY: prctl with integer arguments; EINVAL (no ambient support) is fine.
+    let ret = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if ret < 0 && raw::errno() != libc::EINVAL {
+        return Err(caps(raw::errno()));
+    }
+    // SAFETY: prctl with integer arguments.
+    raw::check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) })
+        .map_err(fail(ChildStage::NoNewPrivs, op::CALL))?;
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! pid 1 of the run's pid namespace, and the command it forks.
+//!
+//! A new pid namespace applies to the children of the process that creates it, and
+//! the cloned child *is* pid 1; the command needs one more fork. pid 1 stays behind
+//! as a minimal init: it reaps every process that is reparented to it, and when the
+//! command ends it writes the command's raw wait status to the status pipe, kills
+//! what is left (`kill(-1, SIGKILL)`; the kernel would do the same when pid 1
+//! exits) and exits. So the whole tree ends when the command ends, and the host's
+//! `waitpid` on pid 1 returns only after the namespace is empty.
+//!
+//! Signals stay blocked in pid 1 (`waitpid` does not need `SIGCHLD` delivered), so
+//! nothing inside can disturb it: inside its namespace, init receives only signals
+//! it has handlers for, and it has none. The host kills it with `SIGKILL`.
+
+use std::convert::Infallible;
+use std::ptr;
+
+use nix::libc;
+
+use super::child::{FD_ERROR, FD_STATUS};
+use super::error::{ChildStage, Report, op};
+use super::prepared::Prepared;
+use super::raw;
+
+/// Forks the command; the caller continues as pid 1 and never returns.
+pub(crate) fn fork_command(p: &Prepared) -> Result<Infallible, Report> {
+    // SAFETY: a fork-style raw clone (see `child.rs`): no glibc fork handlers, no
+    // locks; both sides continue with raw system calls only.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            ptr::null_mut::<libc::c_void>(),
+            ptr::null_mut::<libc::c_void>(),
+            ptr::null_mut::<libc::c_void>(),
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(report(ChildStage::Fork, raw::errno()));
+    }
+    if pid == 0 {
+        let error = exec_command(p);
+        let _ = raw::write_all(FD_ERROR, &error.encode());
+        // SAFETY: ends the command process without running any destructor.
+        unsafe { libc::_exit(127) }
+    }
+    init(pid as libc::pid_t)
+}
+
+fn report(stage: ChildStage, errno: raw::Errno) -> Report {
+    Report {
+        stage: stage as u32,
+        index: 0,
+        op: op::CALL,
+        errno,
+    }
+}
+
+/// The command's side: new session, signals unblocked, seccomp, `execve`.
+/// Returns only on failure.
+fn exec_command(p: &Prepared) -> Report {
+    // SAFETY: setsid has no memory arguments.
+    if unsafe { libc::setsid() } < 0 {
+        return report(ChildStage::Session, raw::errno());
+    }
+    // SAFETY: `sigset_t` is plain data; sigemptyset initialises it and the empty
+    // mask is installed for this process only.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        if libc::sigprocmask(libc::SIG_SETMASK, &none, ptr::null_mut()) < 0 {
+            return report(ChildStage::Session, raw::errno());
+        }
+    }
+    if let Some(program) = &p.seccomp {
+        let fprog = libc::sock_fprog {
+            len: program.len() as libc::c_ushort,
+            filter: program.as_ptr().cast_mut(),
+        };
+        // SAFETY: `fprog` points at the BPF program prepared before clone, which
+        // outlives the call; no_new_privs is already set.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0u32,
+                &raw const fprog,
+            )
+        };
+        if ret < 0 {
+            return report(ChildStage::Seccomp, raw::errno());
+        }
+    }
+    // SAFETY: program, argv and envp are NUL-terminated strings and null-terminated
+    // pointer arrays kept alive by `p`.
+    unsafe { libc::execve(p.program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
+    report(ChildStage::Exec, raw::errno())
+}
+
+/// pid 1: reap until the command ends, report its status, end the namespace.
+fn init(command: libc::pid_t) -> ! {
+    // SAFETY: closing descriptors pid 1 no longer needs: its copy of the error pipe
+    // (so the parent sees EOF once the command has exec'd) and the command's stdio
+    // (so the caller sees EOF when the command's tree closes them).
+    unsafe {
+        libc::close(FD_ERROR);
+        libc::close(0);
+        libc::close(1);
+        libc::close(2);
+    }
+    let mut status: libc::c_int = 0;
+    let mut found = false;
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut st, libc::__WALL) };
+        if pid == command {
+            status = st;
+            found = true;
+            break;
+        }
+        if pid < 0 && raw::errno() != libc::EINTR {
+            break;
+        }
+    }
+    if found {
+        let _ = raw::write_all(FD_STATUS, &status.to_ne_bytes());
+    }
+    // SAFETY: kill(-1) in a pid namespace reaches every process of the namespace
+    // except pid 1 itself; nothing outside it is visible from here.
+    unsafe { libc::kill(-1, libc::SIGKILL) };
+    let code = if !found {
+        127
+    } else if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        127
+    };
+    // SAFETY: ends pid 1 (and with it the namespace) without destructors.
+    unsafe { libc::_exit(code) }
+}

@@ -1,0 +1,347 @@
+//! Applying the [`MountPlan`](workspace_core::mount_plan::MountPlan) in the child.
+//!
+//! Runs after `clone`, in the new user and mount namespaces, while the child still
+//! holds every capability of its user namespace: only raw system calls on data
+//! prepared in [`Prepared`](super::prepared::Prepared).
+//!
+//! Every target is resolved beneath the new root one component at a time with
+//! `O_NOFOLLOW` (see [`raw::walk_parent`]); the mount is then made on
+//! `/oldroot/proc/self/fd/N` of that descriptor, so a symlink planted in a bound
+//! tree can never redirect a mount. Bind sources are opened first (see
+//! [`open_sources`]) and named the same way.
+//! Flags are set afterwards on the new mount with `mount_setattr(2)` (which only
+//! adds or clears the flags named, so flags the kernel locked on host mounts are
+//! kept), falling back to a bind remount that preserves the current flags.
+
+use std::cell::Cell;
+use std::ffi::{CStr, c_char, c_int, c_ulong};
+use std::ptr;
+
+use nix::libc;
+
+use super::error::{ChildStage, Report, op};
+use super::prepared::{PreparedStep, StepKind};
+use super::raw::{self, Errno, Fd, StackPath};
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+/// `struct mount_attr` from `linux/mount.h`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// A failed operation within a step.
+type StepResult = Result<(), (u32, Errno)>;
+
+/// Opens every bind source (`O_PATH`) into its slot. Called in the child before its
+/// fs ids change, so host directories only root may search can still be bound; the
+/// descriptors then live in the child's own mount namespace (a descriptor opened by
+/// the parent would name the host's mounts, which `mount` refuses to bind).
+pub(crate) fn open_sources(steps: &[PreparedStep], slots: &[Cell<c_int>]) -> Result<(), Report> {
+    for (index, step) in steps.iter().enumerate() {
+        if let StepKind::Bind { source, slot, .. } = &step.kind {
+            // SAFETY: a NUL-terminated path prepared before clone.
+            let fd =
+                raw::check(unsafe { libc::open(source.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) })
+                    .map_err(|errno| Report {
+                        stage: ChildStage::MountStep as u32,
+                        index: index as u32,
+                        op: op::OPEN_SOURCE,
+                        errno,
+                    })?;
+            if let Some(cell) = slots.get(*slot) {
+                cell.set(fd);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies every step beneath `root` (an `O_PATH` descriptor of the new root).
+pub(crate) fn apply(
+    steps: &[PreparedStep],
+    root: c_int,
+    slots: &[Cell<c_int>],
+) -> Result<(), Report> {
+    for (index, step) in steps.iter().enumerate() {
+        apply_step(root, step, slots).map_err(|(op, errno)| Report {
+            stage: ChildStage::MountStep as u32,
+            index: index as u32,
+            op,
+            errno,
+        })?;
+    }
+    Ok(())
+}
+
+fn apply_step(root: c_int, step: &PreparedStep, slots: &[Cell<c_int>]) -> StepResult {
+    let target = step.target.as_c_str();
+    match &step.kind {
+        StepKind::Bind {
+            slot,
+            dir,
+            read_only,
+            device,
+            ..
+        } => {
+            let at = if *dir {
+                raw::create_dir(root, target)
+            } else {
+                raw::create_file(root, target)
+            }
+            .map_err(|e| (op::CREATE, e))?;
+            let source_fd = slots.get(*slot).map_or(-1, Cell::get);
+            let source = StackPath::proc_fd(source_fd);
+            mount_on(
+                &at,
+                source.as_ptr(),
+                ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                None,
+            )?;
+            // SAFETY: the source descriptor is this step's and no longer needed.
+            unsafe { libc::close(source_fd) };
+            drop(at);
+            let mut set = if *device {
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC
+            } else {
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+            };
+            if *read_only {
+                set |= MOUNT_ATTR_RDONLY;
+            }
+            let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
+            set_flags(&top, set, 0, true)
+        }
+        StepKind::Overlay { data } => {
+            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            mount_on(
+                &at,
+                c"overlay".as_ptr(),
+                c"overlay".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(data),
+            )
+        }
+        StepKind::Rebind { read_only } => {
+            let at = match raw::open_existing(root, target) {
+                Err(libc::ENOENT) if step.optional => return Ok(()),
+                other => other.map_err(|e| (op::RESOLVE, e))?,
+            };
+            let here = StackPath::proc_fd(at.0);
+            mount_on(
+                &at,
+                here.as_ptr(),
+                ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                None,
+            )?;
+            drop(at);
+            let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
+            let base = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+            if *read_only {
+                // Read-only reaches every mount below: the safe direction.
+                set_flags(&top, base | MOUNT_ATTR_RDONLY, 0, true)
+            } else {
+                set_flags(&top, base, MOUNT_ATTR_RDONLY, false)
+            }
+        }
+        StepKind::RemountReadOnly => {
+            let top = raw::open_existing(root, target).map_err(|e| (op::RESOLVE, e))?;
+            set_flags(&top, MOUNT_ATTR_RDONLY, 0, false)
+        }
+        StepKind::Tmpfs { data } => {
+            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            mount_on(
+                &at,
+                c"tmpfs".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(data),
+            )
+        }
+        StepKind::Proc => {
+            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            mount_on(
+                &at,
+                c"proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                None,
+            )
+        }
+        StepKind::Devpts => {
+            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            mount_on(
+                &at,
+                c"devpts".as_ptr(),
+                c"devpts".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                Some(c"newinstance,ptmxmode=0666,mode=0620"),
+            )
+        }
+        StepKind::Mask { file } => mask(root, target, *file),
+        StepKind::Symlink { to } => {
+            let (parent, name) =
+                raw::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
+            // SAFETY: both strings are NUL-terminated and outlive the call.
+            raw::check(unsafe { libc::symlinkat(to.as_ptr(), parent.0, name.as_ptr()) })
+                .map(drop)
+                .map_err(|e| (op::SYMLINK, e))
+        }
+        StepKind::File { contents, mode } => {
+            let (parent, name) =
+                raw::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
+            // SAFETY: `name` is NUL-terminated; `parent.0` is an open directory.
+            let fd = raw::check(unsafe {
+                libc::openat(
+                    parent.0,
+                    name.as_ptr(),
+                    libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_WRONLY
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    *mode,
+                )
+            })
+            .map_err(|e| (op::CREATE, e))?;
+            let fd = Fd(fd);
+            raw::write_all(fd.0, contents).map_err(|e| (op::WRITE, e))?;
+            // SAFETY: `fd.0` is open; the umask must not narrow the planned mode.
+            raw::check(unsafe { libc::fchmod(fd.0, *mode) })
+                .map(drop)
+                .map_err(|e| (op::WRITE, e))
+        }
+    }
+}
+
+/// Hides `target`: `/dev/null` over a file, an empty read-only tmpfs over a
+/// directory. A target that does not exist has nothing to hide and is skipped
+/// (e.g. `/proc/sched_debug` on kernels that moved it to debugfs).
+fn mask(root: c_int, target: &CStr, file: bool) -> StepResult {
+    let at = match raw::open_existing(root, target) {
+        Err(libc::ENOENT) => return Ok(()),
+        other => other.map_err(|e| (op::RESOLVE, e))?,
+    };
+    let hidden = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    if file {
+        mount_on(
+            &at,
+            c"/oldroot/dev/null".as_ptr(),
+            ptr::null(),
+            libc::MS_BIND,
+            None,
+        )?;
+        drop(at);
+        let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
+        set_flags(&top, hidden, 0, false)
+    } else {
+        mount_on(
+            &at,
+            c"tmpfs".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some(c"size=4k,nr_inodes=1,mode=0555"),
+        )
+    }
+}
+
+/// `mount(source, /oldroot/proc/self/fd/N, fstype, flags, data)` on the resolved
+/// target `at`.
+fn mount_on(
+    at: &Fd,
+    source: *const c_char,
+    fstype: *const c_char,
+    flags: c_ulong,
+    data: Option<&CStr>,
+) -> StepResult {
+    let target = StackPath::proc_fd(at.0);
+    let data = data.map_or(ptr::null(), |d| d.as_ptr().cast());
+    // SAFETY: every pointer is null or a NUL-terminated string that outlives the
+    // call (prepared before clone, literals, or the stack buffer above).
+    raw::check(unsafe { libc::mount(source, target.as_ptr(), fstype, flags, data) })
+        .map(drop)
+        .map_err(|e| (op::MOUNT, e))
+}
+
+/// Sets and clears mount attributes on the mount whose root `top` is.
+pub(crate) fn set_flags(top: &Fd, set: u64, clear: u64, recursive: bool) -> StepResult {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
+    // SAFETY: `attr` is a valid `struct mount_attr` of the size passed; the path is
+    // an empty literal used with AT_EMPTY_PATH on an open descriptor.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            top.0,
+            c"".as_ptr(),
+            flags as c_ulong,
+            &raw const attr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    match raw::check_long(ret) {
+        Ok(_) => Ok(()),
+        Err(libc::ENOSYS) => remount(top, set, clear),
+        Err(e) => Err((op::SET_FLAGS, e)),
+    }
+}
+
+/// Fallback for kernels before 5.12: a bind remount of this mount only, keeping the
+/// flags it has (the kernel refuses to clear flags it locked).
+fn remount(top: &Fd, set: u64, clear: u64) -> StepResult {
+    // SAFETY: `statvfs` is plain data; fstatvfs fills it. (glibc takes the flags
+    // from fstatfs's `f_flags`, present since Linux 2.6.36: no allocation.)
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `top.0` is open; `st` is a valid out-pointer.
+    raw::check(unsafe { libc::fstatvfs(top.0, &mut st) }).map_err(|e| (op::SET_FLAGS, e))?;
+    let current = st.f_flag as c_ulong;
+    let keep = libc::MS_NOSUID
+        | libc::MS_NODEV
+        | libc::MS_NOEXEC
+        | libc::MS_NOATIME
+        | libc::MS_NODIRATIME
+        | libc::MS_RELATIME
+        | libc::MS_RDONLY;
+    // ST_* values equal the MS_* ones for these flags.
+    let mut flags = current & keep;
+    for (attr, ms) in [
+        (MOUNT_ATTR_RDONLY, libc::MS_RDONLY),
+        (MOUNT_ATTR_NOSUID, libc::MS_NOSUID),
+        (MOUNT_ATTR_NODEV, libc::MS_NODEV),
+        (MOUNT_ATTR_NOEXEC, libc::MS_NOEXEC),
+    ] {
+        if set & attr != 0 {
+            flags |= ms;
+        }
+        if clear & attr != 0 {
+            flags &= !ms;
+        }
+    }
+    let target = StackPath::proc_fd(top.0);
+    // SAFETY: a NUL-terminated stack path; other pointers null.
+    raw::check(unsafe {
+        libc::mount(
+            ptr::null(),
+            target.as_ptr(),
+            ptr::null(),
+            libc::MS_REMOUNT | libc::MS_BIND | flags,
+            ptr::null(),
+        )
+    })
+    .map(drop)
+    .map_err(|e| (op::SET_FLAGS, e))
+}

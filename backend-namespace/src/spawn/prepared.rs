@@ -1,0 +1,401 @@
+//! Everything the child needs, computed and allocated before `clone`.
+//!
+//! After `clone` the child may not allocate, so every path is a `CString` here,
+//! every mount's data string is formatted here, `argv`/`envp` are null-terminated
+//! pointer arrays kept alive by this struct, and every descriptor the child keeps
+//! is open already.
+
+use std::cell::Cell;
+use std::ffi::{CString, c_char, c_int};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::libc;
+use workspace_core::mount_plan::{MountAction, MountPlan, Reason};
+
+use super::SpawnRequest;
+use super::error::SpawnError;
+
+/// Where the host's root is reachable while the plan is applied.
+pub(crate) const OLD_ROOT: &str = "/oldroot";
+/// At most this many cgroup files can be joined (descriptors kept in the child).
+pub(crate) const MAX_CGROUP_FILES: usize = 16;
+
+/// One mount-plan step, ready for the child.
+#[derive(Debug)]
+pub(crate) struct PreparedStep {
+    /// The absolute target inside the new root, e.g. `/etc/passwd`.
+    pub target: CString,
+    /// What to do there.
+    pub kind: StepKind,
+    /// Whether a missing target is skipped rather than an error: the `/proc` parts
+    /// the plan hardens exist only with some kernel configurations.
+    pub optional: bool,
+}
+
+/// A [`MountAction`] with its arguments in the form the syscalls take.
+#[derive(Debug)]
+pub(crate) enum StepKind {
+    /// Bind the host path `source`, which the child opens (`O_PATH`) into
+    /// `Prepared::source_fds[slot]` while it still has the host root's fs ids.
+    Bind {
+        source: CString,
+        slot: usize,
+        dir: bool,
+        read_only: bool,
+        device: bool,
+    },
+    /// overlayfs with a prepared option string.
+    Overlay { data: CString },
+    /// Bind the target onto itself.
+    Rebind { read_only: bool },
+    /// Read-only on the target's own mount.
+    RemountReadOnly,
+    /// A tmpfs with a prepared option string.
+    Tmpfs { data: CString },
+    /// procfs.
+    Proc,
+    /// devpts (new instance).
+    Devpts,
+    /// Hide the target.
+    Mask { file: bool },
+    /// A symbolic link.
+    Symlink { to: CString },
+    /// A file with generated contents.
+    File { contents: Vec<u8>, mode: u32 },
+}
+
+/// The descriptors the child keeps (moved to fixed numbers there).
+#[derive(Debug)]
+pub(crate) struct ChildFds {
+    pub stdio: [OwnedFd; 3],
+    pub go_read: OwnedFd,
+    pub error_write: OwnedFd,
+    pub status_write: OwnedFd,
+    pub cgroup_procs: Vec<OwnedFd>,
+}
+
+/// The parent's ends of the pipes.
+#[derive(Debug)]
+pub(crate) struct ParentFds {
+    pub go_write: OwnedFd,
+    pub error_read: OwnedFd,
+    pub status_read: OwnedFd,
+}
+
+/// Everything computed before `clone`.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    pub program: CString,
+    _argv: Vec<CString>,
+    pub argv: Vec<*const c_char>,
+    _envp: Vec<CString>,
+    pub envp: Vec<*const c_char>,
+    pub cwd: CString,
+    pub hostname: Vec<u8>,
+    pub root_data: CString,
+    pub steps: Vec<PreparedStep>,
+    pub uid: u32,
+    pub gid: u32,
+    pub seccomp: Option<Vec<libc::sock_filter>>,
+    pub child_fds: ChildFds,
+    pub parent_fds: ParentFds,
+    /// The raw numbers of every descriptor the child keeps, in their final order
+    /// (stdio, go, error, status, cgroup files, bind sources).
+    pub kept: Vec<c_int>,
+    /// Scratch space the child fills while moving `kept` (no allocation there).
+    pub moved: Vec<Cell<c_int>>,
+    /// One slot per bind source, filled by the child (see [`StepKind::Bind`]).
+    pub source_fds: Vec<Cell<c_int>>,
+}
+
+impl Prepared {
+    /// Checks the request and prepares everything.
+    pub fn new(request: &SpawnRequest) -> Result<Self, SpawnError> {
+        check_ids(request)?;
+        let program = request
+            .argv
+            .first()
+            .ok_or_else(|| invalid("argv", "is empty"))?;
+        if !program.starts_with('/') {
+            return Err(invalid(
+                "argv[0]",
+                format!("{program:?} is not an absolute path inside the run"),
+            ));
+        }
+        let program = cstring("argv[0]", program)?;
+        let argv_owned = request
+            .argv
+            .iter()
+            .map(|a| cstring("argv", a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let envp_owned = request
+            .env
+            .iter()
+            .map(|(k, v)| {
+                if k.is_empty() || k.contains('=') {
+                    return Err(invalid("env", format!("{k:?} is not a variable name")));
+                }
+                cstring("env", &format!("{k}={v}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if !request.cwd.starts_with('/') {
+            return Err(invalid("cwd", format!("{:?} is not absolute", request.cwd)));
+        }
+        let cwd = cstring("cwd", &request.cwd)?;
+        let hostname = request.plan.hostname.as_bytes().to_vec();
+        if hostname.len() > 64 {
+            return Err(invalid("plan.hostname", "is longer than 64 bytes"));
+        }
+        if request.cgroup_procs.len() > MAX_CGROUP_FILES {
+            return Err(invalid("cgroup_procs", "more than 16 files"));
+        }
+        let (steps, binds) = prepare_steps(&request.plan, request.uid, request.gid)?;
+        let seccomp = request.seccomp.as_ref().map(|filter| {
+            filter
+                .program()
+                .iter()
+                .map(|i| libc::sock_filter {
+                    code: i.code,
+                    jt: i.jt,
+                    jf: i.jf,
+                    k: i.k,
+                })
+                .collect()
+        });
+        let root_data = cstring(
+            "plan.root_size_bytes",
+            &format!("size={},mode=0755", request.plan.root_size_bytes),
+        )?;
+        let (go_read, go_write) = pipe()?;
+        let (error_read, error_write) = pipe()?;
+        let (status_read, status_write) = pipe()?;
+        let mut prepared = Self {
+            program,
+            argv: pointers(&argv_owned),
+            _argv: argv_owned,
+            envp: pointers(&envp_owned),
+            _envp: envp_owned,
+            cwd,
+            hostname,
+            root_data,
+            steps,
+            uid: request.uid,
+            gid: request.gid,
+            seccomp,
+            child_fds: ChildFds {
+                stdio: [
+                    stdio_fd(request.stdin.as_ref(), "stdin")?,
+                    stdio_fd(request.stdout.as_ref(), "stdout")?,
+                    stdio_fd(request.stderr.as_ref(), "stderr")?,
+                ],
+                go_read,
+                error_write,
+                status_write,
+                cgroup_procs: Vec::new(),
+            },
+            parent_fds: ParentFds {
+                go_write,
+                error_read,
+                status_read,
+            },
+            kept: Vec::new(),
+            moved: Vec::new(),
+            source_fds: vec![Cell::new(-1); binds],
+        };
+        for path in &request.cgroup_procs {
+            let fd = nix::fcntl::open(
+                path,
+                OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(|source| SpawnError::Prepare {
+                step: "opening a cgroup.procs file",
+                path: path.clone(),
+                source,
+            })?;
+            prepared.child_fds.cgroup_procs.push(fd);
+        }
+        let fds = &prepared.child_fds;
+        prepared.kept = fds
+            .stdio
+            .iter()
+            .chain([&fds.go_read, &fds.error_write, &fds.status_write])
+            .chain(&fds.cgroup_procs)
+            .map(|fd| fd.as_raw_fd())
+            .collect();
+        prepared.moved = vec![Cell::new(-1); prepared.kept.len()];
+        Ok(prepared)
+    }
+}
+
+fn check_ids(request: &SpawnRequest) -> Result<(), SpawnError> {
+    if request.host_uid == 0 && !(request.uid == 0 && request.danger_map_root_to_host_root) {
+        return Err(invalid(
+            "host_uid",
+            "mapping to host root needs uid 0 inside and danger_map_root_to_host_root",
+        ));
+    }
+    if request.host_gid == 0 && !(request.gid == 0 && request.danger_map_root_to_host_root) {
+        return Err(invalid(
+            "host_gid",
+            "mapping to host group 0 needs gid 0 inside and danger_map_root_to_host_root",
+        ));
+    }
+    Ok(())
+}
+
+fn prepare_steps(
+    plan: &MountPlan,
+    uid: u32,
+    gid: u32,
+) -> Result<(Vec<PreparedStep>, usize), SpawnError> {
+    let mut out = Vec::with_capacity(plan.steps.len());
+    let mut binds = 0;
+    for (index, step) in plan.steps.iter().enumerate() {
+        let field = "plan.steps[].target";
+        if !step.target.starts_with('/') || step.target.split('/').any(|c| c == "..") {
+            return Err(invalid(
+                field,
+                format!("{:?} is not a clean absolute path", step.target),
+            ));
+        }
+        let kind = match &step.action {
+            MountAction::Bind { source, read_only } => {
+                let dir = probe_source(index, &step.target, source)?;
+                binds += 1;
+                StepKind::Bind {
+                    source: cstring("plan.steps[].action.source", &source.to_string_lossy())?,
+                    slot: binds - 1,
+                    dir,
+                    read_only: *read_only,
+                    device: false,
+                }
+            }
+            MountAction::Device { source } => {
+                probe_source(index, &step.target, source)?;
+                binds += 1;
+                StepKind::Bind {
+                    source: cstring("plan.steps[].action.source", &source.to_string_lossy())?,
+                    slot: binds - 1,
+                    dir: false,
+                    read_only: false,
+                    device: true,
+                }
+            }
+            MountAction::Overlay { lower, upper, work } => {
+                let mut data = String::new();
+                for (key, path) in [("lowerdir", lower), ("upperdir", upper), ("workdir", work)] {
+                    let text = path.to_string_lossy();
+                    if text.contains([',', ':', '\\']) || !text.starts_with('/') {
+                        return Err(invalid(
+                            "plan.steps[].action.overlay",
+                            format!("{text:?} cannot be an overlay layer"),
+                        ));
+                    }
+                    data.push_str(&format!("{key}={OLD_ROOT}{text},"));
+                }
+                data.push_str("redirect_dir=off,metacopy=off,userxattr");
+                StepKind::Overlay {
+                    data: cstring("plan.steps[].action.overlay", &data)?,
+                }
+            }
+            MountAction::Rebind { read_only } => StepKind::Rebind {
+                read_only: *read_only,
+            },
+            MountAction::RemountReadOnly => StepKind::RemountReadOnly,
+            MountAction::Tmpfs { size_bytes, mode } => {
+                let mut data = format!("size={size_bytes},mode={mode:o}");
+                if step.reason == Reason::Home {
+                    data.push_str(&format!(",uid={uid},gid={gid}"));
+                }
+                StepKind::Tmpfs {
+                    data: cstring("plan.steps[].action.tmpfs", &data)?,
+                }
+            }
+            MountAction::Proc => StepKind::Proc,
+            MountAction::Devpts => StepKind::Devpts,
+            MountAction::Mask { file } => StepKind::Mask { file: *file },
+            MountAction::Symlink { to } => StepKind::Symlink {
+                to: cstring("plan.steps[].action.symlink", to)?,
+            },
+            MountAction::File { contents, mode } => StepKind::File {
+                contents: contents.as_bytes().to_vec(),
+                mode: *mode,
+            },
+        };
+        out.push(PreparedStep {
+            target: cstring(field, &step.target)?,
+            kind,
+            optional: step.reason == Reason::Proc && step.target != "/proc",
+        });
+    }
+    Ok((out, binds))
+}
+
+/// Checks a bind source before clone (so a missing path is reported with its name)
+/// and tells whether it is a directory (the mount point must match its type).
+fn probe_source(index: usize, target: &str, source: &Path) -> Result<bool, SpawnError> {
+    let error = |e: std::io::Error| SpawnError::Source {
+        step: index,
+        target: target.to_owned(),
+        path: source.to_path_buf(),
+        source: e,
+    };
+    if !source.is_absolute() {
+        return Err(error(std::io::Error::from(
+            std::io::ErrorKind::InvalidInput,
+        )));
+    }
+    std::fs::metadata(source).map(|m| m.is_dir()).map_err(error)
+}
+
+fn stdio_fd(fd: Option<&OwnedFd>, name: &'static str) -> Result<OwnedFd, SpawnError> {
+    match fd {
+        Some(fd) => fd.try_clone().map_err(|e| SpawnError::Prepare {
+            step: name,
+            path: format!("fd {}", fd.as_raw_fd()).into(),
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+        }),
+        None => nix::fcntl::open(
+            "/dev/null",
+            OFlag::O_RDWR | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|source| SpawnError::Prepare {
+            step: "opening /dev/null for stdio",
+            path: "/dev/null".into(),
+            source,
+        }),
+    }
+}
+
+fn pointers(strings: &[CString]) -> Vec<*const c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+fn cstring(field: &'static str, value: &str) -> Result<CString, SpawnError> {
+    CString::new(value).map_err(|_| invalid(field, format!("{value:?} contains a NUL byte")))
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> SpawnError {
+    SpawnError::InvalidRequest {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// A pipe whose both ends are close-on-exec.
+fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|source| SpawnError::Prepare {
+        step: "creating a pipe",
+        path: "-".into(),
+        source,
+    })
+}

@@ -1,0 +1,222 @@
+//! Async-signal-safe helpers for the child: raw system calls on prepared data.
+//!
+//! Nothing here allocates, takes a lock, formats with `core::fmt` or panics: paths
+//! are `CStr`s prepared before `clone`, and anything built here (a component name, a
+//! `/proc/self/fd/N` path) lives in a fixed-size stack buffer. Errors are plain
+//! `errno` values.
+
+use std::ffi::{CStr, c_char, c_int};
+
+use nix::libc;
+
+/// An `errno` value.
+pub(crate) type Errno = i32;
+
+/// The calling thread's `errno`.
+pub(crate) fn errno() -> Errno {
+    nix::errno::Errno::last_raw()
+}
+
+/// `Ok(ret)` for a non-negative return value, else `Err(errno)`.
+pub(crate) fn check(ret: c_int) -> Result<c_int, Errno> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+/// `Ok(ret)` for a non-negative `syscall(2)` return value, else `Err(errno)`.
+pub(crate) fn check_long(ret: libc::c_long) -> Result<libc::c_long, Errno> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+/// A descriptor closed on drop (`close` is async-signal-safe).
+#[derive(Debug)]
+pub(crate) struct Fd(pub c_int);
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is a descriptor this value owns; closing it twice is
+        // impossible because `Fd` is not `Clone`.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// Writes all of `bytes` to `fd`, retrying on `EINTR`.
+pub(crate) fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), Errno> {
+    while !bytes.is_empty() {
+        // SAFETY: the pointer and length describe a live slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            let e = errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+/// Reads one byte; `Ok(None)` at end of file.
+pub(crate) fn read_byte(fd: c_int) -> Result<Option<u8>, Errno> {
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: reading at most one byte into a live local.
+        let n = unsafe { libc::read(fd, (&raw mut byte).cast(), 1) };
+        match n {
+            1 => return Ok(Some(byte)),
+            0 => return Ok(None),
+            _ if errno() == libc::EINTR => continue,
+            _ => return Err(errno()),
+        }
+    }
+}
+
+/// A NUL-terminated string in a stack buffer.
+pub(crate) struct StackPath {
+    buf: [u8; 64],
+}
+
+impl StackPath {
+    /// `/oldroot/proc/self/fd/<fd>`: a path that names whatever `fd` refers to
+    /// (the host's procfs stays reachable under the old root until the final
+    /// `pivot_root`).
+    pub fn proc_fd(fd: c_int) -> Self {
+        const PREFIX: &[u8] = b"/oldroot/proc/self/fd/";
+        let mut buf = [0u8; 64];
+        buf[..PREFIX.len()].copy_from_slice(PREFIX);
+        let mut digits = [0u8; 12];
+        let mut n = fd.unsigned_abs();
+        let mut len = 0;
+        loop {
+            digits[len] = b'0' + (n % 10) as u8;
+            len += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for i in 0..len {
+            buf[PREFIX.len() + i] = digits[len - 1 - i];
+        }
+        Self { buf }
+    }
+
+    /// The pointer for a system call.
+    pub fn as_ptr(&self) -> *const c_char {
+        self.buf.as_ptr().cast()
+    }
+}
+
+/// One path component, NUL-terminated, in a stack buffer.
+pub(crate) struct Name {
+    buf: [u8; 256],
+}
+
+impl Name {
+    fn new(component: &[u8]) -> Result<Self, Errno> {
+        if component.is_empty() || component.len() > 255 || component == b"." || component == b".."
+        {
+            return Err(libc::EINVAL);
+        }
+        let mut buf = [0u8; 256];
+        buf[..component.len()].copy_from_slice(component);
+        Ok(Self { buf })
+    }
+
+    /// The pointer for a system call.
+    pub fn as_ptr(&self) -> *const c_char {
+        self.buf.as_ptr().cast()
+    }
+}
+
+/// Opens `name` in `dir` as an `O_PATH` descriptor without following it; a symlink
+/// is refused with `ELOOP`.
+pub(crate) fn open_no_follow(dir: c_int, name: &Name, extra: c_int) -> Result<Fd, Errno> {
+    // SAFETY: `name` is NUL-terminated and outlives the call.
+    let fd = check(unsafe {
+        libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC | extra,
+        )
+    })?;
+    let fd = Fd(fd);
+    // SAFETY: `stat` is plain data; an all-zero value is valid and fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd.0` is open and `st` is a valid out-pointer.
+    check(unsafe { libc::fstat(fd.0, &mut st) })?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        return Err(libc::ELOOP);
+    }
+    Ok(fd)
+}
+
+/// Walks the absolute `path` beneath `root` to its parent directory without
+/// following any symlink (each component is opened with `O_NOFOLLOW`, so a link
+/// planted in a bound tree cannot redirect a mount), creating missing directories
+/// (mode 0755) when `create` is set. Returns the parent and the last component.
+pub(crate) fn walk_parent(root: c_int, path: &CStr, create: bool) -> Result<(Fd, Name), Errno> {
+    let bytes = path.to_bytes();
+    let rel = bytes.strip_prefix(b"/").ok_or(libc::EINVAL)?;
+    let (dirs, last) = match rel.iter().rposition(|b| *b == b'/') {
+        Some(i) => (Some(&rel[..i]), &rel[i + 1..]),
+        None => (None, rel),
+    };
+    // SAFETY: a literal NUL-terminated path relative to an open directory.
+    let mut dir = Fd(check(unsafe {
+        libc::openat(
+            root,
+            c".".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?);
+    for component in dirs.into_iter().flat_map(|d| d.split(|b| *b == b'/')) {
+        let name = Name::new(component)?;
+        let next = match open_no_follow(dir.0, &name, libc::O_DIRECTORY) {
+            Err(libc::ENOENT) if create => {
+                // SAFETY: `name` is NUL-terminated; `dir.0` is an open directory.
+                let made = unsafe { libc::mkdirat(dir.0, name.as_ptr(), 0o755) };
+                if made < 0 && errno() != libc::EEXIST {
+                    return Err(errno());
+                }
+                open_no_follow(dir.0, &name, libc::O_DIRECTORY)?
+            }
+            other => other?,
+        };
+        dir = next;
+    }
+    Ok((dir, Name::new(last)?))
+}
+
+/// Opens an existing target (`O_PATH`, no symlink anywhere on the way).
+pub(crate) fn open_existing(root: c_int, path: &CStr) -> Result<Fd, Errno> {
+    let (parent, name) = walk_parent(root, path, false)?;
+    open_no_follow(parent.0, &name, 0)
+}
+
+/// Creates a directory mount point (parents included) and opens it.
+pub(crate) fn create_dir(root: c_int, path: &CStr) -> Result<Fd, Errno> {
+    let (parent, name) = walk_parent(root, path, true)?;
+    // SAFETY: `name` is NUL-terminated; `parent.0` is an open directory.
+    let made = unsafe { libc::mkdirat(parent.0, name.as_ptr(), 0o755) };
+    if made < 0 && errno() != libc::EEXIST {
+        return Err(errno());
+    }
+    open_no_follow(parent.0, &name, libc::O_DIRECTORY)
+}
+
+/// Creates an empty-file mount point (parents included) and opens it.
+pub(crate) fn create_file(root: c_int, path: &CStr) -> Result<Fd, Errno> {
+    let (parent, name) = walk_parent(root, path, true)?;
+    match open_no_follow(parent.0, &name, 0) {
+        Err(libc::ENOENT) => {
+            // SAFETY: `name` is NUL-terminated; `parent.0` is an open directory.
+            let made = unsafe { libc::mknodat(parent.0, name.as_ptr(), libc::S_IFREG | 0o644, 0) };
+            if made < 0 && errno() != libc::EEXIST {
+                return Err(errno());
+            }
+            open_no_follow(parent.0, &name, 0)
+        }
+        other => other,
+    }
+}
