@@ -6,197 +6,17 @@
 //! when its `SpawnedChild` drops, so a failing assertion leaves no process behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
+mod common;
+
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::chown;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use backend_namespace::spawn::{ChildStage, SpawnError, SpawnRequest, SpawnedChild, spawn};
+use backend_namespace::spawn::{ChildStage, SpawnError, SpawnedChild, spawn};
+use common::{Fixture, HOST_ID, RUN_ID, leftovers_of, members_of, pid_ns, run};
 use nix::errno::Errno;
-use tempfile::TempDir;
-use workspace_core::RunId;
-use workspace_core::boundary::{IdentityPlan, OriginRecord, SourceRecord};
-use workspace_core::contract::{Contract, Materialization, SourceSection, TaskShape, UserClass};
 use workspace_core::evidence::ExitStatusRecord;
-use workspace_core::mount_plan::{HostLayout, MountPlan, PlanInputs, SystemEntry};
-
-const HOST_ID: u32 = 100_000;
-const RUN_ID: &str = "spawn-test-run";
-
-/// A workspace with one file, a sentinel outside it, and the plan over them.
-struct Fixture {
-    _workspace: TempDir,
-    outside: TempDir,
-    plan: MountPlan,
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let workspace = tempfile::tempdir().unwrap();
-        std::fs::write(
-            workspace.path().join("hello.txt"),
-            "hello from the workspace\n",
-        )
-        .unwrap();
-        for path in [
-            workspace.path().to_path_buf(),
-            workspace.path().join("hello.txt"),
-        ] {
-            chown(&path, Some(HOST_ID), Some(HOST_ID)).unwrap();
-        }
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("sentinel"), "host only").unwrap();
-        let plan = plan_for(workspace.path());
-        Self {
-            _workspace: workspace,
-            outside,
-            plan,
-        }
-    }
-
-    fn sentinel(&self) -> PathBuf {
-        self.outside.path().join("sentinel")
-    }
-
-    fn request(&self, script: &str) -> SpawnRequest {
-        let mut request =
-            SpawnRequest::new(self.plan.clone(), vec![sh(), "-c".into(), script.into()]);
-        request.uid = 1000;
-        request.gid = 1000;
-        request.host_uid = HOST_ID;
-        request.host_gid = HOST_ID;
-        request.env = vec![
-            ("PATH".into(), "/usr/bin:/bin:/usr/sbin:/sbin".into()),
-            ("HOME".into(), "/home/agent".into()),
-        ];
-        request
-    }
-}
-
-/// `/bin/sh` resolved on the host (the same file is visible inside).
-fn sh() -> String {
-    let path = Path::new("/bin/sh");
-    assert!(path.exists(), "the tests need /bin/sh");
-    path.to_string_lossy().into_owned()
-}
-
-/// The host's base system as this host has it.
-fn host_layout() -> HostLayout {
-    let mut system = vec![SystemEntry::Dir {
-        path: "/usr".into(),
-    }];
-    for path in ["/bin", "/lib", "/lib64", "/sbin"] {
-        let Ok(meta) = std::fs::symlink_metadata(path) else {
-            continue;
-        };
-        if meta.file_type().is_symlink() {
-            let to = std::fs::read_link(path)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            system.push(SystemEntry::Symlink {
-                path: path.into(),
-                to,
-            });
-        } else if meta.is_dir() {
-            system.push(SystemEntry::Dir { path: path.into() });
-        }
-    }
-    let etc = ["/etc/resolv.conf"]
-        .into_iter()
-        .filter(|p| Path::new(p).exists())
-        .map(PathBuf::from)
-        .collect();
-    HostLayout { system, etc }
-}
-
-fn plan_for(workspace: &Path) -> MountPlan {
-    let contract = Contract::preset(
-        TaskShape::NarrowFix,
-        "spawn tests",
-        SourceSection::new("/srv/repo", "HEAD"),
-    );
-    let source = SourceRecord {
-        repository: "/srv/repo".into(),
-        remote_urls: Vec::new(),
-        commit: "a".repeat(40),
-        tree: "b".repeat(40),
-        origin: OriginRecord::Fresh,
-        materialization: Materialization::Standalone,
-        workspace: workspace.to_path_buf(),
-        layers: None,
-        submodules: Vec::new(),
-        inputs: Vec::new(),
-        initial_diff: String::new(),
-    };
-    let identity = IdentityPlan {
-        user: UserClass::Unprivileged,
-        uid: 1000,
-        gid: 1000,
-        credentials: Vec::new(),
-    };
-    let run_id = RunId::new(RUN_ID).unwrap();
-    let host = host_layout();
-    MountPlan::build(&PlanInputs {
-        contract: &contract,
-        run_id: &run_id,
-        source: &source,
-        source_objects: None,
-        identity: &identity,
-        host: &host,
-        excluded: &[],
-        pty: false,
-    })
-    .unwrap()
-}
-
-/// Runs `request` with stdout and stderr on one pipe; returns the status and output.
-fn run(mut request: SpawnRequest) -> (ExitStatusRecord, String) {
-    let (read, write) = nix::unistd::pipe().unwrap();
-    request.stdout = Some(write.try_clone().unwrap());
-    request.stderr = Some(write);
-    let mut child = spawn(&request).unwrap();
-    drop(request); // the parent's copies of the write end
-    let mut output = String::new();
-    std::fs::File::from(read)
-        .read_to_string(&mut output)
-        .unwrap();
-    let status = child.wait().unwrap();
-    (status, output)
-}
-
-/// The pid namespace of `pid` (`pid:[inode]`), if it still exists.
-fn pid_ns(pid: u32) -> Option<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
-}
-
-/// Host processes in the namespace `ns`.
-fn members_of(ns: &Path) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| pid_ns(*pid).as_deref() == Some(ns))
-        .collect()
-}
-
-/// Processes left in the ended namespace `ns`. Namespace inode numbers are reused,
-/// so a namespace that has a live init (a process whose innermost pid is 1) is a
-/// newer run's, not what is left of this one.
-fn leftovers_of(ns: &Path) -> Vec<u32> {
-    let members = members_of(ns);
-    let has_init = members.iter().any(|pid| {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("NSpid:"))
-                    .map(str::to_owned)
-            })
-            .is_some_and(|l| l.split_whitespace().last() == Some("1"))
-    });
-    if has_init { Vec::new() } else { members }
-}
 
 #[test]
 fn the_command_sees_its_identity_hostname_workspace_and_nothing_of_the_host() {
@@ -258,7 +78,7 @@ fn the_command_sees_its_identity_hostname_workspace_and_nothing_of_the_host() {
         "only the run's processes are visible: {procs}\n{out}"
     );
     // The write went to the host workspace, owned by the mapped host id.
-    let new = fixture._workspace.path().join("new.txt");
+    let new = fixture.workspace().join("new.txt");
     assert_eq!(std::fs::read_to_string(&new).unwrap(), "written\n");
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(&new).unwrap().uid(), HOST_ID);
@@ -379,7 +199,7 @@ fn failures_name_the_stage_and_the_step() {
 
     // A planted symlink on a mount target's path is refused, not followed.
     let mut request = fixture.request("true");
-    std::os::unix::fs::symlink("/etc", fixture._workspace.path().join("link")).unwrap();
+    std::os::unix::fs::symlink("/etc", fixture.workspace().join("link")).unwrap();
     request
         .plan
         .steps
@@ -408,7 +228,7 @@ fn failures_name_the_stage_and_the_step() {
     );
 
     let mut request = fixture.request("true");
-    let missing = fixture.outside.path().join("missing");
+    let missing = fixture.outside().join("missing");
     if let workspace_core::mount_plan::MountAction::Bind { source, .. } = &mut request
         .plan
         .steps
@@ -473,7 +293,9 @@ fn the_seccomp_hook_is_installed_right_before_exec() {
     let fixture = Fixture::new();
     let script = "unshare --user true 2>/dev/null && echo nested-userns-allowed || echo nested-userns-denied";
     // Positive control: without the filter a nested user namespace can be created.
-    let (status, out) = run(fixture.request(script));
+    let mut request = fixture.request(script);
+    request.danger_no_seccomp = true;
+    let (status, out) = run(request);
     assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
     assert_eq!(out, "nested-userns-allowed\n");
     let mut request = fixture.request(script);
@@ -481,4 +303,118 @@ fn the_seccomp_hook_is_installed_right_before_exec() {
     let (status, out) = run(request);
     assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
     assert_eq!(out, "nested-userns-denied\n");
+}
+
+#[test]
+fn the_default_filter_is_on_unless_explicitly_opted_out() {
+    let fixture = Fixture::new();
+    let script = "grep '^Seccomp:' /proc/self/status /proc/1/status | cut -d: -f3 | tr -d '\\t' | tr '\\n' ' '; \
+                  unshare --user true 2>/dev/null && echo userns-allowed || echo userns-denied";
+    // No filter named: the default policy's filter, in the command and in pid 1.
+    let (status, out) = run(fixture.request(script));
+    assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
+    assert_eq!(out, "2 2 userns-denied\n");
+    // The explicit opt-out runs without any filter.
+    let mut request = fixture.request(script);
+    request.danger_no_seccomp = true;
+    let (status, out) = run(request);
+    assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
+    assert_eq!(out, "0 0 userns-allowed\n");
+    // A filter and the opt-out together is a contradiction, refused.
+    let mut request = fixture.request("true");
+    request.danger_no_seccomp = true;
+    request.seccomp =
+        Some(backend_namespace::seccomp::SeccompFilter::new(&Default::default()).unwrap());
+    assert!(matches!(
+        spawn(&request),
+        Err(SpawnError::InvalidRequest {
+            field: "danger_no_seccomp",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn pid_1_is_neither_readable_nor_filter_free_even_when_mapped_to_host_root() {
+    let fixture = Fixture::new();
+    let script = "cat /proc/1/environ >/dev/null 2>&1 && echo environ-readable || echo environ-denied; \
+                  (exec 3</proc/1/mem) 2>/dev/null && echo mem-open || echo mem-denied; \
+                  (exec 3>/proc/1/mem) 2>/dev/null && echo mem-writable || echo mem-write-denied; \
+                  grep '^Seccomp:' /proc/1/status";
+    let expected = "environ-denied\nmem-denied\nmem-write-denied\nSeccomp:\t2\n";
+    // The usual mapping: the command's uid differs from pid 1's until pid 1 drops.
+    let (status, out) = run(fixture.request(script));
+    assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
+    assert_eq!(out, expected);
+    // Root inside mapped to host root: pid 1 and the command share every id, so
+    // only pid 1 being non-dumpable keeps its memory (the runner's) out of reach.
+    let mut request = fixture.request(script);
+    request.uid = 0;
+    request.gid = 0;
+    request.host_uid = 0;
+    request.host_gid = 0;
+    request.danger_map_root_to_host_root = true;
+    let (status, out) = run(request);
+    assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
+    assert_eq!(out, expected);
+}
+
+/// A v1 or v2 memory cgroup under this process's own, removed on drop.
+struct SmallMemoryCgroup(std::path::PathBuf);
+
+impl SmallMemoryCgroup {
+    fn new(limit: &str) -> Option<Self> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let (base, rel, file) = if let Some(line) = own.lines().find(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "memory"))
+        }) {
+            (
+                "/sys/fs/cgroup/memory",
+                line.splitn(3, ':').nth(2)?,
+                "memory.limit_in_bytes",
+            )
+        } else {
+            let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+            ("/sys/fs/cgroup", rel, "memory.max")
+        };
+        let dir = Path::new(base)
+            .join(rel.trim_start_matches('/'))
+            .join(format!("spawn-oom-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let me = Self(dir);
+        std::fs::write(me.0.join(file), limit).ok()?;
+        Some(me)
+    }
+}
+
+impl Drop for SmallMemoryCgroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn an_init_killed_during_setup_is_a_failure_not_a_started_command() {
+    let Some(cgroup) = SmallMemoryCgroup::new("4096") else {
+        eprintln!("skipped: no writable memory cgroup");
+        return;
+    };
+    let fixture = Fixture::new();
+    let mut request = fixture.request("echo started");
+    request.cgroup_procs = vec![cgroup.0.join("cgroup.procs")];
+    // pid 1 joins the cgroup first thing after the go byte; its next page faults
+    // exceed the limit and the OOM killer ends it before it forks the command (or
+    // a kernel allocation fails and it reports that). Either way: no Ok.
+    match spawn(&request) {
+        Err(SpawnError::InitEnded { .. } | SpawnError::Child { .. }) => {}
+        Ok(mut child) => panic!("reported as started: {:?}", child.wait()),
+        Err(other) => panic!("{other:?}"),
+    }
 }

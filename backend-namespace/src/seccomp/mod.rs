@@ -18,6 +18,7 @@
 //! | `bpf` | loading BPF programs, reading maps | unprivileged BPF may be enabled (`kernel.unprivileged_bpf_disabled=0`); large verifier attack surface |
 //! | `perf_event_open` | sampling other processes, kernel addresses, side channels | allowed to unprivileged users when `perf_event_paranoid` <= 2 |
 //! | `ptrace`, `process_vm_readv`/`_writev` (unless `allow_ptrace`) | reading and writing the memory of other processes of the same uid | same-uid tracing needs no capability; the pid namespace still holds every process of the run, including helpers holding credentials |
+//! | `pidfd_getfd`, `process_madvise`, `kcmp` (unless `allow_ptrace`) | taking a copy of another process's descriptor (e.g. the namespace init's status pipe), acting on its memory, comparing its descriptors and mappings | each is checked with the same ptrace access mode as `ptrace` itself, so it is allowed wherever same-uid tracing is |
 //! | `keyctl`, `add_key`, `request_key` | the kernel keyring, which is **not** namespaced | keyrings are per user, shared with the host user of the same uid; credentials can be read or planted |
 //! | `init_module`, `finit_module`, `delete_module` | loading kernel code | needs `CAP_SYS_MODULE` in the initial namespace: belt and braces for host-root runs |
 //! | `open_by_handle_at`, `name_to_handle_at` | opening files by handle, bypassing path lookup and the mount root (the "shocker" escape) | needs `CAP_DAC_READ_SEARCH` (initial ns), but the handle leaks inode ids; blocked as in Docker's profile |
@@ -36,7 +37,10 @@
 //!
 //! A seccomp filter applies to the **calling thread** (and what it later creates or
 //! execs). Install it in the child, after `fork`/`clone`, after the mount plan is
-//! applied, immediately before `exec`. [`SeccompFilter::install`] sets
+//! applied, immediately before `exec` — or, as [`crate::spawn`] does (with
+//! [`SeccompPolicy::default()`] unless the request opts out), in the namespace's
+//! pid 1 right before it forks the command, so that no process of the run is
+//! without it. [`SeccompFilter::install`] sets
 //! `no_new_privs` first (required by the kernel for an unprivileged filter) and then
 //! calls `seccomp(SECCOMP_SET_MODE_FILTER)`: two syscalls on a program built before the
 //! fork, no allocation, no locks — safe between `fork` and `exec`.
@@ -73,7 +77,8 @@ pub struct SeccompPolicy {
     /// `CLONE_NEWUSER`, `clone3`) and join namespaces (`setns`). Needed only for tools
     /// that sandbox themselves (bubblewrap, rootless podman, Chromium's sandbox).
     pub allow_nested_user_namespaces: bool,
-    /// Let the run use `ptrace` and `process_vm_readv`/`_writev` (debuggers, `strace`).
+    /// Let the run use `ptrace`, `process_vm_readv`/`_writev`, `pidfd_getfd`,
+    /// `process_madvise` and `kcmp` (debuggers, `strace`, `rr`).
     pub allow_ptrace: bool,
 }
 

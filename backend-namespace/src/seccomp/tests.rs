@@ -198,6 +198,37 @@ fn policy_switches_let_their_syscalls_through_and_nothing_else() {
 }
 
 #[test]
+fn ptrace_like_syscalls_are_denied_unless_allow_ptrace() {
+    // pidfd_getfd steals a descriptor of another process (pid 1's status pipe),
+    // process_madvise acts on another process's memory, kcmp probes another
+    // process's descriptors and memory layout: the same reach as ptrace.
+    for arch in [TargetArch::x86_64, TargetArch::aarch64] {
+        let a = if arch == TargetArch::x86_64 {
+            AUDIT_ARCH_X86_64
+        } else {
+            AUDIT_ARCH_AARCH64
+        };
+        let strict = build_filter(&SeccompPolicy::default(), arch).unwrap();
+        let relaxed = build_filter(
+            &SeccompPolicy {
+                allow_ptrace: true,
+                ..SeccompPolicy::default()
+            },
+            arch,
+        )
+        .unwrap();
+        for name in ["pidfd_getfd", "process_madvise", "kcmp"] {
+            assert_eq!(run(&strict, a, nr(name, arch), [0; 6]), EPERM_RET, "{name}");
+            assert_eq!(
+                run(&relaxed, a, nr(name, arch), [0; 6]),
+                SECCOMP_RET_ALLOW,
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
 fn table_has_unique_names_and_numbers() {
     for (i, a) in TABLE.iter().enumerate() {
         for b in &TABLE[i + 1..] {
@@ -216,6 +247,9 @@ fn table_has_unique_names_and_numbers() {
             "io_uring_setup" => nix::libc::SYS_io_uring_setup,
             "mount_setattr" => nix::libc::SYS_mount_setattr,
             "keyctl" => nix::libc::SYS_keyctl,
+            "pidfd_getfd" => nix::libc::SYS_pidfd_getfd,
+            "process_madvise" => nix::libc::SYS_process_madvise,
+            "kcmp" => nix::libc::SYS_kcmp,
             _ => continue,
         };
         assert_eq!(e.x86_64, libc_nr, "{}", e.name);
@@ -231,7 +265,7 @@ fn denied_syscalls_follow_the_policy() {
         allow_ptrace: true,
     }
     .denied_syscalls();
-    assert_eq!(relaxed.len(), TABLE.len() - 7);
+    assert_eq!(relaxed.len(), TABLE.len() - 10);
     assert!(relaxed.iter().all(|d| d.denial == Denial::Eperm));
     let json = serde_json::to_string(&all[0]).unwrap();
     assert_eq!(

@@ -32,7 +32,12 @@
 //! 7. hostname, `lo` up;
 //! 8. drop the bounding set, `setresgid`/`setresuid`, empty every capability set,
 //!    clear ambient, `no_new_privs`, `chdir(cwd)`;
-//! 9. fork the command; this process stays as pid 1 ([`super::init`]).
+//! 9. non-dumpable again (the id changes reset it), the seccomp filter (so pid 1
+//!    is never a filter-free process next to the command), fork the command;
+//!    this process stays as pid 1 ([`super::init`]).
+//!
+//! Right after step 3 the child makes itself non-dumpable (`PR_SET_DUMPABLE` 0):
+//! it is a copy of the runner's memory.
 
 use std::convert::Infallible;
 use std::ffi::c_int;
@@ -82,9 +87,16 @@ pub(crate) fn clone_child(prepared: &Prepared) -> Result<i32, SpawnError> {
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
     // SAFETY: a fork-style clone (NULL stack, no CLONE_VM): the child gets a private
-    // copy of the address space and continues here. In the child, `run` performs
-    // only async-signal-safe system calls on `prepared` (allocated before) and ends
-    // with `execve` or `_exit`; it never returns into the caller's frames.
+    // copy of the address space and continues here, as the only thread of a process
+    // whose memory says otherwise. glibc's per-thread state is stale there: the TCB
+    // still holds the parent thread's tid (clone through `syscall` does not update
+    // it, unlike `fork`), the thread list names threads that do not exist, and any
+    // lock another thread held (malloc arenas, stdio, the dynamic loader) stays held
+    // forever. So the child must not call `abort`, `raise`, any `pthread_*`
+    // function, `malloc`/`free`, stdio or anything that formats or panics: `run`
+    // performs only raw, async-signal-safe system calls on `prepared` (allocated
+    // before) and ends with `execve` or `_exit`. It never returns into the caller's
+    // frames, not even by unwinding (see `ExitOnUnwind`).
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -110,12 +122,54 @@ pub(crate) fn clone_child(prepared: &Prepared) -> Result<i32, SpawnError> {
 /// The child: set up, then become pid 1 and fork the command; on failure report
 /// `(stage, step, op, errno)` on the error pipe and `_exit(127)`.
 fn run(prepared: &Prepared) -> ! {
+    // Ends this process if anything below unwinds: a panic must never return into
+    // the frames of the thread that called `clone_child` (a copy of the runner).
+    let _guard = ExitOnUnwind;
     let mut error_fd = prepared.child_fds.error_write.as_raw_fd();
     let Err(report) = setup(prepared, &mut error_fd);
     let _ = raw::write_all(error_fd, &report.encode());
     // SAFETY: `_exit` ends the process without running the parent's atexit
     // handlers or destructors.
     unsafe { libc::_exit(127) }
+}
+
+/// Drops to `_exit(127)` when dropped: while unwinding out of [`run`] in the child
+/// (a panic in the setup code), so the child never continues in the parent's frames.
+/// On the normal paths it is never dropped, as every one ends in `execve`/`_exit`.
+struct ExitOnUnwind;
+
+impl Drop for ExitOnUnwind {
+    fn drop(&mut self) {
+        // SAFETY: `_exit` is async-signal-safe; it ends the cloned process without
+        // running destructors or atexit handlers that belong to the parent.
+        unsafe { libc::_exit(127) }
+    }
+}
+
+/// Blanks this process's copy of the runner's command line and renames it, so the
+/// run's pid 1 shows neither the runner's arguments (`/proc/1/cmdline` is readable
+/// by anyone in the run) nor its thread name.
+fn forget_runner_command_line(prepared: &Prepared) {
+    if let Some((start, end)) = prepared.arg_area {
+        for address in start..end {
+            // SAFETY: `start..end` is the argument area of the process this one was
+            // cloned from (read from /proc/self/stat before the clone); after the
+            // clone it is this process's private, writable copy (the initial stack),
+            // which nothing here reads again. Volatile, so the writes are not elided.
+            unsafe { std::ptr::write_volatile(address as *mut u8, 0) };
+        }
+    }
+    // SAFETY: PR_SET_NAME with a NUL-terminated static name renames this thread.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"agent-init".as_ptr(), 0, 0, 0) };
+}
+
+/// `prctl(PR_SET_DUMPABLE, 0)`. A change of the effective or fs ids resets the
+/// flag to `fs.suid_dumpable`, which may be 1, so the child calls this again right
+/// before it forks the command. The command's `execve` makes the command itself
+/// dumpable again as usual; pid 1 stays non-dumpable.
+fn stay_undumpable() {
+    // SAFETY: prctl with integer arguments; it cannot fail for these values.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
 }
 
 fn fail(stage: ChildStage, op: u32) -> impl Fn(Errno) -> Report {
@@ -131,7 +185,7 @@ fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
     reset_signals();
     // SAFETY: umask only changes this process's creation mask.
     unsafe { libc::umask(0o022) };
-    let cgroups = keep_descriptors(p).map_err(fail(ChildStage::Descriptors, op::CALL))?;
+    let cgroups = keep_descriptors(p, error_fd).map_err(fail(ChildStage::Descriptors, op::CALL))?;
     *error_fd = FD_ERROR;
 
     let go = raw::read_byte(FD_GO).map_err(fail(ChildStage::Go, op::READ))?;
@@ -142,6 +196,16 @@ fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
     };
     // SAFETY: FD_GO is ours and no longer needed.
     unsafe { libc::close(FD_GO) };
+    // pid 1 is a copy of the runner's memory (its environment, buffers, whatever
+    // secrets the runner holds). Non-dumpable, its /proc/1/{mem,environ,..} belong
+    // to root of the runner's user namespace and need CAP_SYS_PTRACE there, which
+    // nothing in the run has: the command cannot read or write pid 1's memory nor
+    // take its descriptors (pidfd_getfd). Not earlier than here: the parent has to
+    // open /proc/<pid>/uid_map first, which a non-dumpable process's owner change
+    // would deny to an unprivileged runner. Until the go byte nothing of the run
+    // exists that could look at this process. Repeated after the id changes.
+    stay_undumpable();
+    forget_runner_command_line(p);
 
     for fd in FD_CGROUP..FD_CGROUP + cgroups {
         raw::write_all(fd, b"0").map_err(fail(ChildStage::Cgroup, op::WRITE))?;
@@ -176,9 +240,12 @@ fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
     loopback_up().map_err(fail(ChildStage::Loopback, op::CALL))?;
 
     drop_privileges(p)?;
+    // setresuid/setresgid/setfsuid reset the flag to fs.suid_dumpable.
+    stay_undumpable();
     // SAFETY: a NUL-terminated path prepared before clone.
     raw::check(unsafe { libc::chdir(p.cwd.as_ptr()) })
         .map_err(fail(ChildStage::Chdir, op::CALL))?;
+    init::install_seccomp(p)?;
     init::fork_command(p)
 }
 
@@ -197,7 +264,12 @@ fn reset_signals() {
 
 /// Moves the kept descriptors to `0..kept.len()` in the prepared order and closes
 /// every other one. Returns how many cgroup files were kept.
-fn keep_descriptors(p: &Prepared) -> Result<c_int, Errno> {
+///
+/// `error_fd` follows the error pipe: once the high copy exists it points there,
+/// because the `dup3` into `0..n` may reuse the original number for another pipe,
+/// and a failure report must reach the parent, not the command's stdio or the go
+/// pipe.
+fn keep_descriptors(p: &Prepared, error_fd: &mut c_int) -> Result<c_int, Errno> {
     let count = p.kept.len();
     let base = p
         .kept
@@ -210,11 +282,14 @@ fn keep_descriptors(p: &Prepared) -> Result<c_int, Errno> {
     // First copy everything above every source and target, so no dup3 below can
     // clobber a descriptor that still has to be moved. `moved` was allocated before
     // clone; this process writes its own copy-on-write copy of it.
-    for (fd, moved) in p.kept.iter().zip(&p.moved) {
+    for (i, (fd, moved)) in p.kept.iter().zip(&p.moved).enumerate() {
         // SAFETY: duplicating an open descriptor.
         moved.set(raw::check(unsafe {
             libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, base)
         })?);
+        if i == FD_ERROR as usize {
+            *error_fd = moved.get();
+        }
     }
     for (i, moved) in p.moved.iter().enumerate() {
         let flags = if i < 3 { 0 } else { libc::O_CLOEXEC };
@@ -291,7 +366,7 @@ fn build_root(p: &Prepared) -> Result<(), Report> {
     .map_err(&new_root)?;
     let root = open_dir(c"/newroot").map_err(&new_root)?;
 
-    mounts::apply(&p.steps, root.0, &p.source_fds)?;
+    mounts::apply(&p.steps, root.raw(), &p.source_fds)?;
 
     let top = open_dir(c"/newroot").map_err(fail(ChildStage::RootReadOnly, op::REOPEN))?;
     mounts::set_flags(&top, 0x1, 0, false).map_err(|(op, errno)| Report {
@@ -303,10 +378,10 @@ fn build_root(p: &Prepared) -> Result<(), Report> {
     drop(top);
 
     let pivot = fail(ChildStage::PivotRoot, op::CALL);
-    // SAFETY: `root.0` is an open directory; literal paths. After
+    // SAFETY: `root.raw()` is an open directory; literal paths. After
     // pivot_root(".", ".") the old root is stacked on "." and detached at once.
     unsafe {
-        raw::check(libc::fchdir(root.0)).map_err(&pivot)?;
+        raw::check(libc::fchdir(root.raw())).map_err(&pivot)?;
         raw::check_long(libc::syscall(
             libc::SYS_pivot_root,
             c".".as_ptr(),
@@ -321,30 +396,29 @@ fn build_root(p: &Prepared) -> Result<(), Report> {
 
 fn open_dir(path: &std::ffi::CStr) -> Result<Fd, Errno> {
     // SAFETY: a NUL-terminated path.
-    raw::check(unsafe {
+    Fd::from_new(unsafe {
         libc::open(
             path.as_ptr(),
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     })
-    .map(Fd)
 }
 
 /// `ip link set lo up` with two ioctls (no netlink needed).
 fn loopback_up() -> Result<(), Errno> {
     // SAFETY: socket(2) with constant arguments.
-    let socket = Fd(raw::check(unsafe {
+    let socket = Fd::from_new(unsafe {
         libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
-    })?);
+    })?;
     // SAFETY: `ifreq` is plain data; all-zero is valid.
     let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
     request.ifr_name[0] = b'l' as libc::c_char;
     request.ifr_name[1] = b'o' as libc::c_char;
     // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS take a `struct ifreq *`; `request` is valid.
     unsafe {
-        raw::check(libc::ioctl(socket.0, libc::SIOCGIFFLAGS, &mut request))?;
+        raw::check(libc::ioctl(socket.raw(), libc::SIOCGIFFLAGS, &mut request))?;
         request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        raw::check(libc::ioctl(socket.0, libc::SIOCSIFFLAGS, &request))?;
+        raw::check(libc::ioctl(socket.raw(), libc::SIOCSIFFLAGS, &request))?;
     }
     Ok(())
 }

@@ -32,6 +32,22 @@ pub enum SpawnError {
         #[source]
         source: std::io::Error,
     },
+    /// The default seccomp filter could not be built (the request named no filter
+    /// and did not set `danger_no_seccomp`).
+    #[error("process boundary: building the default seccomp filter failed")]
+    Seccomp {
+        /// The cause.
+        #[source]
+        source: crate::seccomp::SeccompError,
+    },
+    /// The namespace's init ended during the start without reporting a failure
+    /// (killed, e.g. by the OOM killer of a small memory cgroup, or `SIGKILL`)
+    /// and without a command status: the command never ran.
+    #[error("process boundary: the namespace init (pid {pid}) ended before the command started")]
+    InitEnded {
+        /// The init's pid on the host.
+        pid: i32,
+    },
     /// Preparing for the clone failed (pipes, `/dev/null`, cgroup files, pidfd).
     #[error("process boundary: {step} failed ({path})")]
     Prepare {

@@ -22,6 +22,35 @@ use super::error::{ChildStage, Report, op};
 use super::prepared::Prepared;
 use super::raw;
 
+/// Installs the request's seccomp filter in pid 1, right before it forks the
+/// command (after the mount plan and `no_new_privs`). The command inherits it
+/// across the fork and `execve`; pid 1 carries it too, so no process of the run
+/// is ever without the filter. What pid 1 still does (`clone` without
+/// `CLONE_NEWUSER`, `waitpid`, `write`, `kill`, `_exit`) is allowed by it.
+pub(crate) fn install_seccomp(p: &Prepared) -> Result<(), Report> {
+    let Some(program) = &p.seccomp else {
+        return Ok(());
+    };
+    let fprog = libc::sock_fprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fprog` points at the BPF program prepared before clone, which
+    // outlives the call; no_new_privs is already set.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            &raw const fprog,
+        )
+    };
+    if ret < 0 {
+        return Err(report(ChildStage::Seccomp, raw::errno()));
+    }
+    Ok(())
+}
+
 /// Forks the command; the caller continues as pid 1 and never returns.
 pub(crate) fn fork_command(p: &Prepared) -> Result<Infallible, Report> {
     // SAFETY: a fork-style raw clone (see `child.rs`): no glibc fork handlers, no
@@ -57,7 +86,8 @@ fn report(stage: ChildStage, errno: raw::Errno) -> Report {
     }
 }
 
-/// The command's side: new session, signals unblocked, seccomp, `execve`.
+/// The command's side: new session, signals unblocked, `execve` (the seccomp filter
+/// is inherited from pid 1).
 /// Returns only on failure.
 fn exec_command(p: &Prepared) -> Report {
     // SAFETY: setsid has no memory arguments.
@@ -71,25 +101,6 @@ fn exec_command(p: &Prepared) -> Report {
         libc::sigemptyset(&mut none);
         if libc::sigprocmask(libc::SIG_SETMASK, &none, ptr::null_mut()) < 0 {
             return report(ChildStage::Session, raw::errno());
-        }
-    }
-    if let Some(program) = &p.seccomp {
-        let fprog = libc::sock_fprog {
-            len: program.len() as libc::c_ushort,
-            filter: program.as_ptr().cast_mut(),
-        };
-        // SAFETY: `fprog` points at the BPF program prepared before clone, which
-        // outlives the call; no_new_privs is already set.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0u32,
-                &raw const fprog,
-            )
-        };
-        if ret < 0 {
-            return report(ChildStage::Seccomp, raw::errno());
         }
     }
     // SAFETY: program, argv and envp are NUL-terminated strings and null-terminated

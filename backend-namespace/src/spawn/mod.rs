@@ -56,8 +56,10 @@
 //! # Hooks for the other modules
 //!
 //! * [`SpawnRequest::seccomp`]: a [`SeccompFilter`] whose program is copied before
-//!   clone and installed in the command right before `execve` (after the mount plan
-//!   and `no_new_privs`);
+//!   clone and installed in pid 1 right before it forks the command (after the mount
+//!   plan and `no_new_privs`); the command inherits it. Without one, [`spawn`] builds
+//!   the filter of [`SeccompPolicy::default()`](crate::seccomp::SeccompPolicy::default); only
+//!   [`SpawnRequest::danger_no_seccomp`] runs without a filter;
 //! * [`SpawnRequest::cgroup_procs`]: `cgroup.procs` files (one per hierarchy) opened
 //!   before clone; the child writes `0` to each before anything else, then enters a
 //!   new cgroup namespace rooted there.
@@ -86,7 +88,7 @@ mod mounts;
 mod prepared;
 mod raw;
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use nix::errno::Errno;
@@ -130,8 +132,16 @@ pub struct SpawnRequest {
     pub stdout: Option<OwnedFd>,
     /// Standard error (duplicated; `None` is `/dev/null`).
     pub stderr: Option<OwnedFd>,
-    /// A seccomp filter installed right before `execve`.
+    /// The seccomp filter of the run, installed in pid 1 right before it forks the
+    /// command (which inherits it). `None` (the default) is the filter of
+    /// [`SeccompPolicy::default()`](crate::seccomp::SeccompPolicy::default), built by [`spawn`]; set a filter to relax or
+    /// change the policy.
     pub seccomp: Option<SeccompFilter>,
+    /// Run without any seccomp filter. Dangerous: the run keeps nested user
+    /// namespaces, `io_uring`, `bpf`, `keyctl`, `ptrace` and the rest of the table in
+    /// [`crate::seccomp`]. Setting it together with [`SpawnRequest::seccomp`] is an
+    /// invalid request.
+    pub danger_no_seccomp: bool,
     /// `cgroup.procs` files the run joins before anything else (at most 16).
     pub cgroup_procs: Vec<PathBuf>,
 }
@@ -155,6 +165,7 @@ impl SpawnRequest {
             stdout: None,
             stderr: None,
             seccomp: None,
+            danger_no_seccomp: false,
             cgroup_procs: Vec::new(),
         }
     }
@@ -185,7 +196,67 @@ pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
         error_read,
         status_read,
     } = parent_fds;
+    let child_error = |report: Report| {
+        report.into_error(|i| {
+            steps
+                .get(i)
+                .map(|s| s.target.to_string_lossy().into_owned())
+        })
+    };
 
+    let pidfd = match start(request, pid, go_write) {
+        Ok(pidfd) => pidfd,
+        Err(error) => {
+            // The child may have failed (and reported why) before it read the go
+            // byte: then the parent's error (EPIPE on the go byte, an id map of a
+            // dead process) is only a consequence. Kill and reap it, so every write
+            // end it held is closed, and prefer its report.
+            drop(reaper);
+            return Err(match drain_report(&error_read) {
+                Some(report) => child_error(report),
+                None => error,
+            });
+        }
+    };
+
+    let mut buf = [0u8; Report::LEN];
+    let mut got = 0;
+    while got < buf.len() {
+        match nix::unistd::read(error_read.as_fd(), &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(Errno::EINTR) => continue,
+            Err(source) => {
+                return Err(SpawnError::Handshake {
+                    step: "reading the error pipe",
+                    source,
+                });
+            }
+        }
+    }
+    match got {
+        0 if init_ended_without_status(&pidfd, &status_read) => {
+            drop(reaper);
+            Err(SpawnError::InitEnded { pid })
+        }
+        0 => {
+            std::mem::forget(reaper);
+            tracing::debug!(pid, "spawned a namespaced command");
+            Ok(SpawnedChild::new(pid, pidfd, status_read))
+        }
+        Report::LEN => {
+            drop(reaper);
+            Err(child_error(Report::decode(&buf)))
+        }
+        _ => Err(SpawnError::Handshake {
+            step: "reading a truncated error report",
+            source: Errno::EPROTO,
+        }),
+    }
+}
+
+/// The parent's side after clone: a pidfd of the child, its id maps, the go byte.
+fn start(request: &SpawnRequest, pid: i32, go_write: OwnedFd) -> Result<OwnedFd, SpawnError> {
     // SAFETY: pidfd_open on our own unreaped child.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
     if pidfd < 0 {
@@ -207,8 +278,16 @@ pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
         step: "writing the go byte",
         source,
     })?;
-    drop(go_write);
+    Ok(pidfd)
+}
 
+/// The child's failure report, if one is waiting in the error pipe. Never blocks:
+/// call it after the child is reaped (another thread's child cloned meanwhile may
+/// still hold a copy of the write end for a moment, so EOF is not awaited).
+fn drain_report(error_read: &OwnedFd) -> Option<Report> {
+    let flags = nix::fcntl::fcntl(error_read, nix::fcntl::FcntlArg::F_GETFL).ok()?;
+    let flags = nix::fcntl::OFlag::from_bits_retain(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(error_read, nix::fcntl::FcntlArg::F_SETFL(flags)).ok()?;
     let mut buf = [0u8; Report::LEN];
     let mut got = 0;
     while got < buf.len() {
@@ -216,33 +295,41 @@ pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(Errno::EINTR) => continue,
-            Err(source) => {
-                return Err(SpawnError::Handshake {
-                    step: "reading the error pipe",
-                    source,
-                });
-            }
+            Err(_) => break,
         }
     }
-    match got {
-        0 => {
-            std::mem::forget(reaper);
-            tracing::debug!(pid, "spawned a namespaced command");
-            Ok(SpawnedChild::new(pid, pidfd, status_read))
-        }
-        Report::LEN => {
-            drop(reaper);
-            Err(Report::decode(&buf).into_error(|i| {
-                steps
-                    .get(i)
-                    .map(|s| s.target.to_string_lossy().into_owned())
-            }))
-        }
-        _ => Err(SpawnError::Handshake {
-            step: "reading a truncated error report",
-            source: Errno::EPROTO,
-        }),
+    (got == Report::LEN).then(|| Report::decode(&buf))
+}
+
+/// At EOF on the error pipe: whether pid 1 has already ended without a command
+/// status. EOF alone means "every writer is gone", which is also what a pid 1
+/// killed before it forked the command (OOM in a small memory cgroup, `SIGKILL`)
+/// looks like. pid 1 holds the status pipe until it exits and writes the status
+/// before, so: pid 1 ended (pidfd readable, or the status pipe hung up) and no
+/// status is waiting means the command never ran. (A pid 1 that is still closing
+/// its descriptors at this instant is seen as alive; `wait` then reports it.)
+fn init_ended_without_status(pidfd: &OwnedFd, status_read: &OwnedFd) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: status_read.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfd structs; a zero timeout never blocks.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+    if ready <= 0 {
+        return false;
     }
+    let [init, status] = fds;
+    let has_status = status.revents & libc::POLLIN != 0;
+    let ended = init.revents & libc::POLLIN != 0 || status.revents & libc::POLLHUP != 0;
+    ended && !has_status
 }
 
 /// Kills and reaps the child if the parent's side of the start fails.
@@ -259,5 +346,37 @@ impl Drop for Reaper {
             let mut status = 0;
             while libc::waitpid(self.pid, &mut status, 0) < 0 && Errno::last() == Errno::EINTR {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_report_left_by_a_dead_child_is_drained_without_blocking() {
+        let report = Report {
+            stage: ChildStage::Descriptors as u32,
+            index: 0,
+            op: error::op::CALL,
+            errno: libc::EMFILE,
+        };
+        let (read, write) = pipe();
+        nix::unistd::write(&write, &report.encode()).unwrap_or_else(|e| panic!("{e}"));
+        // A writer still open elsewhere must not make the drain block.
+        assert_eq!(drain_report(&read), Some(report));
+        assert_eq!(drain_report(&read), None);
+        drop(write);
+        let (read, write) = pipe();
+        nix::unistd::write(&write, &[1, 2, 3]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            drain_report(&read),
+            None,
+            "a truncated report is not a report"
+        );
     }
 }

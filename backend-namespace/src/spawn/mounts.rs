@@ -11,7 +11,11 @@
 //! [`open_sources`]) and named the same way.
 //! Flags are set afterwards on the new mount with `mount_setattr(2)` (which only
 //! adds or clears the flags named, so flags the kernel locked on host mounts are
-//! kept), falling back to a bind remount that preserves the current flags.
+//! kept). Without `mount_setattr` (kernels before 5.12) a step that sets flags on
+//! the top mount only falls back to a bind remount that preserves the current
+//! flags; a step that needs its flags on every submount (recursive binds) fails
+//! with `ENOSYS` at `op::SET_FLAGS`, naming the step, since a remount cannot
+//! reach the submounts.
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_ulong};
@@ -97,8 +101,14 @@ fn apply_step(root: c_int, step: &PreparedStep, slots: &[Cell<c_int>]) -> StepRe
                 raw::create_file(root, target)
             }
             .map_err(|e| (op::CREATE, e))?;
-            let source_fd = slots.get(*slot).map_or(-1, Cell::get);
-            let source = StackPath::proc_fd(source_fd);
+            // A slot open_sources did not fill is EBADF, never "fd -1" (which
+            // `proc_fd` refuses too).
+            let source_fd = slots
+                .get(*slot)
+                .map(Cell::get)
+                .filter(|fd| *fd >= 0)
+                .ok_or((op::OPEN_SOURCE, libc::EBADF))?;
+            let source = StackPath::proc_fd(source_fd).map_err(|e| (op::OPEN_SOURCE, e))?;
             mount_on(
                 &at,
                 source.as_ptr(),
@@ -135,7 +145,7 @@ fn apply_step(root: c_int, step: &PreparedStep, slots: &[Cell<c_int>]) -> StepRe
                 Err(libc::ENOENT) if step.optional => return Ok(()),
                 other => other.map_err(|e| (op::RESOLVE, e))?,
             };
-            let here = StackPath::proc_fd(at.0);
+            let here = StackPath::proc_fd(at.raw()).map_err(|e| (op::RESOLVE, e))?;
             mount_on(
                 &at,
                 here.as_ptr(),
@@ -177,6 +187,16 @@ fn apply_step(root: c_int, step: &PreparedStep, slots: &[Cell<c_int>]) -> StepRe
                 None,
             )
         }
+        StepKind::Sysfs => {
+            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            mount_on(
+                &at,
+                c"sysfs".as_ptr(),
+                c"sysfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                None,
+            )
+        }
         StepKind::Devpts => {
             let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
@@ -192,17 +212,17 @@ fn apply_step(root: c_int, step: &PreparedStep, slots: &[Cell<c_int>]) -> StepRe
             let (parent, name) =
                 raw::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
             // SAFETY: both strings are NUL-terminated and outlive the call.
-            raw::check(unsafe { libc::symlinkat(to.as_ptr(), parent.0, name.as_ptr()) })
+            raw::check(unsafe { libc::symlinkat(to.as_ptr(), parent.raw(), name.as_ptr()) })
                 .map(drop)
                 .map_err(|e| (op::SYMLINK, e))
         }
         StepKind::File { contents, mode } => {
             let (parent, name) =
                 raw::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
-            // SAFETY: `name` is NUL-terminated; `parent.0` is an open directory.
-            let fd = raw::check(unsafe {
+            // SAFETY: `name` is NUL-terminated; `parent` is an open directory.
+            let fd = Fd::from_new(unsafe {
                 libc::openat(
-                    parent.0,
+                    parent.raw(),
                     name.as_ptr(),
                     libc::O_CREAT
                         | libc::O_EXCL
@@ -213,10 +233,9 @@ fn apply_step(root: c_int, step: &PreparedStep, slots: &[Cell<c_int>]) -> StepRe
                 )
             })
             .map_err(|e| (op::CREATE, e))?;
-            let fd = Fd(fd);
-            raw::write_all(fd.0, contents).map_err(|e| (op::WRITE, e))?;
-            // SAFETY: `fd.0` is open; the umask must not narrow the planned mode.
-            raw::check(unsafe { libc::fchmod(fd.0, *mode) })
+            raw::write_all(fd.raw(), contents).map_err(|e| (op::WRITE, e))?;
+            // SAFETY: `fd` is open; the umask must not narrow the planned mode.
+            raw::check(unsafe { libc::fchmod(fd.raw(), *mode) })
                 .map(drop)
                 .map_err(|e| (op::WRITE, e))
         }
@@ -263,7 +282,7 @@ fn mount_on(
     flags: c_ulong,
     data: Option<&CStr>,
 ) -> StepResult {
-    let target = StackPath::proc_fd(at.0);
+    let target = StackPath::proc_fd(at.raw()).map_err(|e| (op::MOUNT, e))?;
     let data = data.map_or(ptr::null(), |d| d.as_ptr().cast());
     // SAFETY: every pointer is null or a NUL-terminated string that outlives the
     // call (prepared before clone, literals, or the stack buffer above).
@@ -286,17 +305,42 @@ pub(crate) fn set_flags(top: &Fd, set: u64, clear: u64, recursive: bool) -> Step
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            top.0,
+            top.raw(),
             c"".as_ptr(),
             flags as c_ulong,
             &raw const attr,
             std::mem::size_of::<MountAttr>(),
         )
     };
-    match raw::check_long(ret) {
-        Ok(_) => Ok(()),
-        Err(libc::ENOSYS) => remount(top, set, clear),
-        Err(e) => Err((op::SET_FLAGS, e)),
+    match after_setattr(raw::check_long(ret).map(drop), recursive) {
+        AfterSetattr::Done => Ok(()),
+        AfterSetattr::RemountTop => remount(top, set, clear),
+        AfterSetattr::Fail(e) => Err((op::SET_FLAGS, e)),
+    }
+}
+
+/// What to do after `mount_setattr(2)` returned `result`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterSetattr {
+    /// The flags are set.
+    Done,
+    /// Fall back to a bind remount of the top mount.
+    RemountTop,
+    /// Fail the step with this `errno`.
+    Fail(Errno),
+}
+
+/// The fallback decision. A remount can only change the *top* mount, so it stands
+/// in for `mount_setattr` (kernels before 5.12 answer `ENOSYS`) only when the step
+/// asked for the top mount alone. A recursive request (read-only, nosuid, nodev
+/// on a bind of `/sys`, a system directory, a host tree with submounts) fails with
+/// `ENOSYS` instead: silently applying it to the top mount would leave writable,
+/// suid or device submounts under a "read-only" bind.
+fn after_setattr(result: Result<(), Errno>, recursive: bool) -> AfterSetattr {
+    match result {
+        Ok(()) => AfterSetattr::Done,
+        Err(libc::ENOSYS) if !recursive => AfterSetattr::RemountTop,
+        Err(e) => AfterSetattr::Fail(e),
     }
 }
 
@@ -306,8 +350,8 @@ fn remount(top: &Fd, set: u64, clear: u64) -> StepResult {
     // SAFETY: `statvfs` is plain data; fstatvfs fills it. (glibc takes the flags
     // from fstatfs's `f_flags`, present since Linux 2.6.36: no allocation.)
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `top.0` is open; `st` is a valid out-pointer.
-    raw::check(unsafe { libc::fstatvfs(top.0, &mut st) }).map_err(|e| (op::SET_FLAGS, e))?;
+    // SAFETY: `top` is open; `st` is a valid out-pointer.
+    raw::check(unsafe { libc::fstatvfs(top.raw(), &mut st) }).map_err(|e| (op::SET_FLAGS, e))?;
     let current = st.f_flag as c_ulong;
     let keep = libc::MS_NOSUID
         | libc::MS_NODEV
@@ -331,7 +375,7 @@ fn remount(top: &Fd, set: u64, clear: u64) -> StepResult {
             flags &= !ms;
         }
     }
-    let target = StackPath::proc_fd(top.0);
+    let target = StackPath::proc_fd(top.raw()).map_err(|e| (op::SET_FLAGS, e))?;
     // SAFETY: a NUL-terminated stack path; other pointers null.
     raw::check(unsafe {
         libc::mount(
@@ -344,4 +388,28 @@ fn remount(top: &Fd, set: u64, clear: u64) -> StepResult {
     })
     .map(drop)
     .map_err(|e| (op::SET_FLAGS, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_mount_setattr_only_top_mount_requests_fall_back() {
+        assert_eq!(after_setattr(Ok(()), true), AfterSetattr::Done);
+        assert_eq!(after_setattr(Ok(()), false), AfterSetattr::Done);
+        assert_eq!(
+            after_setattr(Err(libc::ENOSYS), false),
+            AfterSetattr::RemountTop
+        );
+        // A recursive request must not silently shrink to the top mount.
+        assert_eq!(
+            after_setattr(Err(libc::ENOSYS), true),
+            AfterSetattr::Fail(libc::ENOSYS)
+        );
+        assert_eq!(
+            after_setattr(Err(libc::EPERM), false),
+            AfterSetattr::Fail(libc::EPERM)
+        );
+    }
 }

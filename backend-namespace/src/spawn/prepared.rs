@@ -17,6 +17,7 @@ use workspace_core::mount_plan::{MountAction, MountPlan, Reason};
 
 use super::SpawnRequest;
 use super::error::SpawnError;
+use crate::seccomp::{SeccompFilter, SeccompPolicy};
 
 /// Where the host's root is reachable while the plan is applied.
 pub(crate) const OLD_ROOT: &str = "/oldroot";
@@ -57,6 +58,8 @@ pub(crate) enum StepKind {
     Tmpfs { data: CString },
     /// procfs.
     Proc,
+    /// sysfs, read-only.
+    Sysfs,
     /// devpts (new instance).
     Devpts,
     /// Hide the target.
@@ -109,6 +112,10 @@ pub(crate) struct Prepared {
     pub moved: Vec<Cell<c_int>>,
     /// One slot per bind source, filled by the child (see [`StepKind::Bind`]).
     pub source_fds: Vec<Cell<c_int>>,
+    /// Where the runner's command line lies in memory (`arg_start..arg_end` of
+    /// `/proc/self/stat`): the child's copy is blanked, so the run's pid 1 does not
+    /// show the runner's arguments in `/proc/1/cmdline`, which anyone may read.
+    pub arg_area: Option<(usize, usize)>,
 }
 
 impl Prepared {
@@ -153,18 +160,7 @@ impl Prepared {
             return Err(invalid("cgroup_procs", "more than 16 files"));
         }
         let (steps, binds) = prepare_steps(&request.plan, request.uid, request.gid)?;
-        let seccomp = request.seccomp.as_ref().map(|filter| {
-            filter
-                .program()
-                .iter()
-                .map(|i| libc::sock_filter {
-                    code: i.code,
-                    jt: i.jt,
-                    jf: i.jf,
-                    k: i.k,
-                })
-                .collect()
-        });
+        let seccomp = seccomp_program(request)?;
         let root_data = cstring(
             "plan.root_size_bytes",
             &format!("size={},mode=0755", request.plan.root_size_bytes),
@@ -204,6 +200,7 @@ impl Prepared {
             kept: Vec::new(),
             moved: Vec::new(),
             source_fds: vec![Cell::new(-1); binds],
+            arg_area: runner_arg_area(),
         };
         for path in &request.cgroup_procs {
             let fd = nix::fcntl::open(
@@ -229,6 +226,39 @@ impl Prepared {
         prepared.moved = vec![Cell::new(-1); prepared.kept.len()];
         Ok(prepared)
     }
+}
+
+/// The BPF program the child installs: the request's filter, else the default
+/// policy's (built here, before clone), else none when explicitly opted out.
+fn seccomp_program(request: &SpawnRequest) -> Result<Option<Vec<libc::sock_filter>>, SpawnError> {
+    let default;
+    let filter = match (&request.seccomp, request.danger_no_seccomp) {
+        (Some(_), true) => {
+            return Err(invalid(
+                "danger_no_seccomp",
+                "is set together with a seccomp filter",
+            ));
+        }
+        (None, true) => return Ok(None),
+        (Some(filter), false) => filter,
+        (None, false) => {
+            default = SeccompFilter::new(&SeccompPolicy::default())
+                .map_err(|source| SpawnError::Seccomp { source })?;
+            &default
+        }
+    };
+    Ok(Some(
+        filter
+            .program()
+            .iter()
+            .map(|i| libc::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .collect(),
+    ))
 }
 
 fn check_ids(request: &SpawnRequest) -> Result<(), SpawnError> {
@@ -297,7 +327,7 @@ fn prepare_steps(
                     }
                     data.push_str(&format!("{key}={OLD_ROOT}{text},"));
                 }
-                data.push_str("redirect_dir=off,metacopy=off,userxattr");
+                data.push_str("redirect_dir=nofollow,metacopy=off,userxattr");
                 StepKind::Overlay {
                     data: cstring("plan.steps[].action.overlay", &data)?,
                 }
@@ -316,6 +346,7 @@ fn prepare_steps(
                 }
             }
             MountAction::Proc => StepKind::Proc,
+            MountAction::Sysfs => StepKind::Sysfs,
             MountAction::Devpts => StepKind::Devpts,
             MountAction::Mask { file } => StepKind::Mask { file: *file },
             MountAction::Symlink { to } => StepKind::Symlink {
@@ -398,4 +429,18 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
         path: "-".into(),
         source,
     })
+}
+
+/// `arg_start` and `arg_end` of this process (fields 48 and 49 of `/proc/self/stat`),
+/// or `None` when they cannot be read (then the child keeps the runner's arguments
+/// and only renames itself).
+fn runner_arg_area() -> Option<(usize, usize)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count the
+    // fields after the last ')', which is field 3.
+    let after = stat.rsplit_once(')')?.1;
+    let mut fields = after.split_whitespace();
+    let start = fields.nth(48 - 3)?.parse().ok()?;
+    let end = fields.next()?.parse().ok()?;
+    (start < end).then_some((start, end))
 }

@@ -28,13 +28,31 @@ pub(crate) fn check_long(ret: libc::c_long) -> Result<libc::c_long, Errno> {
 }
 
 /// A descriptor closed on drop (`close` is async-signal-safe).
+///
+/// The field is private: the only way to get one is [`Fd::from_new`] on the return
+/// value of a call that just created the descriptor, so one descriptor number is
+/// never wrapped (and closed) twice, and a negative number is never wrapped.
 #[derive(Debug)]
-pub(crate) struct Fd(pub c_int);
+pub(crate) struct Fd(c_int);
+
+impl Fd {
+    /// Takes ownership of the descriptor a call (`open`, `socket`, ...) just
+    /// returned; a negative return value is that call's failure (`errno`).
+    pub(crate) fn from_new(ret: c_int) -> Result<Self, Errno> {
+        check(ret).map(Self)
+    }
+
+    /// The descriptor number, still owned by `self`.
+    pub(crate) fn raw(&self) -> c_int {
+        self.0
+    }
+}
 
 impl Drop for Fd {
     fn drop(&mut self) {
-        // SAFETY: `self.0` is a descriptor this value owns; closing it twice is
-        // impossible because `Fd` is not `Clone`.
+        // SAFETY: `self.0` is a descriptor this value owns (created by the call
+        // whose result `from_new` took); closing it twice is impossible because
+        // `Fd` is neither `Clone` nor constructible from an existing number.
         unsafe { libc::close(self.0) };
     }
 }
@@ -79,13 +97,16 @@ pub(crate) struct StackPath {
 impl StackPath {
     /// `/oldroot/proc/self/fd/<fd>`: a path that names whatever `fd` refers to
     /// (the host's procfs stays reachable under the old root until the final
-    /// `pivot_root`).
-    pub fn proc_fd(fd: c_int) -> Self {
+    /// `pivot_root`). A negative `fd` (an unfilled slot) is `EBADF`: it must never
+    /// turn into the path of some other descriptor.
+    pub fn proc_fd(fd: c_int) -> Result<Self, Errno> {
         const PREFIX: &[u8] = b"/oldroot/proc/self/fd/";
+        let Ok(mut n) = u32::try_from(fd) else {
+            return Err(libc::EBADF);
+        };
         let mut buf = [0u8; 64];
         buf[..PREFIX.len()].copy_from_slice(PREFIX);
         let mut digits = [0u8; 12];
-        let mut n = fd.unsigned_abs();
         let mut len = 0;
         loop {
             digits[len] = b'0' + (n % 10) as u8;
@@ -98,7 +119,7 @@ impl StackPath {
         for i in 0..len {
             buf[PREFIX.len() + i] = digits[len - 1 - i];
         }
-        Self { buf }
+        Ok(Self { buf })
     }
 
     /// The pointer for a system call.
@@ -133,14 +154,13 @@ impl Name {
 /// is refused with `ELOOP`.
 pub(crate) fn open_no_follow(dir: c_int, name: &Name, extra: c_int) -> Result<Fd, Errno> {
     // SAFETY: `name` is NUL-terminated and outlives the call.
-    let fd = check(unsafe {
+    let fd = Fd::from_new(unsafe {
         libc::openat(
             dir,
             name.as_ptr(),
             libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC | extra,
         )
     })?;
-    let fd = Fd(fd);
     // SAFETY: `stat` is plain data; an all-zero value is valid and fstat fills it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd.0` is open and `st` is a valid out-pointer.
@@ -163,13 +183,13 @@ pub(crate) fn walk_parent(root: c_int, path: &CStr, create: bool) -> Result<(Fd,
         None => (None, rel),
     };
     // SAFETY: a literal NUL-terminated path relative to an open directory.
-    let mut dir = Fd(check(unsafe {
+    let mut dir = Fd::from_new(unsafe {
         libc::openat(
             root,
             c".".as_ptr(),
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
-    })?);
+    })?;
     for component in dirs.into_iter().flat_map(|d| d.split(|b| *b == b'/')) {
         let name = Name::new(component)?;
         let next = match open_no_follow(dir.0, &name, libc::O_DIRECTORY) {
@@ -218,5 +238,44 @@ pub(crate) fn create_file(root: c_int, path: &CStr) -> Result<Fd, Errno> {
             open_no_follow(parent.0, &name, 0)
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(path: &StackPath) -> &str {
+        let end = path
+            .buf
+            .iter()
+            .position(|b| *b == 0)
+            .unwrap_or(path.buf.len());
+        std::str::from_utf8(&path.buf[..end]).unwrap_or("")
+    }
+
+    #[test]
+    fn proc_fd_names_the_descriptor_and_refuses_negative_ones() {
+        assert_eq!(
+            text(&StackPath::proc_fd(0).unwrap()),
+            "/oldroot/proc/self/fd/0"
+        );
+        assert_eq!(
+            text(&StackPath::proc_fd(1234).unwrap()),
+            "/oldroot/proc/self/fd/1234"
+        );
+        assert_eq!(
+            text(&StackPath::proc_fd(c_int::MAX).unwrap()),
+            "/oldroot/proc/self/fd/2147483647"
+        );
+        // An unfilled slot (-1) used to become fd 1 (stdout) through unsigned_abs.
+        for fd in [-1, -2, c_int::MIN] {
+            assert_eq!(StackPath::proc_fd(fd).err(), Some(libc::EBADF), "{fd}");
+        }
+    }
+
+    #[test]
+    fn fd_from_new_refuses_a_failed_call() {
+        assert!(Fd::from_new(-1).is_err());
     }
 }

@@ -8,7 +8,7 @@
 //! replaces the index through `index.lock` and a rename, so the first write lands in
 //! the upper directory and the shared copy is never touched. The isolating backend
 //! mounts
-//! `overlay lowerdir=<lower>,upperdir=<upper>,workdir=<work>,redirect_dir=off,metacopy=off`
+//! `overlay lowerdir=<lower>,upperdir=<upper>,workdir=<work>,redirect_dir=nofollow,metacopy=off`
 //! on `merged`.
 
 use std::fs;

@@ -7,8 +7,8 @@
 //! `userxattr`, `user.overlay.opaque` extended attribute) for directories that were
 //! removed and made again. Walking it is O(changes), not O(repository).
 //!
-//! The mount must use `redirect_dir=off` and `metacopy=off` (the namespace backend's
-//! mount plan does): with redirects or metadata-only copy-ups the upper directory no
+//! The mount must create no redirects and no metadata-only copy-ups
+//! (`redirect_dir=nofollow,metacopy=off`, as the namespace backend mounts it): with redirects or metadata-only copy-ups the upper directory no
 //! longer holds every changed file's content, and this reading would be incomplete.
 //!
 //! Nothing here follows a symlink: links are recorded as links. The walk goes

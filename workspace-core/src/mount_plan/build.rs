@@ -387,13 +387,11 @@ impl Builder {
                 Reason::Proc,
             );
         }
+        self.add("sys", "/sys".into(), MountAction::Sysfs, Reason::Sys);
         self.add(
             "sys",
-            "/sys".into(),
-            MountAction::Bind {
-                source: PathBuf::from("/sys"),
-                read_only: true,
-            },
+            "/sys/firmware".into(),
+            MountAction::Mask { file: false },
             Reason::Sys,
         );
     }

@@ -23,7 +23,8 @@
 //! 5. declared host mounts (read-only unless `danger-read-write`);
 //! 6. a private `/tmp` (tmpfs with a size cap), the home directory, a minimal `/dev`
 //!    (null, zero, full, random, urandom, tty; pts when a PTY is asked for), a fresh
-//!    `/proc` with `/proc/sys` and friends read-only, `/sys` read-only.
+//!    `/proc` with `/proc/sys` and friends read-only, a fresh read-only `/sys` (the
+//!    run's own network devices, no host cgroup tree) with `/sys/firmware` hidden.
 //!
 //! Every mount is `nosuid` and `nodev` except the device binds of `/dev` (which need
 //! device access and are still `nosuid`); the backend applies these flags, the plan

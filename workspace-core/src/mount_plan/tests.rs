@@ -169,17 +169,14 @@ fn a_narrow_fix_gets_the_base_system_read_only_and_its_workspace_read_write() {
             "/dev/tty"
         ]
     );
-    // /proc is fresh, its tunables read-only, /sys read-only.
+    // /proc is fresh, its tunables read-only; /sys is fresh and read-only.
     assert!(plan.steps.iter().any(|s| s.target == "/proc/sys" && s.action == MountAction::Rebind { read_only: true }));
     assert_eq!(
         targets(&plan, Reason::Sys),
-        [(
-            "/sys",
-            &MountAction::Bind {
-                source: "/sys".into(),
-                read_only: true
-            }
-        )]
+        [
+            ("/sys", &MountAction::Sysfs),
+            ("/sys/firmware", &MountAction::Mask { file: false })
+        ]
     );
     assert!(
         !plan.steps.iter().any(|s| s.target == "/dev/pts"),

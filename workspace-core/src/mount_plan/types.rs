@@ -40,7 +40,8 @@ pub enum MountAction {
         read_only: bool,
     },
     /// Stack the layers of a layered checkout with overlayfs
-    /// (`redirect_dir=off,metacopy=off`).
+    /// (no redirects, no metadata-only copy-ups:
+    /// `redirect_dir=nofollow,metacopy=off`).
     Overlay {
         /// The read-only base tree.
         lower: PathBuf,
@@ -65,6 +66,10 @@ pub enum MountAction {
     },
     /// A fresh procfs for the run's pid namespace.
     Proc,
+    /// A fresh sysfs (read-only) for the run's network namespace: it shows the run's
+    /// own network devices and no host cgroup tree, where a bind of the host's `/sys`
+    /// would show both.
+    Sysfs,
     /// A fresh devpts instance (for a PTY).
     Devpts,
     /// Bind a host device node (the one kind of step without `nodev`).
@@ -119,7 +124,7 @@ pub enum Reason {
     Dev,
     /// `/proc` and its read-only parts.
     Proc,
-    /// `/sys`, read-only.
+    /// A fresh `/sys`, read-only, with firmware tables hidden.
     Sys,
 }
 

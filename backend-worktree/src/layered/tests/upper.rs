@@ -13,7 +13,7 @@ use crate::layered::upper::{UpperEntry, walk_upper};
 /// `script` inside the merged view.
 pub(crate) fn in_overlay(lower: &Path, upper: &Path, work: &Path, merged: &Path, script: &str) {
     let options = format!(
-        "lowerdir={},upperdir={},workdir={},redirect_dir=off,metacopy=off",
+        "lowerdir={},upperdir={},workdir={},redirect_dir=nofollow,metacopy=off",
         lower.display(),
         upper.display(),
         work.display()
