@@ -248,6 +248,100 @@ fn failures_name_the_stage_and_the_step() {
     }
 }
 
+/// Adds a bind of the host path `source` at `/mnt/host` and returns its step index.
+fn bind_at_mnt_host(request: &mut backend_namespace::spawn::SpawnRequest, source: &Path) -> usize {
+    request
+        .plan
+        .steps
+        .push(workspace_core::mount_plan::MountStep {
+            target: "/mnt/host".into(),
+            action: workspace_core::mount_plan::MountAction::Bind {
+                source: source.to_path_buf(),
+                read_only: true,
+            },
+            reason: workspace_core::mount_plan::Reason::Excluded,
+        });
+    request.plan.steps.len() - 1
+}
+
+#[test]
+fn a_bind_source_with_a_symlink_anywhere_on_its_path_is_refused() {
+    let fixture = Fixture::new();
+    // The link at the end of the path, and a link in the middle of it.
+    let last_link = fixture.base.path().join("to-outside");
+    std::os::unix::fs::symlink(fixture.outside(), &last_link).unwrap();
+    let middle_link = fixture.base.path().join("via");
+    std::os::unix::fs::symlink(fixture.base.path(), &middle_link).unwrap();
+    for source in [last_link.clone(), middle_link.join("outside")] {
+        let mut request = fixture.request("cat /mnt/host/sentinel");
+        let step = bind_at_mnt_host(&mut request, &source);
+        let error = spawn(&request).map(|_| ()).unwrap_err();
+        match &error {
+            SpawnError::Source {
+                step: s,
+                target,
+                path,
+                source: cause,
+            } => {
+                assert_eq!(*s, step, "{error}");
+                assert_eq!(target, "/mnt/host");
+                assert_eq!(path, &source);
+                assert_eq!(cause.raw_os_error(), Some(Errno::ELOOP as i32), "{error}");
+            }
+            other => panic!("{source:?}: {other:?}"),
+        }
+        assert!(
+            error.to_string().contains(&format!("step {step}")),
+            "{error}"
+        );
+    }
+
+    // Positive control: the real directory behind the links is bound.
+    let mut request = fixture.request("cat /mnt/host/sentinel");
+    bind_at_mnt_host(&mut request, &fixture.outside());
+    let (status, out) = run(request);
+    assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
+    assert_eq!(out, "host only");
+}
+
+#[test]
+fn an_overlay_layer_with_a_symlink_on_its_path_is_refused() {
+    let fixture = Fixture::new();
+    let base = fixture.base.path();
+    for dir in ["lower", "upper", "work"] {
+        std::fs::create_dir(base.join(dir)).unwrap();
+    }
+    std::os::unix::fs::symlink(fixture.outside(), base.join("lower-link")).unwrap();
+    let mut request = fixture.request("true");
+    request
+        .plan
+        .steps
+        .push(workspace_core::mount_plan::MountStep {
+            target: "/mnt/layered".into(),
+            action: workspace_core::mount_plan::MountAction::Overlay {
+                lower: base.join("lower-link"),
+                upper: base.join("upper"),
+                work: base.join("work"),
+            },
+            reason: workspace_core::mount_plan::Reason::Excluded,
+        });
+    let step = request.plan.steps.len() - 1;
+    match spawn(&request).map(|_| ()).unwrap_err() {
+        SpawnError::Source {
+            step: s,
+            target,
+            path,
+            source,
+        } => {
+            assert_eq!(s, step);
+            assert_eq!(target, "/mnt/layered");
+            assert_eq!(path, base.join("lower-link"));
+            assert_eq!(source.raw_os_error(), Some(Errno::ELOOP as i32));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn eight_concurrent_spawns_from_a_multi_threaded_runtime() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -417,4 +511,102 @@ fn an_init_killed_during_setup_is_a_failure_not_a_started_command() {
         Ok(mut child) => panic!("reported as started: {:?}", child.wait()),
         Err(other) => panic!("{other:?}"),
     }
+}
+
+/// A v1 freezer cgroup, FROZEN, made by this test; thawed and removed on drop.
+struct FrozenCgroup(std::path::PathBuf);
+
+impl FrozenCgroup {
+    fn new() -> Self {
+        let root = Path::new("/sys/fs/cgroup/freezer");
+        assert!(
+            root.join("freezer.state").exists() || root.join("cgroup.procs").exists(),
+            "this test needs the v1 freezer controller at {}, which is not mounted",
+            root.display()
+        );
+        let dir = root.join(format!(
+            "agent-workspace-test-{}-frozen",
+            std::process::id()
+        ));
+        std::fs::create_dir(&dir)
+            .unwrap_or_else(|e| panic!("creating the freezer cgroup {}: {e}", dir.display()));
+        let me = Self(dir);
+        std::fs::write(me.0.join("freezer.state"), "FROZEN").unwrap();
+        me
+    }
+
+    fn procs(&self) -> Vec<u32> {
+        std::fs::read_to_string(self.0.join("cgroup.procs"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+
+    fn thaw(&self) {
+        std::fs::write(self.0.join("freezer.state"), "THAWED").unwrap();
+    }
+}
+
+impl Drop for FrozenCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+        for _ in 0..250 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("could not remove the test cgroup {}", self.0.display());
+    }
+}
+
+#[test]
+fn a_setup_stuck_in_a_frozen_cgroup_times_out_and_the_child_is_killed() {
+    let frozen = FrozenCgroup::new();
+    let fixture = Fixture::new();
+    let mut request = fixture.request("echo started");
+    // pid 1 joins the frozen group first thing after the go byte and freezes there.
+    request.cgroup_procs = vec![frozen.0.join("cgroup.procs")];
+    request.setup_timeout = Duration::from_millis(500);
+    let start = Instant::now();
+    match spawn(&request) {
+        Err(SpawnError::SetupTimeout { after_ms: 500 }) => {}
+        Ok(mut child) => panic!("reported as started: {:?}", child.wait()),
+        Err(other) => panic!("{other:?}"),
+    }
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(500) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    // The frozen init is still there (SIGKILL stays pending in a frozen v1 group);
+    // once thawed it dies and leaves the group.
+    let stuck = frozen.procs();
+    assert_eq!(stuck.len(), 1, "{stuck:?}");
+    frozen.thaw();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !frozen.procs().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the killed child is still in the group: {:?}",
+            frozen.procs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The default is 30 s; zero is refused.
+    assert_eq!(
+        fixture.request("true").setup_timeout,
+        Duration::from_secs(30)
+    );
+    let mut request = fixture.request("true");
+    request.setup_timeout = Duration::ZERO;
+    assert!(matches!(
+        spawn(&request),
+        Err(SpawnError::InvalidRequest {
+            field: "setup_timeout",
+            ..
+        })
+    ));
 }

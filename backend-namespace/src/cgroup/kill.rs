@@ -3,9 +3,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::libc;
 use serde::{Deserialize, Serialize};
 
 use super::run::RunCgroup;
@@ -107,7 +108,9 @@ impl RunCgroup {
             if let Some(dir) = freezer {
                 freeze(&dir.path)?;
             }
-            let signalled = self.pids().and_then(|pids| signal_all(&pids, &main.path));
+            let signalled = self
+                .pids()
+                .and_then(|pids| signal_all(&pids, &main.path, || self.pids()));
             if let Some(dir) = freezer {
                 // Thaw even when signalling failed, so nothing stays frozen.
                 fsio::write(&dir.path.join("freezer.state"), "THAWED")?;
@@ -147,25 +150,128 @@ fn freeze(dir: &Path) -> Result<(), CgroupError> {
 }
 
 /// SIGKILLs each pid, skipping pid 0, 1 and this process; a pid already gone is fine.
-fn signal_all(pids: &[u32], dir: &Path) -> Result<(), CgroupError> {
+///
+/// A pid read from `cgroup.procs` may exit and be reused by an unrelated host
+/// process before the signal; `kill(pid)` as host root would then hit that one. So
+/// each pid is pinned first with `pidfd_open` (the descriptor names that process,
+/// never a later one with the same number), then `listed` re-reads the group's
+/// `cgroup.procs`, and only pids still listed are signalled, through their pidfd
+/// (`pidfd_send_signal`). A pid listed after its pidfd was opened is the pinned
+/// process (a number cannot be reused while the process holding it exists; if it
+/// has exited since, the pidfd signal is `ESRCH`, harmless).
+fn signal_all(
+    pids: &[u32],
+    dir: &Path,
+    listed: impl Fn() -> Result<Vec<u32>, CgroupError>,
+) -> Result<(), CgroupError> {
     let own = std::process::id();
+    let error = |pid: u32, source: Errno| CgroupError::Signal {
+        pid,
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut pinned = Vec::with_capacity(pids.len());
     for &pid in pids {
-        if pid <= 1 || pid == own {
+        if !may_signal(pid, own) {
             continue;
         }
-        let Ok(raw) = i32::try_from(pid) else {
+        match pidfd_open(pid) {
+            Ok(pidfd) => pinned.push((pid, pidfd)),
+            Err(Errno::ESRCH) => {}
+            Err(source) => return Err(error(pid, source)),
+        }
+    }
+    if pinned.is_empty() {
+        return Ok(());
+    }
+    let still = listed()?;
+    for (pid, pidfd) in &pinned {
+        if !still_listed(*pid, &still) {
             continue;
-        };
-        match kill(Pid::from_raw(raw), Signal::SIGKILL) {
+        }
+        match pidfd_kill(pidfd) {
             Ok(()) | Err(Errno::ESRCH) => {}
-            Err(source) => {
-                return Err(CgroupError::Signal {
-                    pid,
-                    path: dir.to_path_buf(),
-                    source,
-                });
-            }
+            Err(source) => return Err(error(*pid, source)),
         }
     }
     Ok(())
+}
+
+/// Never pid 0, 1, a pid beyond `pid_t`, or this process.
+fn may_signal(pid: u32, own: u32) -> bool {
+    pid > 1 && pid != own && i32::try_from(pid).is_ok()
+}
+
+/// Whether a pinned pid is still in the group (listed after its pidfd was opened).
+fn still_listed(pid: u32, listed: &[u32]) -> bool {
+    listed.contains(&pid)
+}
+
+/// `pidfd_open(pid, 0)`.
+fn pidfd_open(pid: u32) -> Result<OwnedFd, Errno> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| Errno::ESRCH)?;
+    // SAFETY: pidfd_open with integer arguments; it only creates a descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let fd = i32::try_from(fd).map_err(|_| Errno::EBADF)?;
+    // SAFETY: `fd` is a new descriptor returned just now that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `pidfd_send_signal(pidfd, SIGKILL, NULL, 0)`.
+fn pidfd_kill(pidfd: &OwnedFd) -> Result<(), Errno> {
+    // SAFETY: an open pidfd, a signal number, a null siginfo and no flags.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if ret < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    #[test]
+    fn only_pinned_pids_still_in_the_group_are_signalled() {
+        let own = std::process::id();
+        for pid in [0, 1, own, u32::MAX] {
+            assert!(!may_signal(pid, own), "{pid}");
+        }
+        assert!(may_signal(4242, own));
+        // Left the group (or exited and its number went elsewhere) between the
+        // listing and the pidfd: not signalled.
+        assert!(!still_listed(4242, &[17, 99]));
+        assert!(still_listed(4242, &[17, 4242]));
+    }
+
+    #[test]
+    fn a_pid_that_left_the_group_is_not_signalled() {
+        // A real process of ours, pinned but not listed: it must survive.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let pid = child.id();
+        let result = signal_all(&[pid], Path::new("/test"), || Ok(Vec::new()));
+        assert!(result.is_ok(), "{result:?}");
+        assert!(
+            child.try_wait().unwrap_or_else(|e| panic!("{e}")).is_none(),
+            "signalled a pid that was no longer listed"
+        );
+        // Listed after the pidfd: signalled through it.
+        let result = signal_all(&[pid], Path::new("/test"), || Ok(vec![pid]));
+        assert!(result.is_ok(), "{result:?}");
+        let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
 }

@@ -24,7 +24,9 @@
 //! 4. join the run's cgroups (write `0` to each `cgroup.procs`), then
 //!    `unshare(CLONE_NEWCGROUP)` so the namespace root is the run's cgroup;
 //! 5. clear supplementary groups (when the parent left `setgroups` allowed);
-//! 6. open every bind source (`O_PATH`, still with the host root's fs ids);
+//! 6. open every bind source (`O_PATH`, still with the host root's fs ids,
+//!    `openat2` refusing any symlink, and checked to be the `(dev, ino)` the
+//!    parent inspected);
 //!    `setfsgid`/`setfsuid` to the run's ids (files created in the new tmpfs
 //!    mounts need an owner mapped in the namespace); mounts private; scratch tmpfs on `/tmp`, first `pivot_root` into it with the
 //!    host root at `/oldroot`; the root tmpfs at `/newroot`; the mount plan;
@@ -223,7 +225,7 @@ fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
         .map_err(fail(ChildStage::Groups, op::CALL))?;
     }
 
-    mounts::open_sources(&p.steps, &p.source_fds)?;
+    mounts::open_sources(&p.steps, &p.source_fds, &p.source_how)?;
     // Files the plan creates in the new tmpfs mounts must be owned by an id mapped
     // in this namespace (else EOVERFLOW): create them as the run's ids. Only the
     // fs ids change; the capabilities stay until `drop_privileges`.

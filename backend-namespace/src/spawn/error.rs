@@ -101,6 +101,14 @@ pub enum SpawnError {
         #[source]
         errno: Errno,
     },
+    /// The child's setup (mount plan, cgroup join, `execve`) did not end within
+    /// [`SpawnRequest::setup_timeout`](super::SpawnRequest::setup_timeout): a hung
+    /// bind source, a frozen cgroup, a stuck `execve`. The child was killed.
+    #[error("process boundary: the child's setup did not finish within {after_ms} ms (killed)")]
+    SetupTimeout {
+        /// The timeout that expired, in milliseconds.
+        after_ms: u64,
+    },
     /// Waiting for or signalling the namespace's init failed.
     #[error("process boundary: {step} of pid {pid} failed")]
     Wait {
@@ -247,6 +255,7 @@ pub(crate) mod op {
     pub const READ: u32 = 8;
     pub const CLOSE: u32 = 9;
     pub const OPEN_SOURCE: u32 = 10;
+    pub const VERIFY_SOURCE: u32 = 11;
 
     pub fn name(op: u32) -> &'static str {
         match op {
@@ -259,7 +268,8 @@ pub(crate) mod op {
             SYMLINK => "symlink",
             READ => "read",
             CLOSE => "close",
-            OPEN_SOURCE => "opening the bind source",
+            OPEN_SOURCE => "opening the bind source without following symlinks",
+            VERIFY_SOURCE => "checking the bind source is the file inspected before clone",
             _ => "the system call",
         }
     }

@@ -72,7 +72,11 @@
 //! * no `PR_SET_PDEATHSIG`: it fires when the *thread* that cloned exits, and tokio's
 //!   blocking threads come and go; a runner that dies leaves the run to the
 //!   journal's recovery, which kills it by pid namespace;
-//! * the parent waits for the child's setup without a timeout;
+//! * the parent waits for the child's setup at most
+//!   [`SpawnRequest::setup_timeout`] (30 s by default), then kills the child and
+//!   returns [`SpawnError::SetupTimeout`]; a child that cannot die at once (a
+//!   frozen v1 cgroup holds even `SIGKILL` until thawed) is reaped by a detached
+//!   thread when it does;
 //! * no PTY, no rlimits (`open_files`), no network other than `lo`;
 //! * the overlay step (layered checkouts) and the cgroup hook are implemented but
 //!   not yet covered by a test here;
@@ -90,6 +94,7 @@ mod raw;
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::libc;
@@ -144,7 +149,17 @@ pub struct SpawnRequest {
     pub danger_no_seccomp: bool,
     /// `cgroup.procs` files the run joins before anything else (at most 16).
     pub cgroup_procs: Vec<PathBuf>,
+    /// How long [`spawn`] waits for the child's setup (from the clone to a
+    /// successful `execve` or the child's failure report) before it kills the
+    /// child and returns [`SpawnError::SetupTimeout`]. Must not be zero.
+    pub setup_timeout: Duration,
 }
+
+/// The default [`SpawnRequest::setup_timeout`].
+pub const DEFAULT_SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// After a setup timeout: how long to wait for the killed child to end before its
+/// reaping is left to a detached thread.
+const REAP_WAIT: Duration = Duration::from_secs(1);
 
 impl SpawnRequest {
     /// A request running `argv` in `plan` as uid/gid 65534 mapped to host
@@ -167,6 +182,7 @@ impl SpawnRequest {
             seccomp: None,
             danger_no_seccomp: false,
             cgroup_procs: Vec::new(),
+            setup_timeout: DEFAULT_SETUP_TIMEOUT,
         }
     }
 }
@@ -181,7 +197,14 @@ impl SpawnRequest {
 /// Reads the host paths the plan binds, creates namespaces, writes the child's
 /// `/proc/<pid>/{uid_map,gid_map,setgroups}` and joins the given cgroups.
 pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
+    if request.setup_timeout.is_zero() {
+        return Err(SpawnError::InvalidRequest {
+            field: "setup_timeout",
+            reason: "is zero".to_owned(),
+        });
+    }
     let prepared = Prepared::new(request)?;
+    let deadline = Instant::now() + request.setup_timeout;
     let pid = child::clone_child(&prepared)?;
     let Prepared {
         child_fds,
@@ -221,7 +244,29 @@ pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
 
     let mut buf = [0u8; Report::LEN];
     let mut got = 0;
+    let mut watch_init = true;
     while got < buf.len() {
+        match wait_readable(&error_read, watch_init.then_some(&pidfd), deadline) {
+            Ok(Ready::Pipe) => {}
+            // pid 1 ended: its report or EOF follows; keep waiting on the pipe
+            // alone (a readable pidfd stays readable).
+            Ok(Ready::InitEnded) => {
+                watch_init = false;
+                continue;
+            }
+            Ok(Ready::TimedOut) => {
+                let after_ms = u64::try_from(request.setup_timeout.as_millis()).unwrap_or(u64::MAX);
+                tracing::warn!(pid, after_ms, "the child's setup timed out; killing it");
+                kill_and_reap(&pidfd, reaper);
+                return Err(SpawnError::SetupTimeout { after_ms });
+            }
+            Err(source) => {
+                return Err(SpawnError::Handshake {
+                    step: "polling the error pipe",
+                    source,
+                });
+            }
+        }
         match nix::unistd::read(error_read.as_fd(), &mut buf[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
@@ -330,6 +375,126 @@ fn init_ended_without_status(pidfd: &OwnedFd, status_read: &OwnedFd) -> bool {
     let has_status = status.revents & libc::POLLIN != 0;
     let ended = init.revents & libc::POLLIN != 0 || status.revents & libc::POLLHUP != 0;
     ended && !has_status
+}
+
+/// What [`wait_readable`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ready {
+    /// The error pipe has data or is at EOF.
+    Pipe,
+    /// The pidfd is readable: pid 1 ended.
+    InitEnded,
+    /// The deadline passed first.
+    TimedOut,
+}
+
+/// Waits until the error pipe is readable (data or EOF), `pidfd` (if given) says
+/// pid 1 ended, or `deadline` passes.
+fn wait_readable(
+    pipe: &OwnedFd,
+    pidfd: Option<&OwnedFd>,
+    deadline: Instant,
+) -> Result<Ready, Errno> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Ready::TimedOut);
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: pipe.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // A negative descriptor is ignored by poll.
+                fd: pidfd.map_or(-1, AsRawFd::as_raw_fd),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfd structs, the length passed.
+        let ready =
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, poll_ms(left)) };
+        if ready < 0 {
+            match Errno::last() {
+                Errno::EINTR => continue,
+                e => return Err(e),
+            }
+        }
+        let [pipe, init] = fds;
+        if pipe.revents != 0 {
+            // POLLIN, POLLHUP (EOF) or POLLERR: the read that follows tells.
+            return Ok(Ready::Pipe);
+        }
+        if init.revents != 0 {
+            return Ok(Ready::InitEnded);
+        }
+    }
+}
+
+/// A poll timeout in milliseconds, rounded up (never 0 for a non-zero wait).
+fn poll_ms(left: Duration) -> libc::c_int {
+    let ms = left.as_millis() + u128::from(!left.subsec_nanos().is_multiple_of(1_000_000));
+    libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+}
+
+/// After a setup timeout: SIGKILL the child through its pidfd and reap it. A child
+/// that does not end within [`REAP_WAIT`] (a task in a frozen v1 freezer cgroup
+/// keeps even `SIGKILL` pending until thawed) is reaped by a detached thread, so
+/// the caller gets its error now and no zombie stays behind once it does end.
+fn kill_and_reap(pidfd: &OwnedFd, reaper: Reaper) {
+    // SAFETY: an open pidfd of our child, SIGKILL, a null siginfo, no flags.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    let ended = matches!(
+        wait_readable_pidfd(pidfd, Instant::now() + REAP_WAIT),
+        Ok(true)
+    );
+    if ended {
+        drop(reaper);
+        return;
+    }
+    let pid = reaper.pid;
+    let reaping = std::thread::Builder::new()
+        .name(format!("reap-{pid}"))
+        .spawn(move || drop(reaper));
+    match reaping {
+        Ok(_) => tracing::warn!(
+            pid,
+            "the killed child has not ended yet; reaping it in the background"
+        ),
+        // No thread: reap here, blocking (the error still reaches the caller).
+        Err(e) => tracing::warn!(pid, error = %e, "cannot start a reaper thread"),
+    }
+}
+
+/// Whether the pidfd became readable (the process ended) before `deadline`.
+fn wait_readable_pidfd(pidfd: &OwnedFd, deadline: Instant) -> Result<bool, Errno> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut fd = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd struct.
+        let ready = unsafe { libc::poll(&mut fd, 1, poll_ms(left)) };
+        if ready < 0 {
+            match Errno::last() {
+                Errno::EINTR if !left.is_zero() => continue,
+                e => return Err(e),
+            }
+        }
+        return Ok(ready > 0);
+    }
 }
 
 /// Kills and reaps the child if the parent's side of the start fails.

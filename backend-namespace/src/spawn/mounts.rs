@@ -25,7 +25,7 @@ use nix::libc;
 
 use super::error::{ChildStage, Report, op};
 use super::prepared::{PreparedStep, StepKind};
-use super::raw::{self, Errno, Fd, StackPath};
+use super::raw::{self, Errno, Fd, OpenHow, StackPath};
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
@@ -48,20 +48,40 @@ type StepResult = Result<(), (u32, Errno)>;
 /// fs ids change, so host directories only root may search can still be bound; the
 /// descriptors then live in the child's own mount namespace (a descriptor opened by
 /// the parent would name the host's mounts, which `mount` refuses to bind).
-pub(crate) fn open_sources(steps: &[PreparedStep], slots: &[Cell<c_int>]) -> Result<(), Report> {
+///
+/// Each source is resolved with `how` (`openat2` with `RESOLVE_NO_SYMLINKS`, see
+/// [`raw::open_no_symlinks`]): a symlink planted anywhere on the path since the
+/// parent checked it is `ELOOP`, never followed with the host root's fs ids. The
+/// opened file must then be the one the parent inspected (`dev`, `ino`), else the
+/// step fails with `EXDEV` at `op::VERIFY_SOURCE` (the path was swapped between
+/// the check and the open).
+pub(crate) fn open_sources(
+    steps: &[PreparedStep],
+    slots: &[Cell<c_int>],
+    how: &OpenHow,
+) -> Result<(), Report> {
     for (index, step) in steps.iter().enumerate() {
-        if let StepKind::Bind { source, slot, .. } = &step.kind {
-            // SAFETY: a NUL-terminated path prepared before clone.
-            let fd =
-                raw::check(unsafe { libc::open(source.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) })
-                    .map_err(|errno| Report {
-                        stage: ChildStage::MountStep as u32,
-                        index: index as u32,
-                        op: op::OPEN_SOURCE,
-                        errno,
-                    })?;
+        if let StepKind::Bind {
+            source,
+            slot,
+            dev,
+            ino,
+            ..
+        } = &step.kind
+        {
+            let report = |op, errno| Report {
+                stage: ChildStage::MountStep as u32,
+                index: index as u32,
+                op,
+                errno,
+            };
+            let fd = raw::open_no_symlinks(source, how).map_err(|e| report(op::OPEN_SOURCE, e))?;
+            let found = raw::dev_ino(&fd).map_err(|e| report(op::VERIFY_SOURCE, e))?;
+            if found != (*dev, *ino) {
+                return Err(report(op::VERIFY_SOURCE, libc::EXDEV));
+            }
             if let Some(cell) = slots.get(*slot) {
-                cell.set(fd);
+                cell.set(fd.into_raw());
             }
         }
     }

@@ -17,6 +17,7 @@ use workspace_core::mount_plan::{MountAction, MountPlan, Reason};
 
 use super::SpawnRequest;
 use super::error::SpawnError;
+use super::raw::OpenHow;
 use crate::seccomp::{SeccompFilter, SeccompPolicy};
 
 /// Where the host's root is reachable while the plan is applied.
@@ -39,11 +40,15 @@ pub(crate) struct PreparedStep {
 /// A [`MountAction`] with its arguments in the form the syscalls take.
 #[derive(Debug)]
 pub(crate) enum StepKind {
-    /// Bind the host path `source`, which the child opens (`O_PATH`) into
-    /// `Prepared::source_fds[slot]` while it still has the host root's fs ids.
+    /// Bind the host path `source`, which the child opens (`O_PATH`, no symlink
+    /// anywhere: `openat2` with `RESOLVE_NO_SYMLINKS`) into
+    /// `Prepared::source_fds[slot]` while it still has the host root's fs ids, and
+    /// checks it is still the file `(dev, ino)` inspected before clone.
     Bind {
         source: CString,
         slot: usize,
+        dev: u64,
+        ino: u64,
         dir: bool,
         read_only: bool,
         device: bool,
@@ -112,6 +117,8 @@ pub(crate) struct Prepared {
     pub moved: Vec<Cell<c_int>>,
     /// One slot per bind source, filled by the child (see [`StepKind::Bind`]).
     pub source_fds: Vec<Cell<c_int>>,
+    /// The `struct open_how` the child resolves every bind source with.
+    pub source_how: OpenHow,
     /// Where the runner's command line lies in memory (`arg_start..arg_end` of
     /// `/proc/self/stat`): the child's copy is blanked, so the run's pid 1 does not
     /// show the runner's arguments in `/proc/1/cmdline`, which anyone may read.
@@ -200,6 +207,7 @@ impl Prepared {
             kept: Vec::new(),
             moved: Vec::new(),
             source_fds: vec![Cell::new(-1); binds],
+            source_how: OpenHow::no_symlinks(),
             arg_area: runner_arg_area(),
         };
         for path in &request.cgroup_procs {
@@ -294,22 +302,26 @@ fn prepare_steps(
         }
         let kind = match &step.action {
             MountAction::Bind { source, read_only } => {
-                let dir = probe_source(index, &step.target, source)?;
+                let probed = probe_source(index, &step.target, source)?;
                 binds += 1;
                 StepKind::Bind {
                     source: cstring("plan.steps[].action.source", &source.to_string_lossy())?,
                     slot: binds - 1,
-                    dir,
+                    dev: probed.dev,
+                    ino: probed.ino,
+                    dir: probed.dir,
                     read_only: *read_only,
                     device: false,
                 }
             }
             MountAction::Device { source } => {
-                probe_source(index, &step.target, source)?;
+                let probed = probe_source(index, &step.target, source)?;
                 binds += 1;
                 StepKind::Bind {
                     source: cstring("plan.steps[].action.source", &source.to_string_lossy())?,
                     slot: binds - 1,
+                    dev: probed.dev,
+                    ino: probed.ino,
                     dir: false,
                     read_only: false,
                     device: true,
@@ -318,6 +330,9 @@ fn prepare_steps(
             MountAction::Overlay { lower, upper, work } => {
                 let mut data = String::new();
                 for (key, path) in [("lowerdir", lower), ("upperdir", upper), ("workdir", work)] {
+                    // The kernel resolves the layer paths and follows links: refuse
+                    // a layer with a symlink anywhere on its path.
+                    probe_source(index, &step.target, path)?;
                     let text = path.to_string_lossy();
                     if text.contains([',', ':', '\\']) || !text.starts_with('/') {
                         return Err(invalid(
@@ -366,21 +381,59 @@ fn prepare_steps(
     Ok((out, binds))
 }
 
-/// Checks a bind source before clone (so a missing path is reported with its name)
-/// and tells whether it is a directory (the mount point must match its type).
-fn probe_source(index: usize, target: &str, source: &Path) -> Result<bool, SpawnError> {
+/// What [`probe_source`] found: the file the child must open again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Probed {
+    dir: bool,
+    dev: u64,
+    ino: u64,
+}
+
+/// Checks a bind source (or an overlay layer) before clone, so a missing path is
+/// reported with its name: it must be absolute, without `.` or `..`, and no
+/// component may be a symlink (each one is inspected with `symlink_metadata`, so
+/// a link planted anywhere on the path, not only at its end, is refused with
+/// `ELOOP`). Returns whether it is a directory (the mount point must match its
+/// type) and its `(dev, ino)`, which the child compares with what it opened.
+fn probe_source(index: usize, target: &str, source: &Path) -> Result<Probed, SpawnError> {
     let error = |e: std::io::Error| SpawnError::Source {
         step: index,
         target: target.to_owned(),
         path: source.to_path_buf(),
         source: e,
     };
+    probe_no_symlinks(source).map_err(error)
+}
+
+fn probe_no_symlinks(source: &Path) -> std::io::Result<Probed> {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Component;
+    let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidInput);
     if !source.is_absolute() {
-        return Err(error(std::io::Error::from(
-            std::io::ErrorKind::InvalidInput,
-        )));
+        return Err(invalid());
     }
-    std::fs::metadata(source).map(|m| m.is_dir()).map_err(error)
+    let text = source.as_os_str().as_encoded_bytes();
+    if text.split(|b| *b == b'/').any(|c| c == b"." || c == b"..") {
+        return Err(invalid());
+    }
+    let mut at = std::path::PathBuf::from("/");
+    let mut last = std::fs::symlink_metadata(&at)?;
+    for component in source.components() {
+        match component {
+            Component::RootDir => continue,
+            Component::Normal(name) => at.push(name),
+            _ => return Err(invalid()),
+        }
+        last = std::fs::symlink_metadata(&at)?;
+        if last.file_type().is_symlink() {
+            return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
+        }
+    }
+    Ok(Probed {
+        dir: last.is_dir(),
+        dev: last.dev(),
+        ino: last.ino(),
+    })
 }
 
 fn stdio_fd(fd: Option<&OwnedFd>, name: &'static str) -> Result<OwnedFd, SpawnError> {

@@ -46,6 +46,13 @@ impl Fd {
     pub(crate) fn raw(&self) -> c_int {
         self.0
     }
+
+    /// Gives up ownership: the caller closes the returned descriptor.
+    pub(crate) fn into_raw(self) -> c_int {
+        let fd = self.0;
+        std::mem::forget(self);
+        fd
+    }
 }
 
 impl Drop for Fd {
@@ -208,6 +215,71 @@ pub(crate) fn walk_parent(root: c_int, path: &CStr, create: bool) -> Result<(Fd,
     Ok((dir, Name::new(last)?))
 }
 
+/// `struct open_how` of `openat2(2)` (`linux/openat2.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+
+impl OpenHow {
+    /// `O_PATH | O_CLOEXEC` with `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`:
+    /// resolution fails with `ELOOP` at the first symlink on the path.
+    pub(crate) const fn no_symlinks() -> Self {
+        Self {
+            flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+            mode: 0,
+            resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        }
+    }
+}
+
+/// Opens the absolute `path` (`O_PATH`) from this process's root without following
+/// any symlink on the way: `openat2(AT_FDCWD, path, how)`, or, where the kernel has
+/// no `openat2` (`ENOSYS`, before 5.6), a walk from `/` one component at a time
+/// with `O_NOFOLLOW` ([`open_existing`]). A symlink anywhere is `ELOOP`.
+pub(crate) fn open_no_symlinks(path: &CStr, how: &OpenHow) -> Result<Fd, Errno> {
+    // SAFETY: `path` is NUL-terminated and `how` a valid `struct open_how` of the
+    // size passed; both outlive the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            std::ptr::from_ref(how),
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    match check_long(ret) {
+        Ok(fd) => Fd::from_new(fd as c_int),
+        Err(libc::ENOSYS) => {
+            // SAFETY: a literal NUL-terminated path.
+            let root = Fd::from_new(unsafe {
+                libc::open(
+                    c"/".as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            })?;
+            open_existing(root.0, path)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `(st_dev, st_ino)` of an open descriptor.
+pub(crate) fn dev_ino(fd: &Fd) -> Result<(u64, u64), Errno> {
+    // SAFETY: `stat` is plain data; an all-zero value is valid and fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd.0` is open and `st` is a valid out-pointer.
+    check(unsafe { libc::fstat(fd.0, &mut st) })?;
+    Ok((st.st_dev, st.st_ino))
+}
+
 /// Opens an existing target (`O_PATH`, no symlink anywhere on the way).
 pub(crate) fn open_existing(root: c_int, path: &CStr) -> Result<Fd, Errno> {
     let (parent, name) = walk_parent(root, path, false)?;
@@ -271,6 +343,50 @@ mod tests {
         // An unfilled slot (-1) used to become fd 1 (stdout) through unsigned_abs.
         for fd in [-1, -2, c_int::MIN] {
             assert_eq!(StackPath::proc_fd(fd).err(), Some(libc::EBADF), "{fd}");
+        }
+    }
+
+    #[test]
+    fn sources_are_opened_without_following_any_symlink() {
+        use std::os::unix::fs::MetadataExt;
+        let base = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let real = base.path().join("real");
+        std::fs::create_dir(&real).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(&real, base.path().join("link"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(base.path(), base.path().join("via"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let c = |p: std::path::PathBuf| {
+            std::ffi::CString::new(p.into_os_string().into_encoded_bytes())
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let how = OpenHow::no_symlinks();
+        let root = Fd::from_new(unsafe_open_root()).unwrap_or_else(|e| panic!("{e}"));
+        for path in [base.path().join("link"), base.path().join("via/real")] {
+            let path = c(path);
+            assert_eq!(open_no_symlinks(&path, &how).err(), Some(libc::ELOOP));
+            // The fallback walk (kernels without openat2) refuses them too (a link
+            // in the middle is not a directory when it is not followed).
+            let refused = open_existing(root.raw(), &path).err();
+            assert!(
+                matches!(refused, Some(libc::ELOOP | libc::ENOTDIR)),
+                "{refused:?}"
+            );
+        }
+        let meta = std::fs::metadata(&real).unwrap_or_else(|e| panic!("{e}"));
+        let fd = open_no_symlinks(&c(real.clone()), &how).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dev_ino(&fd), Ok((meta.dev(), meta.ino())));
+        let fd = open_existing(root.raw(), &c(real)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dev_ino(&fd), Ok((meta.dev(), meta.ino())));
+    }
+
+    fn unsafe_open_root() -> c_int {
+        // SAFETY: a literal NUL-terminated path.
+        unsafe {
+            libc::open(
+                c"/".as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
         }
     }
 
