@@ -16,12 +16,16 @@
 //!   run user, issued credentials), which the process boundary applies;
 //! * [`spawn`]: one command in fresh user, mount, pid, net, uts, ipc and cgroup
 //!   namespaces with the mount plan applied on a new root, a minimal init as pid 1,
-//!   emptied capability sets and `no_new_privs`.
+//!   emptied capability sets and `no_new_privs`;
+//! * [`process`]: [`process::NamespaceProcess`], the Process boundary: seals a run
+//!   (cgroups, mount plan, a probe inside), spawns commands in it with tokio
+//!   streams, time and memory limits, and tears it down with a leak report.
 #![deny(missing_docs)]
 
 pub mod cgroup;
 pub mod environment;
 pub mod host_check;
 pub mod identity;
+pub mod process;
 pub mod seccomp;
 pub mod spawn;

@@ -1,0 +1,134 @@
+//! [`ProcessError`]: why the namespace process boundary failed, naming the step.
+
+use std::path::PathBuf;
+
+use workspace_core::RunId;
+use workspace_core::boundary::{BoundaryError, BoundaryKind};
+
+use crate::cgroup::CgroupError;
+use crate::spawn::SpawnError;
+
+/// What went wrong in [`NamespaceProcess`](super::NamespaceProcess).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessError {
+    /// A file system step on the host failed.
+    #[error("{step}: {path}: {source}")]
+    Io {
+        /// What was being done.
+        step: &'static str,
+        /// The host path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A cgroup step failed.
+    #[error("{step}: {source}")]
+    Cgroup {
+        /// What was being done.
+        step: &'static str,
+        /// The cgroup error (it names the file).
+        source: CgroupError,
+    },
+    /// Starting a command in its namespaces failed.
+    #[error("{step}: {source}")]
+    Spawn {
+        /// What was being done.
+        step: &'static str,
+        /// The spawn error.
+        source: SpawnError,
+    },
+    /// A pattern of `filesystem.excluded` is not a valid glob.
+    #[error("filesystem.excluded: {pattern:?} is not a valid glob: {message}")]
+    Glob {
+        /// The pattern.
+        pattern: String,
+        /// The glob error.
+        message: String,
+    },
+    /// A workspace path matched an exclusion but is not UTF-8, so it cannot be masked.
+    #[error("filesystem.excluded: {path} matches but is not valid UTF-8")]
+    NonUtf8Excluded {
+        /// The host path.
+        path: PathBuf,
+    },
+    /// The mount plan could not be built.
+    #[error("building the mount plan: {problems}")]
+    Plan {
+        /// The problems, one per field.
+        problems: String,
+    },
+    /// The run was already sealed.
+    #[error("run {run_id} is already sealed")]
+    AlreadySealed {
+        /// The run.
+        run_id: RunId,
+    },
+    /// The run is not sealed (or was torn down).
+    #[error("run {run_id} is not sealed")]
+    NotSealed {
+        /// The run.
+        run_id: RunId,
+    },
+    /// `argv[0]` is not an absolute path inside the run (no `PATH` search is done).
+    #[error("argv[0] {program:?} must be an absolute path inside the run")]
+    RelativeProgram {
+        /// The program as given.
+        program: String,
+    },
+    /// The command has no program.
+    #[error("argv is empty")]
+    EmptyArgv,
+    /// The command's working directory leaves the workspace or is not normalized.
+    #[error("cwd {cwd:?} must be a relative path under the workspace root without `..`")]
+    BadCwd {
+        /// The cwd as given.
+        cwd: String,
+    },
+    /// A pseudo-terminal was asked for; this boundary gives pipes only.
+    #[error("tty is not supported by this process boundary yet")]
+    TtyUnsupported,
+    /// The probe inside the sealed boundary did not run as expected.
+    #[error("boundary probe: {message}")]
+    Probe {
+        /// What happened.
+        message: String,
+    },
+    /// The observation differs from the contract and assurance is required.
+    #[error("environment.assurance = required and the probe found: {}", mismatches.join("; "))]
+    Mismatch {
+        /// One sentence per difference.
+        mismatches: Vec<String>,
+    },
+    /// A blocking task panicked or was cancelled.
+    #[error("{step}: the blocking task failed: {message}")]
+    Task {
+        /// What was being done.
+        step: &'static str,
+        /// The join error.
+        message: String,
+    },
+    /// Making a pipe failed.
+    #[error("{step}: {source}")]
+    Pipe {
+        /// Which pipe.
+        step: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl ProcessError {
+    /// Wraps the error as the Process boundary's, naming `operation` and a path.
+    pub fn into_boundary(self, operation: &str) -> BoundaryError {
+        let path = match &self {
+            Self::Io { path, .. } | Self::NonUtf8Excluded { path } => Some(path.clone()),
+            _ => None,
+        };
+        let error = BoundaryError::new(BoundaryKind::Process, operation, self);
+        match path {
+            Some(path) => error.with_path(path),
+            None => error,
+        }
+    }
+}

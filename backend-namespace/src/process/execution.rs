@@ -1,0 +1,215 @@
+//! [`NamespaceExecution`]: one command running in a sealed namespace run.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use workspace_core::RunId;
+use workspace_core::boundary::{
+    BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputStream,
+};
+
+use super::error::ProcessError;
+use crate::spawn::{ChildKiller, SpawnedChild};
+
+/// The run's OOM-kill counter (`oom_kill` in v2 `memory.events` or v1
+/// `memory.oom_control`) and its value when the command started.
+#[derive(Clone, Debug)]
+pub(crate) struct OomCounter {
+    pub(crate) file: PathBuf,
+    pub(crate) baseline: u64,
+}
+
+impl OomCounter {
+    /// The counter in `file` now.
+    pub(crate) fn start(file: PathBuf) -> Self {
+        let baseline = read_oom_kills(&file).unwrap_or(0);
+        Self { file, baseline }
+    }
+
+    /// Whether the kernel OOM-killed a process of the run since [`Self::start`].
+    fn fired(&self) -> bool {
+        read_oom_kills(&self.file).is_some_and(|now| now > self.baseline)
+    }
+}
+
+fn read_oom_kills(file: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines().find_map(|line| {
+        let (key, value) = line.split_once(' ')?;
+        (key == "oom_kill").then(|| value.trim().parse().ok())?
+    })
+}
+
+/// A command in a sealed run: its pipes, its namespace init, its time limit.
+///
+/// [`wait`](Execution::wait) waits on a blocking thread, so the host runtime needs
+/// tokio's time driver for a timeout. Dropping the execution before it ended (or
+/// dropping a `wait` future) kills the command's whole pid namespace.
+pub struct NamespaceExecution {
+    run_id: RunId,
+    child: Option<SpawnedChild>,
+    killer: ChildKiller,
+    stdin: Option<InputStream>,
+    stdout: Option<OutputStream>,
+    stderr: Option<OutputStream>,
+    timeout: Option<Duration>,
+    killed: Option<KillCause>,
+    oom: Option<OomCounter>,
+    exit: Option<ExitRecord>,
+}
+
+impl fmt::Debug for NamespaceExecution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NamespaceExecution")
+            .field("run_id", &self.run_id)
+            .field("child", &self.child)
+            .field("timeout", &self.timeout)
+            .field("killed", &self.killed)
+            .field("exit", &self.exit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The parts a [`NamespaceExecution`] is made of.
+pub(crate) struct Parts {
+    pub(crate) run_id: RunId,
+    pub(crate) child: SpawnedChild,
+    pub(crate) stdin: InputStream,
+    pub(crate) stdout: OutputStream,
+    pub(crate) stderr: OutputStream,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) oom: Option<OomCounter>,
+}
+
+impl NamespaceExecution {
+    pub(crate) fn new(parts: Parts) -> Self {
+        Self {
+            run_id: parts.run_id,
+            killer: parts.child.killer(),
+            child: Some(parts.child),
+            stdin: Some(parts.stdin),
+            stdout: Some(parts.stdout),
+            stderr: Some(parts.stderr),
+            timeout: parts.timeout,
+            killed: None,
+            oom: parts.oom,
+            exit: None,
+        }
+    }
+
+    fn kill_namespace(&self) -> Result<(), ProcessError> {
+        self.killer.kill().map_err(|source| ProcessError::Spawn {
+            step: "killing the command's pid namespace",
+            source,
+        })
+    }
+}
+
+#[async_trait]
+impl Execution for NamespaceExecution {
+    fn take_stdin(&mut self) -> Option<InputStream> {
+        self.stdin.take()
+    }
+
+    fn take_stdout(&mut self) -> Option<OutputStream> {
+        self.stdout.take()
+    }
+
+    fn take_stderr(&mut self) -> Option<OutputStream> {
+        self.stderr.take()
+    }
+
+    async fn wait(&mut self) -> Result<ExitRecord, BoundaryError> {
+        const OP: &str = "wait for command";
+        if let Some(exit) = &self.exit {
+            return Ok(exit.clone());
+        }
+        let Some(mut child) = self.child.take() else {
+            return Err(ProcessError::Probe {
+                message: "an earlier wait was cancelled; the command was killed".into(),
+            }
+            .into_boundary(OP));
+        };
+        let mut handle = tokio::task::spawn_blocking(move || {
+            let status = child.wait();
+            (child, status)
+        });
+        let joined = match self.timeout {
+            Some(limit) => match tokio::time::timeout(limit, &mut handle).await {
+                Ok(joined) => joined,
+                Err(_elapsed) => {
+                    tracing::info!(run_id = %self.run_id, ?limit, "command timed out; killing its namespace");
+                    self.killed.get_or_insert(KillCause::Timeout);
+                    self.kill_namespace().map_err(|e| e.into_boundary(OP))?;
+                    handle.await
+                }
+            },
+            None => handle.await,
+        };
+        let (_child, status) = joined.map_err(|e| {
+            ProcessError::Task {
+                step: "waiting for the command",
+                message: e.to_string(),
+            }
+            .into_boundary(OP)
+        })?;
+        let status = status.map_err(|source| {
+            ProcessError::Spawn {
+                step: "waiting for the command",
+                source,
+            }
+            .into_boundary(OP)
+        })?;
+        let mut killed = self.killed.clone();
+        if killed.is_none() && self.oom.as_ref().is_some_and(OomCounter::fired) {
+            killed = Some(KillCause::MemoryLimit);
+        }
+        let exit = ExitRecord { status, killed };
+        tracing::debug!(run_id = %self.run_id, ?exit, "command ended");
+        self.exit = Some(exit.clone());
+        Ok(exit)
+    }
+
+    async fn kill(&mut self, cause: KillCause) -> Result<(), BoundaryError> {
+        if self.exit.is_some() {
+            return Ok(());
+        }
+        self.killed.get_or_insert(cause);
+        self.kill_namespace()
+            .map_err(|e| e.into_boundary("kill command"))
+    }
+}
+
+impl Drop for NamespaceExecution {
+    fn drop(&mut self) {
+        if self.exit.is_none() && self.child.is_none() {
+            // A cancelled wait left the child to a blocking thread: end it so that
+            // thread returns. (A child still held here is killed by its own drop.)
+            let _ = self.killer.kill();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oom_kills_are_read_from_v1_and_v2_files() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let v2 = tmp.path().join("memory.events");
+        std::fs::write(&v2, "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_oom_kills(&v2), Some(1));
+        let v1 = tmp.path().join("memory.oom_control");
+        std::fs::write(&v1, "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let counter = OomCounter::start(v1.clone());
+        assert!(!counter.fired());
+        std::fs::write(&v1, "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(counter.fired());
+    }
+}

@@ -1,0 +1,93 @@
+//! Probing the host's base system into a [`HostLayout`].
+
+use std::path::{Path, PathBuf};
+
+use workspace_core::mount_plan::{HostLayout, SystemEntry};
+
+use super::error::ProcessError;
+
+/// The base-system paths looked at, in the order they are mounted.
+pub const SYSTEM_PATHS: [&str; 7] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+];
+/// Host files under `/etc` passed through read-only when present.
+pub const ETC_PATHS: [&str; 3] = ["/etc/resolv.conf", "/etc/ssl/certs", "/etc/ca-certificates"];
+
+/// What this host offers: each of [`SYSTEM_PATHS`] that exists, as a directory to
+/// bind or a symlink to recreate (looked at with `symlink_metadata`, never
+/// followed), and each of [`ETC_PATHS`] that exists.
+///
+/// # Ambient authority
+/// Looks at the host's root directory.
+pub fn probe_host_layout() -> Result<HostLayout, ProcessError> {
+    probe_under(Path::new("/"))
+}
+
+/// [`probe_host_layout`] with the host root at `root` (the paths recorded are still
+/// the absolute ones inside, e.g. `/usr`).
+pub(crate) fn probe_under(root: &Path) -> Result<HostLayout, ProcessError> {
+    let mut system = Vec::new();
+    for path in SYSTEM_PATHS {
+        let host = root.join(&path[1..]);
+        let meta = match std::fs::symlink_metadata(&host) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(ProcessError::Io {
+                    step: "inspecting a system directory",
+                    path: host,
+                    source,
+                });
+            }
+        };
+        if meta.file_type().is_symlink() {
+            let to = std::fs::read_link(&host).map_err(|source| ProcessError::Io {
+                step: "reading a system symlink",
+                path: host.clone(),
+                source,
+            })?;
+            system.push(SystemEntry::Symlink {
+                path: PathBuf::from(path),
+                to: to.to_string_lossy().into_owned(),
+            });
+        } else if meta.is_dir() {
+            system.push(SystemEntry::Dir {
+                path: PathBuf::from(path),
+            });
+        }
+    }
+    let etc = ETC_PATHS
+        .into_iter()
+        .filter(|path| std::fs::symlink_metadata(root.join(&path[1..])).is_ok())
+        .map(PathBuf::from)
+        .collect();
+    Ok(HostLayout { system, etc })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlinks_are_recreated_and_directories_bound() {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let r = root.path();
+        std::fs::create_dir(r.join("usr")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("usr/bin", r.join("bin")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(r.join("etc/ssl/certs")).unwrap_or_else(|e| panic!("{e}"));
+        let layout = probe_under(r).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            layout.system,
+            vec![
+                SystemEntry::Dir {
+                    path: "/usr".into()
+                },
+                SystemEntry::Symlink {
+                    path: "/bin".into(),
+                    to: "usr/bin".into()
+                },
+            ]
+        );
+        assert_eq!(layout.etc, vec![PathBuf::from("/etc/ssl/certs")]);
+    }
+}

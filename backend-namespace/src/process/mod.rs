@@ -1,0 +1,356 @@
+//! [`NamespaceProcess`]: the Process boundary of the namespace backend.
+//!
+//! It applies the filesystem record, the environment plan and the identity plan
+//! of a run together, with [`crate::spawn`] and [`crate::cgroup`]:
+//!
+//! * **seal**: creates the run's cgroups under [`ProcessOptions::cgroup_parent`]
+//!   with the plan's limits; finds the workspace paths `filesystem.excluded` (and
+//!   [`PROTECTED_EXCLUSIONS`]) match, walking the checkout (the lower and upper
+//!   layers of a layered one) without following links; reads the source object
+//!   store from the checkout's `.git/objects/info/alternates` (the upper layer's
+//!   for a layered checkout) as plain data; builds the [`MountPlan`]; then runs a
+//!   probe inside ([`observe::PROBE_SCRIPT`]) and compares what it saw with the
+//!   plan. With `environment.assurance = required` any mismatch fails the seal
+//!   (and removes the cgroups); `best-effort` records them.
+//! * **spawn**: each command gets a fresh set of namespaces with the run's plan,
+//!   its environment plus the injected credentials, the run's cgroups, and the
+//!   identity's uid/gid mapped to `host_id_base + id` on the host. Its stdio are
+//!   pipes turned into tokio streams. `argv[0]` must be an absolute path inside the
+//!   run: there is no `PATH` search ([`ProcessError::RelativeProgram`]).
+//!   `cwd` is relative to the workspace root, without `..`.
+//! * **wait** honours the smaller of `timeout_ms` and the run's wall-time limit:
+//!   the command's pid namespace is killed and the record says
+//!   [`KillCause::Timeout`]. When the run's memory cgroup counted an OOM kill while
+//!   the command ran, it says [`KillCause::MemoryLimit`] (even if the process the
+//!   kernel chose was not the command itself).
+//! * **teardown**: kills everything in the run's cgroups, removes them, forgets the
+//!   run; the [`LeakReport`] lists pids still in the cgroups and cgroup directories
+//!   still present. Tearing down a run that is not sealed only looks for leftovers.
+//!
+//! Not yet: PTYs, port/cache leases, rlimits (`open_files`), networks other than
+//! loopback, the workspace's disk cap.
+//!
+//! [`MountPlan`]: workspace_core::mount_plan::MountPlan
+//! [`KillCause::Timeout`]: workspace_core::boundary::KillCause::Timeout
+//! [`KillCause::MemoryLimit`]: workspace_core::boundary::KillCause::MemoryLimit
+
+mod error;
+mod execution;
+mod host;
+pub mod observe;
+mod seal;
+mod workspace;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use workspace_core::RunId;
+use workspace_core::boundary::{
+    BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary, ProcessBoundary,
+    ProcessCapabilities, RunContext, SealPlan,
+};
+use workspace_core::contract::{Assurance, IsolationLevel};
+use workspace_core::mount_plan::HostLayout;
+
+pub use error::ProcessError;
+pub use execution::NamespaceExecution;
+pub use host::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
+pub use workspace::{PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
+
+use crate::cgroup::{CgroupLayout, leaked_paths};
+use execution::{OomCounter, Parts};
+use seal::{RunSpec, Sealed};
+
+/// The host id that id 0 inside a run maps to; id `n` maps to base + `n`.
+pub const DEFAULT_HOST_ID_BASE: u32 = 100_000;
+
+/// How a [`NamespaceProcess`] sets runs up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessOptions {
+    /// The cgroup directory (relative, e.g. `agent-workspace`) the runs' cgroups
+    /// are made in, in every hierarchy.
+    pub cgroup_parent: String,
+    /// The host id that id 0 inside maps to (id `n` maps to base + `n`).
+    pub host_id_base: u32,
+    /// The host's base system and `/etc` files passed through.
+    pub host: HostLayout,
+}
+
+impl ProcessOptions {
+    /// Options with `cgroup_parent`, [`DEFAULT_HOST_ID_BASE`] and this host's
+    /// layout ([`probe_host_layout`]).
+    ///
+    /// # Ambient authority
+    /// Looks at the host's root directory.
+    pub fn probe(cgroup_parent: impl Into<String>) -> Result<Self, ProcessError> {
+        Ok(Self {
+            cgroup_parent: cgroup_parent.into(),
+            host_id_base: DEFAULT_HOST_ID_BASE,
+            host: probe_host_layout()?,
+        })
+    }
+}
+
+/// The Process boundary of the namespace backend (see the [module docs](self)).
+#[derive(Debug)]
+pub struct NamespaceProcess {
+    options: Arc<ProcessOptions>,
+    runs: Mutex<HashMap<RunId, Sealed>>,
+}
+
+impl NamespaceProcess {
+    /// A boundary setting runs up with `options`.
+    pub fn new(options: ProcessOptions) -> Self {
+        Self {
+            options: Arc::new(options),
+            runs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn runs(&self) -> MutexGuard<'_, HashMap<RunId, Sealed>> {
+        self.runs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn spec(&self, run_id: &RunId) -> Result<Arc<RunSpec>, ProcessError> {
+        self.runs()
+            .get(run_id)
+            .map(|sealed| Arc::clone(&sealed.spec))
+            .ok_or_else(|| ProcessError::NotSealed {
+                run_id: run_id.clone(),
+            })
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    step: &'static str,
+    f: impl FnOnce() -> Result<T, ProcessError> + Send + 'static,
+) -> Result<T, ProcessError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ProcessError::Task {
+            step,
+            message: e.to_string(),
+        })?
+}
+
+#[async_trait]
+impl ProcessBoundary for NamespaceProcess {
+    fn capabilities(&self) -> ProcessCapabilities {
+        ProcessCapabilities {
+            isolation: vec![IsolationLevel::Task],
+            leases: false,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "backend-namespace process"
+    }
+
+    async fn seal(
+        &self,
+        run: &RunContext,
+        plan: &SealPlan,
+    ) -> Result<ObservedBoundary, BoundaryError> {
+        const OP: &str = "seal";
+        if self.runs().contains_key(&run.run_id) {
+            return Err(ProcessError::AlreadySealed {
+                run_id: run.run_id.clone(),
+            }
+            .into_boundary(OP));
+        }
+        tracing::info!(run_id = %run.run_id, "sealing the run");
+        let expected = seal::expected(run, plan);
+        let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
+        let result = blocking("sealing the run", move || {
+            let sealed = seal::prepare(&run_c, &plan_c, &options)?;
+            let observed = seal::probe(&sealed.spec, &expected)?;
+            Ok((sealed, observed))
+        })
+        .await;
+        let (sealed, observed) = result.map_err(|e| e.into_boundary(OP))?;
+        if !observed.mismatches.is_empty() {
+            if run.contract.environment.assurance == Assurance::Required {
+                tracing::warn!(run_id = %run.run_id, mismatches = ?observed.mismatches,
+                    "the boundary probe failed; sealing fails closed");
+                let Sealed { cgroup, .. } = sealed;
+                let _ = blocking("removing the cgroups of a failed seal", move || {
+                    cgroup.remove().map_err(|source| ProcessError::Cgroup {
+                        step: "removing the cgroups of a failed seal",
+                        source,
+                    })
+                })
+                .await;
+                return Err(ProcessError::Mismatch {
+                    mismatches: observed.mismatches,
+                }
+                .into_boundary(OP));
+            }
+            tracing::warn!(run_id = %run.run_id, mismatches = ?observed.mismatches,
+                "the boundary probe found mismatches (best effort: recorded)");
+        }
+        let mut runs = self.runs();
+        if runs.contains_key(&run.run_id) {
+            return Err(ProcessError::AlreadySealed {
+                run_id: run.run_id.clone(),
+            }
+            .into_boundary(OP));
+        }
+        runs.insert(run.run_id.clone(), sealed);
+        tracing::info!(run_id = %run.run_id, "run sealed");
+        Ok(observed)
+    }
+
+    async fn spawn(
+        &self,
+        run: &RunContext,
+        command: &CommandSpec,
+    ) -> Result<Box<dyn Execution>, BoundaryError> {
+        const OP: &str = "spawn command";
+        spawn_command(self.spec(&run.run_id), run, command)
+            .await
+            .map_err(|e| e.into_boundary(OP))
+    }
+
+    async fn teardown(&self, run: &RunContext) -> Result<LeakReport, BoundaryError> {
+        const OP: &str = "teardown";
+        let sealed = self.runs().remove(&run.run_id);
+        let run_id = run.run_id.clone();
+        let parent = self.options.cgroup_parent.clone();
+        let report = blocking("tearing the run down", move || {
+            let (layout, processes) = match sealed {
+                Some(Sealed { cgroup, layout, .. }) => {
+                    if let Err(e) = cgroup.kill_all() {
+                        tracing::warn!(run_id = %run_id, error = %e, "killing the run's processes failed");
+                    }
+                    let processes = cgroup.pids().unwrap_or_default();
+                    if let Err(e) = cgroup.remove() {
+                        tracing::warn!(run_id = %run_id, error = %e, "removing the run's cgroups failed");
+                    }
+                    (layout, processes)
+                }
+                None => {
+                    let layout =
+                        CgroupLayout::detect().map_err(|source| ProcessError::Cgroup {
+                            step: "detecting the cgroup layout",
+                            source,
+                        })?;
+                    (layout, Vec::new())
+                }
+            };
+            let cgroups = leaked_paths(&layout, &parent, &run_id).map_err(|source| {
+                ProcessError::Cgroup {
+                    step: "looking for the run's cgroups",
+                    source,
+                }
+            })?;
+            Ok(LeakReport {
+                processes,
+                mounts: Vec::new(),
+                cgroups,
+            })
+        })
+        .await
+        .map_err(|e| e.into_boundary(OP))?;
+        tracing::info!(run_id = %run.run_id, clean = report.is_clean(), "run torn down");
+        Ok(report)
+    }
+}
+
+async fn spawn_command(
+    spec: Result<Arc<RunSpec>, ProcessError>,
+    run: &RunContext,
+    command: &CommandSpec,
+) -> Result<Box<dyn Execution>, ProcessError> {
+    let spec = spec?;
+    if command.tty {
+        return Err(ProcessError::TtyUnsupported);
+    }
+    let program = command.argv.first().ok_or(ProcessError::EmptyArgv)?;
+    if !program.starts_with('/') {
+        return Err(ProcessError::RelativeProgram {
+            program: program.clone(),
+        });
+    }
+    let cwd = workdir(&spec.plan.workdir, &command.cwd)?;
+    let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
+    let (stdout_read, stdout_write) = seal::pipe("the command's stdout pipe")?;
+    let (stderr_read, stderr_write) = seal::pipe("the command's stderr pipe")?;
+    let mut request = spec.request(command.argv.clone());
+    request.cwd = cwd;
+    request.stdin = Some(stdin_read);
+    request.stdout = Some(stdout_write);
+    request.stderr = Some(stderr_write);
+    let oom = spec.oom_file.clone().map(OomCounter::start);
+    let child = blocking("starting the command", move || {
+        let child = crate::spawn::spawn(&request);
+        drop(request); // the parent's copies of the child's ends
+        child.map_err(|source| ProcessError::Spawn {
+            step: "starting the command",
+            source,
+        })
+    })
+    .await?;
+    let pipe_err = |step| move |source| ProcessError::Pipe { step, source };
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write)
+        .map_err(pipe_err("registering the command's stdin"))?;
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_read)
+        .map_err(pipe_err("registering the command's stdout"))?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_read)
+        .map_err(pipe_err("registering the command's stderr"))?;
+    let timeout = match (command.timeout_ms, spec.wall_time_ms) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    tracing::info!(run_id = %run.run_id, argv = ?command.argv, pid = child.pid(), "command started");
+    Ok(Box::new(NamespaceExecution::new(Parts {
+        run_id: run.run_id.clone(),
+        child,
+        stdin: Box::pin(stdin),
+        stdout: Box::pin(stdout),
+        stderr: Box::pin(stderr),
+        timeout: timeout.map(Duration::from_millis),
+        oom,
+    })))
+}
+
+/// `root` joined with the workspace-relative `cwd` (`"."` is the root).
+fn workdir(root: &str, cwd: &str) -> Result<String, ProcessError> {
+    let bad = || ProcessError::BadCwd {
+        cwd: cwd.to_owned(),
+    };
+    if cwd.starts_with('/') {
+        return Err(bad());
+    }
+    let mut path = root.trim_end_matches('/').to_owned();
+    for part in cwd.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        if part == ".." || part.contains('\0') {
+            return Err(bad());
+        }
+        path.push('/');
+        path.push_str(part);
+    }
+    if path.is_empty() {
+        path.push('/');
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cwd_stays_under_the_root() {
+        let ok = |cwd| workdir("/workspace", cwd).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok("."), "/workspace");
+        assert_eq!(ok(""), "/workspace");
+        assert_eq!(ok("./src//lib/"), "/workspace/src/lib");
+        assert!(workdir("/workspace", "../etc").is_err());
+        assert!(workdir("/workspace", "a/../../b").is_err());
+        assert!(workdir("/workspace", "/etc").is_err());
+    }
+}

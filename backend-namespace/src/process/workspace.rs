@@ -1,0 +1,234 @@
+//! What `seal` reads from the checkout: the paths `filesystem.excluded` matches
+//! and the source object store its alternates name. Nothing here follows a
+//! symlink found in the workspace.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::libc;
+use workspace_core::contract::exclusion_glob;
+
+use super::error::ProcessError;
+
+/// Exclusions every run gets, whatever the contract says.
+pub const PROTECTED_EXCLUSIONS: [&str; 2] = ["**/.env", "**/.env.*"];
+
+/// The workspace-relative paths matched by `patterns` (plus
+/// [`PROTECTED_EXCLUSIONS`]) in the union of `trees` (one tree for a standalone
+/// checkout; lower then upper for a layered one), each with whether it is a file.
+///
+/// The walk never follows symlinks: a matching symlink is not masked (what it
+/// points to is masked only if it matches itself); a matching directory is masked
+/// whole and not descended into. An overlay whiteout (a 0/0 character device) in a
+/// later tree removes the path. Sorted by path.
+pub fn excluded_paths(
+    trees: &[&Path],
+    patterns: &[String],
+) -> Result<Vec<(String, bool)>, ProcessError> {
+    let mut matchers = Vec::new();
+    for pattern in patterns
+        .iter()
+        .map(String::as_str)
+        .chain(PROTECTED_EXCLUSIONS)
+    {
+        let glob = exclusion_glob(pattern).map_err(|e| ProcessError::Glob {
+            pattern: pattern.to_owned(),
+            message: e.to_string(),
+        })?;
+        matchers.push(glob.compile_matcher());
+    }
+    let matches = |rel: &str| matchers.iter().any(|m| m.is_match(rel));
+    let mut found = BTreeMap::new();
+    for tree in trees {
+        walk(tree, "", &matches, &mut found)?;
+    }
+    Ok(found
+        .into_iter()
+        .filter_map(|(path, kind)| match kind {
+            Kind::File => Some((path, true)),
+            Kind::Dir => Some((path, false)),
+            Kind::Gone => None,
+        })
+        .collect())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+    Gone,
+}
+
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    matches: &dyn Fn(&str) -> bool,
+    found: &mut BTreeMap<String, Kind>,
+) -> Result<(), ProcessError> {
+    let io = |step, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ProcessError::Io { step, path, source }
+    };
+    let entries = std::fs::read_dir(dir).map_err(io("listing a workspace directory", dir))?;
+    for entry in entries {
+        let entry = entry.map_err(io("listing a workspace directory", dir))?;
+        let path = entry.path();
+        let file_type = entry
+            .file_type()
+            .map_err(io("inspecting a workspace path", &path))?;
+        let name = entry.file_name();
+        let lossy = name.to_string_lossy();
+        let rel = if prefix.is_empty() {
+            lossy.into_owned()
+        } else {
+            format!("{prefix}/{lossy}")
+        };
+        if file_type.is_char_device() && is_whiteout(&path) {
+            if found.contains_key(&rel) {
+                found.insert(rel, Kind::Gone);
+            }
+            continue;
+        }
+        let matched = matches(&rel);
+        if matched && !file_type.is_symlink() {
+            if name.to_str().is_none() {
+                return Err(ProcessError::NonUtf8Excluded { path });
+            }
+            let kind = if file_type.is_dir() {
+                Kind::Dir
+            } else {
+                Kind::File
+            };
+            found.insert(rel, kind);
+            continue;
+        }
+        if file_type.is_dir() {
+            walk(&path, &rel, matches, found)?;
+        }
+    }
+    Ok(())
+}
+
+fn is_whiteout(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.rdev() == 0)
+}
+
+/// The source object store named by `<checkout>/.git/objects/info/alternates`, if
+/// there is one that is an absolute path to an existing directory (not a symlink).
+///
+/// Each component under `checkout` is opened with `O_NOFOLLOW`, so a planted link
+/// (`.git`, `objects`, `info` or the file itself) makes it `None`, as do a `.git`
+/// file (a linked worktree), a missing file and a relative or dangling alternate.
+pub fn source_objects(checkout: &Path) -> Option<PathBuf> {
+    let text = read_no_follow(checkout, &[".git", "objects", "info"], "alternates")?;
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))?;
+    let path = PathBuf::from(line);
+    let accepted = path.is_absolute()
+        && std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir());
+    if !accepted {
+        tracing::warn!(alternate = %path.display(), checkout = %checkout.display(),
+            "ignoring an alternates entry that is not an absolute existing directory");
+        return None;
+    }
+    Some(path)
+}
+
+/// Reads `base/dirs.../file` opening every component without following links.
+fn read_no_follow(base: &Path, dirs: &[&str], file: &str) -> Option<String> {
+    let open = |path: &Path, directory: bool| {
+        let flags = libc::O_NOFOLLOW | if directory { libc::O_DIRECTORY } else { 0 };
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags | libc::O_CLOEXEC)
+            .open(path)
+            .ok()
+    };
+    let mut current: File = open(base, true)?;
+    for dir in dirs {
+        let next = fd_path(&current, dir);
+        current = open(&next, true)?;
+    }
+    let mut handle = open(&fd_path(&current, file), false)?;
+    if !handle.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    handle
+        .by_ref()
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// `name` inside the directory open as `dir` (through `/proc/self/fd`, so only
+/// `name` itself is looked up).
+fn fd_path(dir: &File, name: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn exclusions_match_without_following_links() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let w = tmp.path();
+        write(&w.join(".env"), "A=1");
+        write(&w.join("app/.env.local"), "B=2");
+        write(&w.join("secrets/key"), "k");
+        write(&w.join("src/main.rs"), "fn main() {}");
+        std::os::unix::fs::symlink("/etc", w.join("secrets-link"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let found = excluded_paths(&[w], &["secrets".into(), "secrets-link".into()])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            found,
+            vec![
+                (".env".to_owned(), true),
+                ("app/.env.local".to_owned(), true),
+                ("secrets".to_owned(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn alternates_are_read_only_through_real_directories() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let objects = tmp.path().join("store");
+        std::fs::create_dir(&objects).unwrap_or_else(|e| panic!("{e}"));
+        let checkout = tmp.path().join("checkout");
+        let alternates = checkout.join(".git/objects/info/alternates");
+        write(&alternates, &format!("{}\n", objects.display()));
+        assert_eq!(source_objects(&checkout), Some(objects.clone()));
+        write(&alternates, "../relative/objects\n");
+        assert_eq!(source_objects(&checkout), None);
+
+        let linked = tmp.path().join("linked");
+        std::fs::create_dir(&linked).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(checkout.join(".git"), linked.join(".git"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        write(&alternates, &format!("{}\n", objects.display()));
+        assert_eq!(
+            source_objects(&linked),
+            None,
+            "a .git symlink is not followed"
+        );
+    }
+}
