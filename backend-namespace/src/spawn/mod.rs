@@ -12,16 +12,17 @@
 //! documented in `child.rs`; see also [the child](#the-child) below.
 //!
 //! ```no_run
-//! # fn plan() -> workspace_core::mount_plan::MountPlan { unimplemented!() }
 //! use backend_namespace::spawn::{SpawnRequest, spawn};
-//! let mut request = SpawnRequest::new(plan(), vec!["/bin/sh".into(), "-c".into(), "id -u".into()]);
+//! # fn example(plan: workspace_core::mount_plan::MountPlan) -> Result<(), backend_namespace::spawn::SpawnError> {
+//! let mut request = SpawnRequest::new(plan, vec!["/bin/sh".into(), "-c".into(), "id -u".into()]);
 //! request.uid = 1000;
 //! request.gid = 1000;
 //! request.host_uid = 100_000;
 //! request.host_gid = 100_000;
 //! let mut child = spawn(&request)?;
 //! let status = child.wait()?; // blocking: use spawn_blocking from async code
-//! # Ok::<(), backend_namespace::spawn::SpawnError>(())
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! # The handshake
