@@ -18,11 +18,12 @@
 
 mod support;
 
+mod timings;
+
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use agent_workspace::worktree::changes::ChangeOptions;
@@ -33,10 +34,7 @@ use agent_workspace::worktree::promotion::export_patch;
 use agent_workspace::worktree::source::provision_standalone;
 use criterion::{Criterion, SamplingMode};
 use support::GeneratedRepo;
-
-/// Criterion samples per benchmark; the medians below use the last this many calls of
-/// each routine (criterion's measured samples; its warm-up calls come first).
-const SAMPLES: usize = 10;
+use timings::{SAMPLES, measured, median, ms, record};
 
 const WORKTREE: &str = "git worktree add --detach (5k)";
 const CLONE: &str = "git clone --shared + checkout (5k)";
@@ -46,16 +44,6 @@ const LAYERED_10X: &str = "layered, warm cache (10x)";
 const DIFF_LAYERED: &str = "diff of 1 file, layered (5k)";
 const DIFF_LAYERED_10X: &str = "diff of 1 file, layered (10x)";
 const DIFF_STANDALONE: &str = "diff of 1 file, standalone (5k)";
-
-/// Per-iteration durations, one batch per call of an `iter_custom` routine.
-static TIMINGS: Mutex<BTreeMap<&'static str, Vec<Vec<Duration>>>> = Mutex::new(BTreeMap::new());
-
-/// Records one routine call's iterations and returns their sum for criterion.
-fn record(name: &'static str, batch: Vec<Duration>) -> Duration {
-    let total = batch.iter().sum();
-    TIMINGS.lock().unwrap().entry(name).or_default().push(batch);
-    total
-}
 
 /// The sizes of the two generated repositories.
 #[derive(Clone, Copy, Debug)]
@@ -443,29 +431,6 @@ fn bench_diff(
         });
     });
     group.finish();
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// The median of the measured samples' iterations (criterion's warm-up calls left out).
-fn measured(name: &str) -> Option<Vec<Duration>> {
-    let timings = TIMINGS.lock().unwrap();
-    let batches = timings.get(name)?;
-    let skip = batches.len().saturating_sub(SAMPLES);
-    let mut all: Vec<Duration> = batches[skip..].iter().flatten().copied().collect();
-    all.sort();
-    (!all.is_empty()).then_some(all)
-}
-
-fn median(sorted: &[Duration]) -> Duration {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2
-    }
 }
 
 fn print_table(full: bool) {

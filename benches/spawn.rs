@@ -19,21 +19,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is right
 
+mod timings;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use agent_workspace::core::evidence::ExitStatusRecord;
 use agent_workspace::core::mount_plan::{MountAction, MountPlan, MountStep, Reason};
 use agent_workspace::namespace::spawn::{SpawnRequest, spawn};
 use criterion::{Criterion, SamplingMode};
+use timings::{SAMPLES, measured, median, ms, record};
 
-/// Criterion samples per benchmark; the medians below use the last this many calls of
-/// each routine (criterion's measured samples; its warm-up calls come first).
-const SAMPLES: usize = 10;
 /// The program every routine runs, inside.
 const TRUE: &str = "/bin/true";
 /// Where the workspace is bound inside.
@@ -50,16 +49,6 @@ const SPAWN_SMALL: &str = "spawn + small grants";
 const SPAWN_LARGE: &str = "spawn + large grants";
 const BWRAP_SMALL: &str = "bwrap + small grants";
 const BWRAP_LARGE: &str = "bwrap + large grants";
-
-/// Per-iteration durations, one batch per call of an `iter_custom` routine.
-static TIMINGS: Mutex<BTreeMap<&'static str, Vec<Vec<Duration>>>> = Mutex::new(BTreeMap::new());
-
-/// Records one routine call's iterations and returns their sum for criterion.
-fn record(name: &'static str, batch: Vec<Duration>) -> Duration {
-    let total = batch.iter().sum();
-    TIMINGS.lock().unwrap().entry(name).or_default().push(batch);
-    total
-}
 
 /// How the host lays out its base system: `(path, Some(link target))` for a
 /// symlink, `(path, None)` for a directory.
@@ -423,29 +412,6 @@ fn main() {
     criterion.final_summary();
 
     print_table(full, small, large, bwrap);
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// The measured samples' iterations, sorted (criterion's warm-up calls left out).
-fn measured(name: &str) -> Option<Vec<Duration>> {
-    let timings = TIMINGS.lock().unwrap();
-    let batches = timings.get(name)?;
-    let skip = batches.len().saturating_sub(SAMPLES);
-    let mut all: Vec<Duration> = batches[skip..].iter().flatten().copied().collect();
-    all.sort();
-    (!all.is_empty()).then_some(all)
-}
-
-fn median(sorted: &[Duration]) -> Duration {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2
-    }
 }
 
 fn print_table(full: bool, small: usize, large: usize, bwrap: bool) {

@@ -1,0 +1,47 @@
+//! Per-iteration timings shared by the benchmarks: criterion's `iter_custom`
+//! routines record every iteration here, and the summary prints medians and ratios
+//! measured in the same run.
+
+#![allow(clippy::unwrap_used, dead_code)] // benchmark support
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Criterion samples per benchmark; the batches before them are warm-up.
+pub const SAMPLES: usize = 10;
+
+/// Per-iteration durations, one batch per call of an `iter_custom` routine.
+static TIMINGS: Mutex<BTreeMap<&'static str, Vec<Vec<Duration>>>> = Mutex::new(BTreeMap::new());
+
+/// Records one routine call's iterations and returns their sum for criterion.
+pub fn record(name: &'static str, batch: Vec<Duration>) -> Duration {
+    let total = batch.iter().sum();
+    TIMINGS.lock().unwrap().entry(name).or_default().push(batch);
+    total
+}
+
+/// The iterations of the measured samples, sorted (criterion's warm-up calls left out).
+pub fn measured(name: &str) -> Option<Vec<Duration>> {
+    let timings = TIMINGS.lock().unwrap();
+    let batches = timings.get(name)?;
+    let skip = batches.len().saturating_sub(SAMPLES);
+    let mut all: Vec<Duration> = batches[skip..].iter().flatten().copied().collect();
+    all.sort();
+    (!all.is_empty()).then_some(all)
+}
+
+/// The median of sorted durations.
+pub fn median(sorted: &[Duration]) -> Duration {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2
+    }
+}
+
+/// Milliseconds as a float, for printing.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
