@@ -5,22 +5,16 @@
 //! `TempDir` with one file, owned by the host id the run's uid 1000 maps to).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
-use std::os::unix::fs::{PermissionsExt, chown};
+mod runs;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backend_namespace::cgroup::{CgroupLayout, remove_parent};
-use backend_namespace::environment::NamespaceEnvironment;
-use backend_namespace::identity::NamespaceIdentity;
-use backend_namespace::process::{DEFAULT_HOST_ID_BASE, NamespaceProcess, ProcessOptions};
-use tempfile::TempDir;
+use backend_namespace::process::{NamespaceProcess, ProcessOptions};
+use runs::{ParentGuard, Run, command, standalone_run};
 use tokio::io::AsyncReadExt;
-use workspace_core::RunId;
-use workspace_core::boundary::{
-    CommandSpec, EnvironmentBoundary, FilesystemRecord, IdentityBoundary, OriginRecord,
-    ProcessBoundary, RunContext, SealPlan, SourceRecord,
-};
-use workspace_core::contract::{Contract, Materialization, SourceSection, TaskShape};
+use workspace_core::boundary::ProcessBoundary;
 use workspace_core::evidence::ExitStatusRecord;
 
 const ROUNDS: usize = 10;
@@ -28,85 +22,8 @@ const RUNS_PER_ROUND: usize = 32;
 /// Generous: a deadlock fails the test instead of hanging it.
 const OUTER_TIMEOUT: Duration = Duration::from_secs(240);
 
-/// Removes the test's parent cgroups when dropped (best effort, for failures).
-struct ParentGuard(String);
-
-impl Drop for ParentGuard {
-    fn drop(&mut self) {
-        if let Ok(layout) = CgroupLayout::detect()
-            && let Err(e) = remove_parent(&layout, &self.0)
-        {
-            eprintln!("removing the test parent cgroup {} failed: {e}", self.0);
-        }
-    }
-}
-
-/// One run's workspace, context and seal plan.
-struct Run {
-    _base: TempDir,
-    run: RunContext,
-    plan: SealPlan,
-}
-
 async fn prepare_run(name: &str) -> Run {
-    let base = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let workspace = base.path().join("workspace");
-    std::fs::create_dir(&workspace).unwrap();
-    std::fs::write(workspace.join("hello.txt"), "hello from the workspace\n").unwrap();
-    let host_id = DEFAULT_HOST_ID_BASE + 1000;
-    for path in [workspace.clone(), workspace.join("hello.txt")] {
-        chown(&path, Some(host_id), Some(host_id)).unwrap();
-    }
-    let contract = Contract::preset(
-        TaskShape::NarrowFix,
-        "concurrency tests",
-        SourceSection::new(workspace.to_string_lossy(), "HEAD"),
-    );
-    let run = RunContext {
-        run_id: RunId::new(name).unwrap(),
-        contract: Arc::new(contract),
-        run_dir: base.path().join("run"),
-        runtime_dir: base.path().join("runtime"),
-    };
-    let source = SourceRecord {
-        repository: workspace.to_string_lossy().into_owned(),
-        remote_urls: Vec::new(),
-        commit: "a".repeat(40),
-        tree: "b".repeat(40),
-        origin: OriginRecord::Fresh,
-        materialization: Materialization::Standalone,
-        workspace,
-        layers: None,
-        submodules: Vec::new(),
-        inputs: Vec::new(),
-        initial_diff: String::new(),
-    };
-    let environment = NamespaceEnvironment::with_host_vars(Default::default())
-        .prepare(&run)
-        .await
-        .unwrap();
-    let identity = NamespaceIdentity::new().prepare(&run).await.unwrap();
-    let plan = SealPlan {
-        source,
-        filesystem: FilesystemRecord::default(),
-        environment,
-        identity,
-    };
-    Run {
-        _base: base,
-        run,
-        plan,
-    }
-}
-
-fn command(argv: &[&str]) -> CommandSpec {
-    CommandSpec {
-        argv: argv.iter().map(|s| s.to_string()).collect(),
-        cwd: ".".into(),
-        timeout_ms: None,
-        tty: false,
-    }
+    standalone_run(name, |_| {}).await
 }
 
 /// Host pids of every process whose cgroup path (in any hierarchy) lies under `parent`.
@@ -139,7 +56,10 @@ async fn one_run(process: Arc<NamespaceProcess>, name: String) {
     let observed = process.seal(&r.run, &r.plan).await.unwrap();
     assert_eq!(observed.mismatches, Vec::<String>::new(), "{name}");
     let mut exec = process
-        .spawn(&r.run, &command(&["/bin/sh", "-c", "echo $$; sleep 0.05"]))
+        .spawn(
+            &r.run,
+            &command(&["/bin/sh", "-c", "echo $$; sleep 0.05"], None),
+        )
         .await
         .unwrap();
     drop(exec.take_stdin());
@@ -180,7 +100,10 @@ async fn thirty_two_runs_at_once_ten_times_leave_nothing_behind() {
             let r = prepare_run(&format!("{test}-scan-check")).await;
             process.seal(&r.run, &r.plan).await.unwrap();
             let mut exec = process
-                .spawn(&r.run, &command(&["/bin/sh", "-c", "read line; echo done"]))
+                .spawn(
+                    &r.run,
+                    &command(&["/bin/sh", "-c", "read line; echo done"], None),
+                )
                 .await
                 .unwrap();
             let seen = processes_under(&parent);

@@ -5,109 +5,35 @@
 //! by the host id the run's uid 1000 maps to; no git repository is needed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
-use std::os::unix::fs::{PermissionsExt, chown};
-use std::sync::Arc;
+mod runs;
 
-use backend_namespace::cgroup::{CgroupLayout, remove_parent};
-use backend_namespace::environment::NamespaceEnvironment;
-use backend_namespace::identity::NamespaceIdentity;
 use backend_namespace::process::{DEFAULT_HOST_ID_BASE, NamespaceProcess, ProcessOptions};
+use runs::{ParentGuard, Run, command, standalone_run};
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
-use workspace_core::RunId;
-use workspace_core::boundary::{
-    CommandSpec, EnvironmentBoundary, FilesystemRecord, IdentityBoundary, KillCause, OriginRecord,
-    ProcessBoundary, RunContext, SealPlan, SourceRecord,
-};
-use workspace_core::contract::{ByteSize, Contract, Materialization, SourceSection, TaskShape};
+use workspace_core::boundary::{KillCause, ProcessBoundary, RunContext, SealPlan};
+use workspace_core::contract::{ByteSize, Contract};
 use workspace_core::evidence::ExitStatusRecord;
-
-/// Removes the test's parent cgroups when dropped.
-struct ParentGuard(String);
-
-impl Drop for ParentGuard {
-    fn drop(&mut self) {
-        if let Ok(layout) = CgroupLayout::detect()
-            && let Err(e) = remove_parent(&layout, &self.0)
-        {
-            eprintln!("removing the test parent cgroup {} failed: {e}", self.0);
-        }
-    }
-}
 
 /// A workspace, a sealed-to-be run over it, and the boundary.
 struct Fixture {
-    _base: TempDir,
     run: RunContext,
     plan: SealPlan,
     process: NamespaceProcess,
     _parent: ParentGuard,
+    _base: TempDir,
 }
 
 async fn fixture(test: &str, edit: impl FnOnce(&mut Contract)) -> Fixture {
-    let base = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let workspace = base.path().join("workspace");
-    std::fs::create_dir(&workspace).unwrap();
-    std::fs::write(workspace.join("hello.txt"), "hello from the workspace\n").unwrap();
-    let host_id = DEFAULT_HOST_ID_BASE + 1000;
-    for path in [workspace.clone(), workspace.join("hello.txt")] {
-        chown(&path, Some(host_id), Some(host_id)).unwrap();
-    }
-    let mut contract = Contract::preset(
-        TaskShape::NarrowFix,
-        "process tests",
-        SourceSection::new(workspace.to_string_lossy(), "HEAD"),
-    );
-    edit(&mut contract);
-    let run_id = RunId::new(format!("process-{test}")).unwrap();
-    let run = RunContext {
-        run_id,
-        contract: Arc::new(contract),
-        run_dir: base.path().join("run"),
-        runtime_dir: base.path().join("runtime"),
-    };
-    let source = SourceRecord {
-        repository: workspace.to_string_lossy().into_owned(),
-        remote_urls: Vec::new(),
-        commit: "a".repeat(40),
-        tree: "b".repeat(40),
-        origin: OriginRecord::Fresh,
-        materialization: Materialization::Standalone,
-        workspace,
-        layers: None,
-        submodules: Vec::new(),
-        inputs: Vec::new(),
-        initial_diff: String::new(),
-    };
-    let environment = NamespaceEnvironment::with_host_vars(Default::default())
-        .prepare(&run)
-        .await
-        .unwrap();
-    let identity = NamespaceIdentity::new().prepare(&run).await.unwrap();
-    let plan = SealPlan {
-        source,
-        filesystem: FilesystemRecord::default(),
-        environment,
-        identity,
-    };
+    let Run { base, run, plan } = standalone_run(&format!("process-{test}"), edit).await;
     let parent = format!("agent-workspace-test-{}-{test}", std::process::id());
     let process = NamespaceProcess::new(ProcessOptions::probe(parent.clone()).unwrap());
     Fixture {
-        _base: base,
         run,
         plan,
         process,
         _parent: ParentGuard(parent),
-    }
-}
-
-fn command(argv: &[&str], timeout_ms: Option<u64>) -> CommandSpec {
-    CommandSpec {
-        argv: argv.iter().map(|s| s.to_string()).collect(),
-        cwd: ".".into(),
-        timeout_ms,
-        tty: false,
+        _base: base,
     }
 }
 
