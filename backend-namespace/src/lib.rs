@@ -1,11 +1,12 @@
 //! backend-namespace: the Process, Environment and Identity boundaries of
 //! agent-workspace with Linux namespaces; the embedded default backend.
 //!
-//! **Status: in progress.** The boundary implementations (the mount plan applied on
-//! a fresh root with `pivot_root`; user, mount, pid, net, uts, ipc and cgroup
-//! namespaces set up in the child; a small init as pid 1; `no_new_privs`, emptied
-//! capability sets) are not written yet. What is here are the parts they are built
-//! from, each usable and tested on its own:
+//! The Process boundary ([`process::NamespaceProcess`]) applies the mount plan on a
+//! fresh root with `pivot_root`, in user, mount, pid, net, uts, ipc and cgroup
+//! namespaces set up in the child, with a small init as pid 1, `no_new_privs`,
+//! emptied capability sets, seccomp, cgroup limits and an rlimit baseline; it hands
+//! the writable workspace over to the run's mapped identity at seal. The parts it
+//! is built from are usable and tested on their own:
 //!
 //! * [`cgroup`]: per-run control groups on cgroup v1, v2 or the hybrid layout, with
 //!   memory, pids and cpu limits, OOM detection, whole-tree kill and removal;
@@ -18,8 +19,10 @@
 //!   namespaces with the mount plan applied on a new root, a minimal init as pid 1,
 //!   emptied capability sets and `no_new_privs`;
 //! * [`process`]: [`process::NamespaceProcess`], the Process boundary: seals a run
-//!   (cgroups, mount plan, a probe inside), spawns commands in it with tokio
-//!   streams, time and memory limits, and tears it down with a leak report.
+//!   (workspace handover to the run's identity, cgroups, mount plan, a probe inside
+//!   with a timeout), spawns commands in it with tokio streams, time, memory, open
+//!   file and file size limits, and tears it down with a leak report — also a run
+//!   sealed by another, dead instance (crash recovery, by the run's cgroups).
 //!
 //! # Performance
 //!

@@ -7,6 +7,7 @@
 
 mod runs;
 
+use backend_namespace::cgroup::{CgroupLayout, leaked_paths};
 use backend_namespace::process::{DEFAULT_HOST_ID_BASE, NamespaceProcess, ProcessOptions};
 use runs::{ParentGuard, Run, command, standalone_run};
 use tempfile::TempDir;
@@ -193,4 +194,180 @@ async fn dot_env_files_are_masked() {
     assert_eq!(exit.status, ExitStatusRecord::Code(0));
     assert!(!out.contains("do-not-read"), "{out}");
     teardown_is_clean(&f).await;
+}
+
+/// Runs `script` in the sealed run of `f`; (exit, stdout).
+async fn run_sh(f: &Fixture, script: &str) -> (ExitStatusRecord, String) {
+    let mut exec = f
+        .process
+        .spawn(&f.run, &command(&["/bin/sh", "-c", script], Some(30_000)))
+        .await
+        .unwrap();
+    drop(exec.take_stdin());
+    let mut out = String::new();
+    exec.take_stdout()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    (exec.wait().await.unwrap().status, out)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rlimit_baseline_comes_from_the_contract() {
+    let f = fixture("rlimits", |c| {
+        c.environment.limits.open_files = Some(321);
+        c.environment.limits.disk = Some(ByteSize(1 << 20));
+    })
+    .await;
+    assert_eq!(f.plan.environment.limits.open_files, Some(321));
+    f.process.seal(&f.run, &f.plan).await.unwrap();
+    let (status, out) = run_sh(
+        &f,
+        "ulimit -n; ulimit -Hn; ulimit -c; ulimit -Hc; ulimit -f; ulimit -Hf",
+    )
+    .await;
+    assert_eq!(status, ExitStatusRecord::Code(0));
+    // `ulimit -f` counts 512-byte blocks: 1 MiB is 2048.
+    assert_eq!(out, "321\n321\n0\n0\n2048\n2048\n");
+    teardown_is_clean(&f).await;
+}
+
+/// Attack: a process inside raises its own limits above the contract's caps.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_cannot_raise_its_limits_above_the_caps() {
+    let f = fixture("rlimit-raise", |c| {
+        c.environment.limits.open_files = Some(321);
+        c.environment.limits.disk = Some(ByteSize(1 << 20));
+    })
+    .await;
+    f.process.seal(&f.run, &f.plan).await.unwrap();
+    let (status, out) = run_sh(
+        &f,
+        "if ulimit -Hn 100000 2>/dev/null; then echo raised; else echo refused; fi; \
+         if ulimit -Hc unlimited 2>/dev/null; then echo raised; else echo refused; fi; \
+         if ulimit -Sn 322 2>/dev/null; then echo raised; else echo refused; fi; \
+         ulimit -Hn; ulimit -Hc; \
+         head -c 2000000 /dev/zero > big; echo rc=$?",
+    )
+    .await;
+    assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
+    // 153 = 128 + SIGXFSZ: the write beyond the file-size cap killed `head`.
+    assert_eq!(out, "refused\nrefused\nrefused\n321\n0\nrc=153\n");
+    // Host unchanged beyond the cap: the file stopped at 1 MiB.
+    let big = std::fs::metadata(f.plan.source.workspace.join("big")).unwrap();
+    assert_eq!(big.len(), 1 << 20);
+    // Positive control: lowering is allowed.
+    let (_, out) = run_sh(&f, "ulimit -n 100 && ulimit -n").await;
+    assert_eq!(out, "100\n");
+    teardown_is_clean(&f).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_probe_fails_the_seal_with_a_timeout_and_leaves_nothing() {
+    let Run { base, run, plan } = standalone_run("process-probe-timeout", |_| {}).await;
+    let parent = format!("agent-workspace-test-{}-probe-timeout", std::process::id());
+    let _guard = ParentGuard(parent.clone());
+    let options = ProcessOptions {
+        probe_timeout: std::time::Duration::from_millis(1),
+        ..ProcessOptions::probe(parent.clone()).unwrap()
+    };
+    let process = NamespaceProcess::new(options);
+    let started = std::time::Instant::now();
+    let err = process.seal(&run, &plan).await.unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(
+        format!("{:?}", err.source).contains("ProbeTimeout"),
+        "{err} {:?}",
+        err.source
+    );
+    let layout = CgroupLayout::detect().unwrap();
+    assert_eq!(
+        leaked_paths(&layout, &parent, &run.run_id).unwrap(),
+        Vec::<std::path::PathBuf>::new()
+    );
+    // Not sealed: spawning is refused.
+    assert!(
+        process
+            .spawn(&run, &command(&["/bin/true"], None))
+            .await
+            .is_err()
+    );
+    drop(base);
+}
+
+/// The host pids in the run's cgroups whose `comm` is `sleep`.
+fn sleeps_in(cgroups: &[std::path::PathBuf]) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for dir in cgroups {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "sleep" && !pids.contains(&pid) {
+                pids.push(pid);
+            }
+        }
+    }
+    pids.sort_unstable();
+    pids
+}
+
+/// Whether host pid `pid` is still a live `sleep` (gone, or a zombie, is not).
+fn live_sleep(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]);
+    stat.contains("(sleep)") && state != Some("Z")
+}
+
+/// Crash recovery: the instance that sealed the run is gone without a teardown;
+/// a NEW instance tears the run down by its cgroups.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_instance_tears_down_a_run_it_did_not_seal() {
+    let Run { base, run, plan } = standalone_run("process-recovery", |_| {}).await;
+    let parent = format!("agent-workspace-test-{}-recovery", std::process::id());
+    let _guard = ParentGuard(parent.clone());
+    let first = NamespaceProcess::new(ProcessOptions::probe(parent.clone()).unwrap());
+    first.seal(&run, &plan).await.unwrap();
+    let exec = first
+        .spawn(
+            &run,
+            &command(
+                &["/bin/sh", "-c", "setsid sleep 1000 & exec sleep 1000"],
+                None,
+            ),
+        )
+        .await
+        .unwrap();
+    let layout = CgroupLayout::detect().unwrap();
+    let cgroups = leaked_paths(&layout, &parent, &run.run_id).unwrap();
+    assert!(!cgroups.is_empty());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let sleeps = loop {
+        let sleeps = sleeps_in(&cgroups);
+        if sleeps.len() == 2 || std::time::Instant::now() > deadline {
+            break sleeps;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(sleeps.len(), 2, "both sleeps started: {sleeps:?}");
+    // The runner "dies": neither the execution nor the instance is torn down or
+    // dropped (dropping would kill the run).
+    std::mem::forget(exec);
+    std::mem::forget(first);
+
+    let second = NamespaceProcess::new(ProcessOptions::probe(parent.clone()).unwrap());
+    let report = second.teardown(&run).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    for pid in &sleeps {
+        assert!(!live_sleep(*pid), "sleep {pid} survived the teardown");
+    }
+    assert_eq!(
+        leaked_paths(&layout, &parent, &run.run_id).unwrap(),
+        Vec::<std::path::PathBuf>::new()
+    );
+    // Idempotent: nothing left is a clean report.
+    assert!(second.teardown(&run).await.unwrap().is_clean());
+    drop(base);
 }

@@ -108,6 +108,63 @@ impl RunCgroup {
         }
     }
 
+    /// The run's cgroups as [`RunCgroup::create`] named them, found again by a
+    /// process that did not create them (crash recovery after the runner died):
+    /// every existing `<mount>/<parent_name>/<run_id>` of `layout`. `None` when no
+    /// hierarchy has one. The kill method is chosen from what exists (`cgroup.kill`
+    /// in the v2 directory, else the v1 freezer directory, else signals); no
+    /// directory is made and no limit is read back ([`RunCgroup::applied`] is
+    /// empty). Dropping the result kills and removes, like [`RunCgroup::remove`].
+    ///
+    /// # Ambient authority
+    /// Looks at the host's cgroup hierarchies.
+    pub fn adopt(
+        layout: &CgroupLayout,
+        parent_name: &str,
+        run_id: &RunId,
+    ) -> Result<Option<Self>, CgroupError> {
+        let parent = check_parent_name(parent_name)?;
+        let mut dirs: Vec<RunDir> = plan_dirs(layout, &parent, run_id)
+            .into_iter()
+            .filter(|d| d.path.is_dir())
+            .collect();
+        let freezer = layout
+            .freezer_v1()
+            .map(|mount| mount.join(&parent).join(run_id.as_str()))
+            .filter(|path| path.is_dir());
+        if let Some(path) = freezer {
+            match dirs.iter_mut().find(|d| d.path == path) {
+                Some(dir) => dir.freezer = true,
+                None => dirs.push(RunDir {
+                    hierarchy: Hierarchy::V1,
+                    path,
+                    controllers: Vec::new(),
+                    freezer: true,
+                }),
+            }
+        }
+        if dirs.is_empty() {
+            return Ok(None);
+        }
+        let kill_method = if dirs
+            .iter()
+            .any(|d| d.hierarchy == Hierarchy::V2 && d.path.join("cgroup.kill").exists())
+        {
+            KillMethod::CgroupKill
+        } else if dirs.iter().any(|d| d.freezer) {
+            KillMethod::V1Freezer
+        } else {
+            KillMethod::Signals
+        };
+        Ok(Some(RunCgroup {
+            run_id: run_id.clone(),
+            dirs,
+            applied: AppliedLimits::default(),
+            kill_method,
+            removed: false,
+        }))
+    }
+
     fn populate(
         &mut self,
         layout: &CgroupLayout,

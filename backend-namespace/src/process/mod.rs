@@ -3,18 +3,29 @@
 //! It applies the filesystem record, the environment plan and the identity plan
 //! of a run together, with [`crate::spawn`] and [`crate::cgroup`]:
 //!
-//! * **seal**: creates the run's cgroups under [`ProcessOptions::cgroup_parent`]
-//!   with the plan's limits; finds the workspace paths `filesystem.excluded` (and
+//! * **seal**: hands what the run may write over to the run's identity
+//!   ([`hand_over`]: the whole checkout of a standalone or linked source, the upper
+//!   and work directories of a layered one, owned by `host_id_base + uid/gid`,
+//!   without following links or crossing mounts; a layered checkout whose lower
+//!   layer the run's user namespace does not map is refused,
+//!   [`ProcessError::LowerLayerNotMapped`]); creates the run's cgroups under
+//!   [`ProcessOptions::cgroup_parent`] with the plan's limits; finds the workspace paths `filesystem.excluded` (and
 //!   [`PROTECTED_EXCLUSIONS`]) match, walking the checkout (the lower and upper
 //!   layers of a layered one) without following links; reads the source object
 //!   store from the checkout's `.git/objects/info/alternates` (the upper layer's
 //!   for a layered checkout) as plain data; builds the [`MountPlan`]; then runs a
 //!   probe inside ([`observe::PROBE_SCRIPT`]) and compares what it saw with the
-//!   plan. With `environment.assurance = required` any mismatch fails the seal
-//!   (and removes the cgroups); `best-effort` records them.
+//!   plan, within [`ProcessOptions::probe_timeout`] ([`PROBE_TIMEOUT`]; a hung
+//!   probe is killed and the seal fails with [`ProcessError::ProbeTimeout`]). With
+//!   `environment.assurance = required` any mismatch fails the seal (and removes
+//!   the cgroups); `best-effort` records them. The observation's `handover` fact
+//!   lists what the handover changed and left alone.
 //! * **spawn**: each command gets a fresh set of namespaces with the run's plan,
 //!   its environment plus the injected credentials, the run's cgroups, and the
-//!   identity's uid/gid mapped to `host_id_base + id` on the host. Its stdio are
+//!   identity's uid/gid mapped to `host_id_base + id` on the host, and the rlimit
+//!   baseline (soft = hard): `RLIMIT_NOFILE` = `limits.open_files`,
+//!   `RLIMIT_CORE` = 0, `RLIMIT_FSIZE` = `limits.disk` (each file at most the disk
+//!   cap; unlimited without one). Its stdio are
 //!   pipes turned into tokio streams. `argv[0]` must be an absolute path inside the
 //!   run: there is no `PATH` search ([`ProcessError::RelativeProgram`]).
 //!   `cwd` is relative to the workspace root, without `..`.
@@ -25,10 +36,15 @@
 //!   kernel chose was not the command itself).
 //! * **teardown**: kills everything in the run's cgroups, removes them, forgets the
 //!   run; the [`LeakReport`] lists pids still in the cgroups and cgroup directories
-//!   still present. Tearing down a run that is not sealed only looks for leftovers.
+//!   still present. A run this instance did not seal (crash recovery: the runner
+//!   that sealed it died) is torn down the same way: its cgroups are found by the
+//!   names `seal` gives them (`<mount>/<cgroup_parent>/<run id>` in every
+//!   hierarchy, [`RunCgroup::adopt`]), everything in them is killed, and they are
+//!   removed. No cgroup left is a clean report. Idempotent.
 //!
-//! Not yet: PTYs, port/cache leases, rlimits (`open_files`), networks other than
-//! loopback, the workspace's disk cap.
+//! Not yet: PTYs, port/cache leases, networks other than loopback, a disk quota on
+//! the workspace itself (`limits.disk` caps only the size of each file a process
+//! writes, through `RLIMIT_FSIZE`).
 //!
 //! [`MountPlan`]: workspace_core::mount_plan::MountPlan
 //! [`KillCause::Timeout`]: workspace_core::boundary::KillCause::Timeout
@@ -36,6 +52,7 @@
 
 mod error;
 mod execution;
+mod handover;
 mod host;
 pub mod observe;
 mod seal;
@@ -56,15 +73,24 @@ use workspace_core::mount_plan::HostLayout;
 
 pub use error::ProcessError;
 pub use execution::NamespaceExecution;
+pub use handover::{HandoverOutcome, MAX_OPEN_DIRS, hand_over};
 pub use host::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
 pub use workspace::{PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
 
-use crate::cgroup::{CgroupLayout, leaked_paths};
+use crate::cgroup::{CgroupLayout, RunCgroup, leaked_paths};
 use execution::{OomCounter, Parts};
 use seal::{RunSpec, Sealed};
 
 /// The host id that id 0 inside a run maps to; id `n` maps to base + `n`.
 pub const DEFAULT_HOST_ID_BASE: u32 = 100_000;
+
+/// How long the boundary probe of `seal` may take, from its clone to its exit.
+///
+/// The probe is a short shell script; a probe that has not finished by then is
+/// hung (a frozen cgroup, a stuck mount, a blocked pipe) and would otherwise hold
+/// the seal forever. It is killed and the seal fails with
+/// [`ProcessError::ProbeTimeout`] (and removes the run's cgroups).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How a [`NamespaceProcess`] sets runs up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,11 +102,13 @@ pub struct ProcessOptions {
     pub host_id_base: u32,
     /// The host's base system and `/etc` files passed through.
     pub host: HostLayout,
+    /// How long the boundary probe of `seal` may take ([`PROBE_TIMEOUT`] by default).
+    pub probe_timeout: Duration,
 }
 
 impl ProcessOptions {
-    /// Options with `cgroup_parent`, [`DEFAULT_HOST_ID_BASE`] and this host's
-    /// layout ([`probe_host_layout`]).
+    /// Options with `cgroup_parent`, [`DEFAULT_HOST_ID_BASE`], this host's
+    /// layout ([`probe_host_layout`]) and [`PROBE_TIMEOUT`].
     ///
     /// # Ambient authority
     /// Looks at the host's root directory.
@@ -89,6 +117,7 @@ impl ProcessOptions {
             cgroup_parent: cgroup_parent.into(),
             host_id_base: DEFAULT_HOST_ID_BASE,
             host: probe_host_layout()?,
+            probe_timeout: PROBE_TIMEOUT,
         })
     }
 }
@@ -167,11 +196,24 @@ impl ProcessBoundary for NamespaceProcess {
         let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
         let result = blocking("sealing the run", move || {
             let sealed = seal::prepare(&run_c, &plan_c, &options)?;
-            let observed = seal::probe(&sealed.spec, &expected)?;
+            let observed = seal::probe(&sealed.spec, &expected, options.probe_timeout)?;
             Ok((sealed, observed))
         })
         .await;
-        let (sealed, observed) = result.map_err(|e| e.into_boundary(OP))?;
+        let (sealed, mut observed) = result.map_err(|e| e.into_boundary(OP))?;
+        observed.facts.insert(
+            "handover".into(),
+            serde_json::json!(
+                sealed
+                    .handover
+                    .iter()
+                    .map(|(dir, outcome)| serde_json::json!({
+                        "dir": dir,
+                        "outcome": outcome,
+                    }))
+                    .collect::<Vec<_>>()
+            ),
+        );
         if !observed.mismatches.is_empty() {
             if run.contract.environment.assurance == Assurance::Required {
                 tracing::warn!(run_id = %run.run_id, mismatches = ?observed.mismatches,
@@ -221,26 +263,39 @@ impl ProcessBoundary for NamespaceProcess {
         let run_id = run.run_id.clone();
         let parent = self.options.cgroup_parent.clone();
         let report = blocking("tearing the run down", move || {
-            let (layout, processes) = match sealed {
-                Some(Sealed { cgroup, layout, .. }) => {
-                    if let Err(e) = cgroup.kill_all() {
-                        tracing::warn!(run_id = %run_id, error = %e, "killing the run's processes failed");
-                    }
-                    let processes = cgroup.pids().unwrap_or_default();
-                    if let Err(e) = cgroup.remove() {
-                        tracing::warn!(run_id = %run_id, error = %e, "removing the run's cgroups failed");
-                    }
-                    (layout, processes)
-                }
+            let (layout, cgroup) = match sealed {
+                Some(Sealed { cgroup, layout, .. }) => (layout, Some(cgroup)),
                 None => {
+                    // Not sealed by this instance (e.g. recovery after the runner
+                    // died): find the run's cgroups by the names `seal` gives them.
                     let layout =
                         CgroupLayout::detect().map_err(|source| ProcessError::Cgroup {
                             step: "detecting the cgroup layout",
                             source,
                         })?;
-                    (layout, Vec::new())
+                    let cgroup = RunCgroup::adopt(&layout, &parent, &run_id).map_err(|source| {
+                        ProcessError::Cgroup {
+                            step: "finding the cgroups of a run this instance did not seal",
+                            source,
+                        }
+                    })?;
+                    if cgroup.is_some() {
+                        tracing::info!(run_id = %run_id,
+                            "tearing down cgroups left by another instance");
+                    }
+                    (layout, cgroup)
                 }
             };
+            let mut processes = Vec::new();
+            if let Some(cgroup) = cgroup {
+                if let Err(e) = cgroup.kill_all() {
+                    tracing::warn!(run_id = %run_id, error = %e, "killing the run's processes failed");
+                }
+                processes = cgroup.pids().unwrap_or_default();
+                if let Err(e) = cgroup.remove() {
+                    tracing::warn!(run_id = %run_id, error = %e, "removing the run's cgroups failed");
+                }
+            }
             let cgroups = leaked_paths(&layout, &parent, &run_id).map_err(|source| {
                 ProcessError::Cgroup {
                     step: "looking for the run's cgroups",

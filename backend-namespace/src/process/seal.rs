@@ -3,19 +3,21 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use workspace_core::boundary::{ObservedBoundary, RunContext, SealPlan};
+use nix::libc;
+use workspace_core::boundary::{ObservedBoundary, ResolvedLimits, RunContext, SealPlan};
 use workspace_core::mount_plan::{MountPlan, PlanInputs};
 
 use super::error::ProcessError;
+use super::handover::{HandoverOutcome, hand_over};
 use super::observe::{self, Expected, PROBE_SCRIPT};
 use super::{ProcessOptions, workspace};
 use crate::cgroup::{CgroupLayout, Hierarchy, RunCgroup};
-use crate::spawn::{SpawnRequest, SpawnedChild, spawn};
+use crate::spawn::{ResourceLimits, SpawnError, SpawnRequest, SpawnedChild, spawn};
 
 /// What every command of a sealed run starts from.
 pub(crate) struct RunSpec {
@@ -31,6 +33,8 @@ pub(crate) struct RunSpec {
     pub(crate) oom_file: Option<PathBuf>,
     /// `environment.limits.wall_time` in milliseconds.
     pub(crate) wall_time_ms: Option<u64>,
+    /// The rlimits every command starts with.
+    pub(crate) rlimits: ResourceLimits,
 }
 
 impl fmt::Debug for RunSpec {
@@ -58,6 +62,7 @@ impl RunSpec {
         request.host_uid = self.host_uid;
         request.host_gid = self.host_gid;
         request.cgroup_procs = self.cgroup_procs.clone();
+        request.rlimits = self.rlimits;
         request
     }
 }
@@ -68,6 +73,8 @@ pub(crate) struct Sealed {
     pub(crate) spec: Arc<RunSpec>,
     pub(crate) cgroup: RunCgroup,
     pub(crate) layout: CgroupLayout,
+    /// Each directory handed over to the run's identity, with what was done.
+    pub(crate) handover: Vec<(PathBuf, HandoverOutcome)>,
 }
 
 /// Creates the run's cgroups and builds its plan (blocking).
@@ -86,6 +93,24 @@ pub(crate) fn prepare(
             })
     };
     let (host_uid, host_gid) = (host_id(identity.uid)?, host_id(identity.gid)?);
+
+    // What the run may write becomes the run's own (see `handover.rs`): the whole
+    // checkout, or a layered checkout's upper and work directories only.
+    let writable: Vec<&Path> = match &plan.source.layers {
+        Some(layers) => {
+            lower_is_mapped(&layers.lower, host_uid, host_gid)?;
+            vec![layers.upper.as_path(), layers.work.as_path()]
+        }
+        None => vec![plan.source.workspace.as_path()],
+    };
+    let mut handover = Vec::with_capacity(writable.len());
+    for dir in writable {
+        let outcome = hand_over(dir, host_uid, host_gid)?;
+        tracing::info!(run_id = %run.run_id, dir = %dir.display(), changed = outcome.changed,
+            other_mounts = outcome.other_mounts.len(), hard_links = outcome.hard_links.len(),
+            "workspace handed over to the run's identity");
+        handover.push((dir.to_path_buf(), outcome));
+    }
 
     let (trees, checkout): (Vec<&Path>, &Path) = match &plan.source.layers {
         Some(layers) => (
@@ -162,12 +187,53 @@ pub(crate) fn prepare(
         cgroup_procs,
         oom_file,
         wall_time_ms: plan.environment.limits.wall_time_ms,
+        rlimits: rlimits(&plan.environment.limits),
     };
     Ok(Sealed {
         spec: Arc::new(spec),
         cgroup,
         layout,
+        handover,
     })
+}
+
+/// Refuses a lower layer whose root is not owned by the run's mapped host ids
+/// ([`ProcessError::LowerLayerNotMapped`] explains why). Only the root is looked
+/// at (not followed if a link): a file inside with another owner stays read-only
+/// to the run.
+fn lower_is_mapped(lower: &Path, host_uid: u32, host_gid: u32) -> Result<(), ProcessError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(lower).map_err(|source| ProcessError::Io {
+        step: "inspecting the lower layer",
+        path: lower.to_path_buf(),
+        source,
+    })?;
+    if (meta.uid(), meta.gid()) != (host_uid, host_gid) {
+        return Err(ProcessError::LowerLayerNotMapped {
+            lower: lower.to_path_buf(),
+            owner_uid: meta.uid(),
+            owner_gid: meta.gid(),
+            host_uid,
+            host_gid,
+        });
+    }
+    Ok(())
+}
+
+/// The rlimit baseline of a run's commands: `RLIMIT_NOFILE` = `limits.open_files`,
+/// `RLIMIT_CORE` = 0, and `RLIMIT_FSIZE` = `limits.disk_bytes`.
+///
+/// The file-size cap is the disk cap on purpose: no single file can be larger than
+/// the whole disk budget, and this is the part of `limits.disk` a process limit can
+/// enforce (the total over many files needs a quota, which this backend does not
+/// set). Without `limits.disk` the size stays as the runner has it (unlimited in
+/// practice).
+pub(crate) fn rlimits(limits: &ResolvedLimits) -> ResourceLimits {
+    ResourceLimits {
+        open_files: limits.open_files.map(u64::from),
+        core_bytes: Some(0),
+        file_size_bytes: limits.disk_bytes,
+    }
 }
 
 /// What the probe must observe in `plan`'s run.
@@ -182,25 +248,44 @@ pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
     }
 }
 
-/// Runs [`PROBE_SCRIPT`] in the run and compares what it saw (blocking).
-pub(crate) fn probe(spec: &RunSpec, expected: &Expected) -> Result<ObservedBoundary, ProcessError> {
+/// Runs [`PROBE_SCRIPT`] in the run and compares what it saw (blocking). The
+/// probe's setup, output and exit together get `timeout` (the options'
+/// [`PROBE_TIMEOUT`](super::PROBE_TIMEOUT) by default); after that it is killed
+/// and the seal fails with [`ProcessError::ProbeTimeout`].
+pub(crate) fn probe(
+    spec: &RunSpec,
+    expected: &Expected,
+    timeout: Duration,
+) -> Result<ObservedBoundary, ProcessError> {
+    let deadline = Instant::now() + timeout;
+    let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let (read, write) = pipe("the probe's stdout pipe")?;
     let mut request = spec.request(vec!["/bin/sh".into(), "-c".into(), PROBE_SCRIPT.into()]);
     request.stdout = Some(write);
+    request.setup_timeout = timeout;
     let child = spawn(&request);
     drop(request);
-    let mut child: SpawnedChild = child.map_err(|source| ProcessError::Spawn {
-        step: "starting the boundary probe",
-        source,
-    })?;
-    let mut output = String::new();
-    std::fs::File::from(read)
-        .take(1 << 20)
-        .read_to_string(&mut output)
-        .map_err(|source| ProcessError::Pipe {
-            step: "reading the probe's output",
+    let mut child: SpawnedChild = child.map_err(|source| match source {
+        SpawnError::SetupTimeout { .. } => ProcessError::ProbeTimeout { after_ms },
+        source => ProcessError::Spawn {
+            step: "starting the boundary probe",
             source,
-        })?;
+        },
+    })?;
+    let output = match read_until(read, deadline) {
+        Ok(Some(output)) => output,
+        Ok(None) => return Err(kill_probe(child, after_ms)),
+        Err(source) => {
+            let _ = child.kill();
+            return Err(ProcessError::Pipe {
+                step: "reading the probe's output",
+                source,
+            });
+        }
+    };
+    if !wait_pidfd(child.pidfd(), deadline) {
+        return Err(kill_probe(child, after_ms));
+    }
     let status = child.wait().map_err(|source| ProcessError::Spawn {
         step: "waiting for the boundary probe",
         source,
@@ -213,10 +298,127 @@ pub(crate) fn probe(spec: &RunSpec, expected: &Expected) -> Result<ObservedBound
     Ok(observed)
 }
 
+/// Kills the probe's pid namespace and reaps it; the timeout error.
+fn kill_probe(mut child: SpawnedChild, after_ms: u64) -> ProcessError {
+    tracing::warn!(
+        pid = child.pid(),
+        after_ms,
+        "the boundary probe timed out; killing it"
+    );
+    if let Err(e) = child.kill() {
+        tracing::warn!(error = %e, "killing the boundary probe failed");
+    }
+    if let Err(e) = child.wait() {
+        tracing::warn!(error = %e, "reaping the boundary probe failed");
+    }
+    ProcessError::ProbeTimeout { after_ms }
+}
+
+/// Everything `read` gives until EOF (at most 1 MiB kept), or `None` when
+/// `deadline` passes first.
+fn read_until(read: OwnedFd, deadline: Instant) -> std::io::Result<Option<String>> {
+    let mut output = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if !poll_in(read.as_fd(), deadline)? {
+            return Ok(None);
+        }
+        match nix::unistd::read(read.as_fd(), &mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let keep = n.min((1usize << 20).saturating_sub(output.len()));
+                output.extend_from_slice(&buf[..keep]);
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Some(String::from_utf8_lossy(&output).into_owned()))
+}
+
+/// Whether the pidfd says the process ended before `deadline`.
+fn wait_pidfd(pidfd: BorrowedFd<'_>, deadline: Instant) -> bool {
+    poll_in(pidfd, deadline).unwrap_or(false)
+}
+
+/// Waits until `fd` is readable (or hung up); `false` when `deadline` passed.
+fn poll_in(fd: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        let mut pollfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd struct for a descriptor borrowed for the call.
+        let ready = unsafe { libc::poll(&mut pollfd, 1, ms) };
+        if ready > 0 {
+            return Ok(true);
+        }
+        if ready < 0 {
+            let error = std::io::Error::last_os_error();
+            if error.kind() != std::io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+    }
+}
+
 /// A close-on-exec pipe: (read end, write end).
 pub(crate) fn pipe(step: &'static str) -> Result<(OwnedFd, OwnedFd), ProcessError> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|errno| ProcessError::Pipe {
         step,
         source: errno.into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pipe_that_never_ends_times_out() {
+        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::write(&write, b"partial").unwrap_or_else(|e| panic!("{e}"));
+        let started = Instant::now();
+        let got = read_until(read, started + Duration::from_millis(200))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got, None, "a writer still open: no EOF, so a timeout");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(write);
+
+        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::write(&write, b"all of it").unwrap_or_else(|e| panic!("{e}"));
+        drop(write);
+        let got = read_until(read, Instant::now() + Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.as_deref(), Some("all of it"));
+    }
+
+    #[test]
+    fn the_file_size_cap_is_the_disk_cap_and_core_dumps_are_off() {
+        let limits = ResolvedLimits {
+            open_files: Some(256),
+            disk_bytes: Some(1 << 30),
+            ..ResolvedLimits::default()
+        };
+        assert_eq!(
+            rlimits(&limits),
+            ResourceLimits {
+                open_files: Some(256),
+                core_bytes: Some(0),
+                file_size_bytes: Some(1 << 30),
+            }
+        );
+        assert_eq!(
+            rlimits(&ResolvedLimits::default()),
+            ResourceLimits::default()
+        );
+    }
 }

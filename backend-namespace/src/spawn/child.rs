@@ -34,7 +34,8 @@
 //! 7. hostname, `lo` up;
 //! 8. drop the bounding set, `setresgid`/`setresuid`, empty every capability set,
 //!    clear ambient, `no_new_privs`, `chdir(cwd)`;
-//! 9. non-dumpable again (the id changes reset it), the seccomp filter (so pid 1
+//! 9. non-dumpable again (the id changes reset it), the resource limits
+//!    (`prlimit64`, soft = hard), the seccomp filter (so pid 1
 //!    is never a filter-free process next to the command), fork the command;
 //!    this process stays as pid 1 ([`super::init`]).
 //!
@@ -247,8 +248,30 @@ fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
     // SAFETY: a NUL-terminated path prepared before clone.
     raw::check(unsafe { libc::chdir(p.cwd.as_ptr()) })
         .map_err(fail(ChildStage::Chdir, op::CALL))?;
+    set_rlimits(p)?;
     init::install_seccomp(p)?;
     init::fork_command(p)
+}
+
+/// Sets the prepared resource limits on this process (pid 1; the command inherits
+/// them). A limit above the inherited hard limit fails with `EPERM`: raising it
+/// would need `CAP_SYS_RESOURCE` in the host's user namespace.
+fn set_rlimits(p: &Prepared) -> Result<(), Report> {
+    for (resource, limit) in &p.rlimits {
+        // SAFETY: raw prlimit64 on this process (pid 0) with a valid `struct
+        // rlimit64` prepared before clone and a null old-limit pointer.
+        raw::check_long(unsafe {
+            libc::syscall(
+                libc::SYS_prlimit64,
+                0 as libc::pid_t,
+                *resource as libc::c_uint,
+                std::ptr::from_ref(limit),
+                ptr::null_mut::<libc::c_void>(),
+            )
+        })
+        .map_err(fail(ChildStage::Rlimits, op::CALL))?;
+    }
+    Ok(())
 }
 
 /// Resets every catchable signal to its default disposition.

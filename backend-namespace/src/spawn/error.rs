@@ -175,10 +175,12 @@ pub enum ChildStage {
     Seccomp = 23,
     /// `execve` of the command.
     Exec = 24,
+    /// Setting the resource limits (`prlimit64`).
+    Rlimits = 25,
 }
 
 impl ChildStage {
-    const ALL: [ChildStage; 24] = [
+    const ALL: [ChildStage; 25] = [
         Self::Signals,
         Self::Descriptors,
         Self::Go,
@@ -203,6 +205,7 @@ impl ChildStage {
         Self::Session,
         Self::Seccomp,
         Self::Exec,
+        Self::Rlimits,
     ];
 
     pub(crate) fn from_u32(value: u32) -> Option<Self> {
@@ -237,6 +240,7 @@ impl fmt::Display for ChildStage {
             Self::Session => "starting the command's session",
             Self::Seccomp => "installing the seccomp filter",
             Self::Exec => "execve",
+            Self::Rlimits => "setting the resource limits",
         };
         f.write_str(text)
     }

@@ -61,6 +61,9 @@
 //!   plan and `no_new_privs`); the command inherits it. Without one, [`spawn`] builds
 //!   the filter of [`SeccompPolicy::default()`](crate::seccomp::SeccompPolicy::default); only
 //!   [`SpawnRequest::danger_no_seccomp`] runs without a filter;
+//! * [`SpawnRequest::rlimits`]: `RLIMIT_NOFILE`, `RLIMIT_CORE` and `RLIMIT_FSIZE`,
+//!   soft = hard, set by pid 1 with `prlimit64` after the id change and before the
+//!   seccomp filter (the command inherits them and cannot raise them);
 //! * [`SpawnRequest::cgroup_procs`]: `cgroup.procs` files (one per hierarchy) opened
 //!   before clone; the child writes `0` to each before anything else, then enters a
 //!   new cgroup namespace rooted there.
@@ -78,9 +81,9 @@
 //!   returns [`SpawnError::SetupTimeout`]; a child that cannot die at once (a
 //!   frozen v1 cgroup holds even `SIGKILL` until thawed) is reaped by a detached
 //!   thread when it does;
-//! * no PTY, no rlimits (`open_files`), no network other than `lo`;
-//! * the overlay step (layered checkouts) and the cgroup hook are implemented but
-//!   not yet covered by a test here;
+//! * no PTY, no network other than `lo`;
+//! * the overlay step (layered checkouts) is covered through `NamespaceProcess` in
+//!   `tests/handover.rs`; its lower layer must be owned by the mapped host id;
 //! * what the plan creates in the new tmpfs mounts (mount points, `/etc` files) is
 //!   owned by the run's uid (the only id mapped); the root tmpfs is read-only.
 
@@ -92,6 +95,7 @@ mod init;
 mod mounts;
 mod prepared;
 mod raw;
+mod rlimits;
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -105,6 +109,7 @@ use crate::seccomp::SeccompFilter;
 
 pub use error::{ChildStage, SpawnError};
 pub use handle::{ChildKiller, SpawnedChild};
+pub use rlimits::ResourceLimits;
 
 use error::Report;
 use prepared::{ParentFds, Prepared};
@@ -150,6 +155,9 @@ pub struct SpawnRequest {
     pub danger_no_seccomp: bool,
     /// `cgroup.procs` files the run joins before anything else (at most 16).
     pub cgroup_procs: Vec<PathBuf>,
+    /// The resource limits the command starts with (soft = hard); the default
+    /// only forbids core dumps.
+    pub rlimits: ResourceLimits,
     /// How long [`spawn`] waits for the child's setup (from the clone to a
     /// successful `execve` or the child's failure report) before it kills the
     /// child and returns [`SpawnError::SetupTimeout`]. Must not be zero.
@@ -183,6 +191,7 @@ impl SpawnRequest {
             seccomp: None,
             danger_no_seccomp: false,
             cgroup_procs: Vec::new(),
+            rlimits: ResourceLimits::default(),
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
         }
     }

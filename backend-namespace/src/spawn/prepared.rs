@@ -18,6 +18,7 @@ use workspace_core::mount_plan::{MountAction, MountPlan, Reason};
 use super::SpawnRequest;
 use super::error::SpawnError;
 use super::raw::OpenHow;
+use super::rlimits::Rlimit64;
 use crate::seccomp::{SeccompFilter, SeccompPolicy};
 
 /// Where the host's root is reachable while the plan is applied.
@@ -108,6 +109,8 @@ pub(crate) struct Prepared {
     pub uid: u32,
     pub gid: u32,
     pub seccomp: Option<Vec<libc::sock_filter>>,
+    /// `(resource, limit)` pairs the child sets on itself.
+    pub rlimits: Vec<(c_int, Rlimit64)>,
     pub child_fds: ChildFds,
     pub parent_fds: ParentFds,
     /// The raw numbers of every descriptor the child keeps, in their final order
@@ -188,6 +191,7 @@ impl Prepared {
             uid: request.uid,
             gid: request.gid,
             seccomp,
+            rlimits: request.rlimits.prepared(),
             child_fds: ChildFds {
                 stdio: [
                     stdio_fd(request.stdin.as_ref(), "stdin")?,
