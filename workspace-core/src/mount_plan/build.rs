@@ -95,6 +95,9 @@ impl MountPlan {
         let mut builder = Builder::default();
         builder.system(inputs);
         builder.etc(inputs);
+        // The scratch tmpfs mounts come before anything that may be mounted below
+        // them (a source repository under /tmp, a host mount under the home).
+        builder.scratch_dirs(inputs);
         builder.source_objects(inputs);
         builder.workspace(inputs);
         builder.host_mounts(inputs);
@@ -295,7 +298,7 @@ impl Builder {
         }
     }
 
-    fn runtime_dirs(&mut self, inputs: &PlanInputs<'_>) {
+    fn scratch_dirs(&mut self, inputs: &PlanInputs<'_>) {
         let limits = &inputs.contract.environment.limits;
         let tmp = limits.tmp.map_or(DEFAULT_TMP_SIZE, |size| size.bytes());
         self.add(
@@ -318,6 +321,15 @@ impl Builder {
                 Reason::Home,
             );
         }
+    }
+
+    fn runtime_dirs(&mut self, inputs: &PlanInputs<'_>) {
+        let tmp = inputs
+            .contract
+            .environment
+            .limits
+            .tmp
+            .map_or(DEFAULT_TMP_SIZE, |size| size.bytes());
         self.add(
             "dev",
             "/dev".into(),

@@ -334,7 +334,7 @@ fn two_thousand_excluded_paths_are_planned_and_a_duplicate_is_named() {
     .unwrap_err();
     assert_eq!(
         problems.to_string(),
-        "environment.limits.tmp: \"/tmp\" would be mounted twice"
+        "filesystem.host_mounts[0].target: \"/tmp\" would be mounted twice"
     );
 }
 
