@@ -31,3 +31,7 @@ pub use backend_container as container;
 pub use backend_namespace as namespace;
 pub use backend_worktree as worktree;
 pub use workspace_core as core;
+
+mod stack;
+
+pub use stack::{DEFAULT_CGROUP_PARENT, HostDirs, namespace_stack};

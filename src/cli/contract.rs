@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use workspace_core::contract::{Contract, ContractError};
 
-use super::EXIT_BAD_INPUT;
+use super::{BadInput, EXIT_BAD_INPUT};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ContractCommand {
@@ -81,4 +81,26 @@ fn check(file: &Path) -> ExitCode {
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }
+}
+
+/// Reads and parses the contract `file` (TOML, or JSON for `.json`), without
+/// validating it: the caller applies its overrides first.
+pub(crate) fn load_contract(file: &Path) -> Result<Contract, BadInput> {
+    let shown = file.display();
+    let text = std::fs::read_to_string(file)
+        .map_err(|err| BadInput(format!("--contract {shown}: cannot read it: {err}")))?;
+    let is_json = file
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
+    let parsed = if is_json {
+        Contract::parse_json(&text)
+    } else {
+        Contract::parse_toml(&text)
+    };
+    parsed.map_err(|err| {
+        BadInput(format!(
+            "--contract {shown}: {}",
+            super::run::one_line(&err.to_string())
+        ))
+    })
 }

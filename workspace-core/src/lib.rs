@@ -59,5 +59,9 @@ pub mod lifecycle;
 pub mod mount_plan;
 pub mod recovery;
 mod run_id;
+pub mod runner;
+
+pub use error_chain::error_chain;
+mod error_chain;
 
 pub use run_id::{InvalidRunId, RunId};

@@ -73,6 +73,7 @@
 //! | symlink loop | at most 40 hops | `symlink_loop` |
 //! | reading a FIFO or excluded entry via an in-root link | regular files only, walk checks every name | `fifo_and_excluded_via_link` |
 
+mod boundary;
 mod error;
 mod grants;
 mod mutate;
@@ -84,6 +85,7 @@ mod types;
 #[cfg(test)]
 mod tests;
 
+pub use boundary::WorktreeFilesystem;
 pub use error::{GrantError, Operation, Refusal};
 pub use grants::PathGrants;
 pub use resolve::MAX_HOPS;

@@ -131,7 +131,8 @@ pub enum NetworkMode {
 }
 
 /// Resource and time caps. An unset cap means the backend's default, which is
-/// finite.
+/// finite, except `disk`: unset, the run may fill what the host has free; set, it
+/// needs a backend that enforces it (one that cannot rejects the contract).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {

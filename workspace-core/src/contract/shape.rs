@@ -61,7 +61,9 @@ impl Contract {
             cpus: Some(2.0),
             memory: Some(ByteSize(4 << 30)),
             pids: Some(512),
-            disk: Some(ByteSize(10 << 30)),
+            // No disk cap by default: not every backend can enforce one, and a
+            // preset must run on the default backend.
+            disk: None,
             tmp: Some(ByteSize(1 << 30)),
             wall_time: Some(DurationSpec::from_secs(30 * 60)),
             open_files: Some(4096),

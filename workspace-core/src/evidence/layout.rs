@@ -31,11 +31,14 @@ pub enum EvidenceFile {
     Approvals,
     /// `journal.jsonl`: a copy of the run's journal.
     Journal,
+    /// `outcome.json`: how the run ended (final state, failure cause, exit of
+    /// each command, what teardown left behind).
+    Outcome,
 }
 
 impl EvidenceFile {
     /// Every well-known file, in layout order.
-    pub const ALL: [EvidenceFile; 8] = [
+    pub const ALL: [EvidenceFile; 9] = [
         Self::Contract,
         Self::Source,
         Self::Observed,
@@ -44,6 +47,7 @@ impl EvidenceFile {
         Self::Checks,
         Self::Approvals,
         Self::Journal,
+        Self::Outcome,
     ];
 
     /// The file's name inside the run directory.
@@ -57,6 +61,7 @@ impl EvidenceFile {
             Self::Checks => "checks.json",
             Self::Approvals => "approvals.json",
             Self::Journal => "journal.jsonl",
+            Self::Outcome => "outcome.json",
         }
     }
 }

@@ -66,6 +66,33 @@ impl EvidenceWriter {
         })
     }
 
+    /// Opens the existing bundle `dir` again, to go on filling it (a later step of
+    /// the same run in another process, or crash recovery exporting what a dead
+    /// runner left). A sealed bundle (one with a manifest) opens sealed and refuses
+    /// writes. New commands are numbered after the highest already present.
+    ///
+    /// # Ambient authority
+    /// Opens a host path chosen by the caller.
+    pub fn reopen(dir: &Path) -> Result<Self, EvidenceError> {
+        let meta = fs::symlink_metadata(dir).map_err(|source| EvidenceError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        if !meta.is_dir() {
+            return Err(EvidenceError::Read {
+                path: dir.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "not a directory"),
+            });
+        }
+        let sealed = fs::symlink_metadata(dir.join(MANIFEST_FILE)).is_ok();
+        let next_seq = last_command_seq(&dir.join(COMMANDS_DIR))?.saturating_add(1);
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            state: Mutex::new(State { sealed, next_seq }),
+            open: Arc::new(()),
+        })
+    }
+
     /// The run directory, `<root>/<run-id>/`.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -226,4 +253,33 @@ fn copy_synced(source: &mut fs::File, from: &Path, temp: &Path) -> Result<(), Ev
         out.write_all(&buf[..n]).map_err(wrap)?;
     }
     out.sync_all().map_err(wrap)
+}
+
+/// The highest command number under `commands` (0 when there is none).
+fn last_command_seq(commands: &Path) -> Result<u32, EvidenceError> {
+    let entries = match fs::read_dir(commands) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => {
+            return Err(EvidenceError::Read {
+                path: commands.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut last = 0;
+    for entry in entries {
+        let entry = entry.map_err(|source| EvidenceError::Read {
+            path: commands.to_path_buf(),
+            source,
+        })?;
+        if let Some(seq) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            last = last.max(seq);
+        }
+    }
+    Ok(last)
 }

@@ -167,6 +167,11 @@ pub enum FailureCause {
         /// The mismatches, one sentence each.
         mismatches: Vec<String>,
     },
+    /// The runner itself failed (its journal, its evidence, a task it started).
+    Runner {
+        /// The error, as text.
+        message: String,
+    },
 }
 
 /// An operation on a run: what a verb asks the state machine to do.

@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::RunId;
 use crate::boundary::BoundaryError;
+use crate::error_chain;
 use crate::journal::{self, TornTail};
 use crate::lifecycle::{CleanupPermit, FailureCause, Lifecycle, LifecycleError, State, Timeouts};
 
@@ -271,18 +272,6 @@ async fn finish_lost_run(
         cleaned,
         errors,
     }
-}
-
-/// An error and its sources on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -1,0 +1,55 @@
+//! Options every subcommand shares: where runs live on this host.
+
+use std::path::PathBuf;
+
+use agent_workspace::{DEFAULT_CGROUP_PARENT, HostDirs};
+use clap::Args;
+use workspace_core::capacity::{Capacity, Resources};
+
+#[derive(Clone, Debug, Args)]
+pub(crate) struct HostArgs {
+    /// The runtime directory: journals, checkouts, leases
+    /// [default: `/var/lib/agent-workspace` as root, else under `$XDG_STATE_HOME`].
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        env = "AGENT_WORKSPACE_RUNTIME_DIR"
+    )]
+    runtime_dir: Option<PathBuf>,
+    /// The cgroup directory runs are made in, in every hierarchy.
+    #[arg(long, global = true, value_name = "NAME", env = "AGENT_WORKSPACE_CGROUP_PARENT",
+          default_value = DEFAULT_CGROUP_PARENT)]
+    pub(crate) cgroup_parent: String,
+}
+
+impl HostArgs {
+    /// The runtime and evidence directories, with the flags applied.
+    pub(crate) fn dirs(&self) -> HostDirs {
+        let mut dirs = HostDirs::from_env();
+        if let Some(runtime) = &self.runtime_dir {
+            dirs.runtime = runtime.clone();
+        }
+        dirs
+    }
+}
+
+/// This host's totals: its cores, its memory, its free disk not tracked, and no
+/// limit on the number of runs beyond those.
+pub(crate) fn host_capacity() -> Capacity {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    Capacity::new(Resources {
+        cpu_millis: cores * 1000,
+        memory_bytes: mem_total().unwrap_or(u64::MAX),
+        disk_bytes: u64::MAX,
+        slots: u32::MAX,
+    })
+}
+
+/// `MemTotal` from `/proc/meminfo`, in bytes.
+fn mem_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}

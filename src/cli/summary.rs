@@ -1,0 +1,106 @@
+//! The end of `run`: one summary line on stderr, or a JSON summary, and the exit
+//! status.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use workspace_core::boundary::KillCause;
+use workspace_core::lifecycle::FailureCause;
+use workspace_core::runner::RunReport;
+
+use super::EXIT_RUNNER_FAILED;
+
+/// What `--json` prints.
+#[derive(Debug, Serialize)]
+pub(crate) struct Summary {
+    pub run_id: String,
+    /// The command's status as a shell reports it (124 timeout, 128+N signal).
+    pub exit_status: Option<i32>,
+    pub killed: Option<KillCause>,
+    pub failure: Option<FailureCause>,
+    pub evidence: PathBuf,
+    pub evidence_sealed: bool,
+    pub changed_paths: usize,
+    pub patch_sha256: Option<String>,
+    pub duration_ms: u64,
+    pub cleaned: bool,
+}
+
+impl Summary {
+    pub(crate) fn of(report: &RunReport) -> Self {
+        let command = report.last_command();
+        Self {
+            run_id: report.run_id.to_string(),
+            exit_status: command.map(|c| c.shell_status()),
+            killed: command.and_then(|c| c.exit.killed.clone()),
+            failure: report.outcome.failure.clone(),
+            evidence: report.evidence.clone(),
+            evidence_sealed: report.evidence_sealed,
+            changed_paths: report.outcome.changed_paths,
+            patch_sha256: report.outcome.patch_sha256.clone(),
+            duration_ms: report.duration_ms,
+            cleaned: report.cleaned,
+        }
+    }
+
+    /// `agent-workspace: run <id>: exit 0, 1 changed file, 2.3 s; evidence <dir>`.
+    pub(crate) fn line(&self) -> String {
+        let status = match (&self.exit_status, &self.killed) {
+            (Some(status), Some(KillCause::Timeout)) => format!("timed out (exit {status})"),
+            (Some(status), Some(KillCause::MemoryLimit)) => {
+                format!("killed at the memory limit (exit {status})")
+            }
+            (Some(status), Some(KillCause::Cancelled)) => format!("cancelled (exit {status})"),
+            (Some(status), _) => format!("exit {status}"),
+            (None, _) => "no command ran".to_owned(),
+        };
+        let files = match self.changed_paths {
+            1 => "1 changed file".to_owned(),
+            n => format!("{n} changed files"),
+        };
+        let mut line = format!(
+            "agent-workspace: run {}: {status}, {files}, {:.1} s; evidence {}",
+            self.run_id,
+            self.duration_ms as f64 / 1000.0,
+            self.evidence.display()
+        );
+        if let Some(failure) = &self.failure
+            && !matches!(failure, FailureCause::Cancelled)
+        {
+            line.push_str(&format!("; run failed: {}", describe(failure)));
+        }
+        if !self.cleaned {
+            line.push_str("; not cleaned up (run `agent-workspace recover`)");
+        }
+        line
+    }
+}
+
+fn describe(cause: &FailureCause) -> String {
+    match cause {
+        FailureCause::Timeout { state, limit_ms } => {
+            format!("{state} took longer than {limit_ms} ms")
+        }
+        FailureCause::RunnerLost => "the runner was lost".into(),
+        FailureCause::Cancelled => "cancelled".into(),
+        FailureCause::Boundary { boundary, message } => format!("{boundary} boundary: {message}"),
+        FailureCause::BoundaryViolation { mismatches } => {
+            format!("the boundary probe saw {}", mismatches.join("; "))
+        }
+        FailureCause::Runner { message } => message.clone(),
+    }
+}
+
+/// The exit status of `run`: the command's, as a shell reports it (127 when it
+/// could not start, 124 after a timeout, 128+N after signal N); 130 when the run
+/// was cancelled (Ctrl-C); 125 when the run failed before its command.
+pub(crate) fn exit_code(report: &RunReport) -> u8 {
+    match report.last_command() {
+        Some(command) if command.exit.killed == Some(KillCause::Cancelled) => 130,
+        Some(command) => {
+            u8::try_from(command.shell_status().clamp(0, 255)).unwrap_or(EXIT_RUNNER_FAILED)
+        }
+        None if matches!(report.outcome.failure, Some(FailureCause::Cancelled)) => 130,
+        None => EXIT_RUNNER_FAILED,
+    }
+}

@@ -1,0 +1,81 @@
+//! The default stack: backend-worktree for source, filesystem and promotion,
+//! backend-namespace for process, environment and identity.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use backend_namespace::environment::NamespaceEnvironment;
+use backend_namespace::identity::NamespaceIdentity;
+use backend_namespace::process::{NamespaceProcess, ProcessError, ProcessOptions};
+use backend_worktree::filesystem::WorktreeFilesystem;
+use backend_worktree::promotion::WorktreePromotion;
+use backend_worktree::source::WorktreeSource;
+use workspace_core::boundary::Stack;
+
+/// The cgroup directory (in every hierarchy) the default stack's runs are made in.
+pub const DEFAULT_CGROUP_PARENT: &str = "agent-workspace";
+
+/// The embedded default stack: fresh standalone checkouts, path grants and patch
+/// promotion on the host; Linux namespaces, cgroups and seccomp around every
+/// command. No daemon, no image.
+///
+/// `cgroup_parent` names the cgroup directory runs are made in (see
+/// [`DEFAULT_CGROUP_PARENT`]); give each independent host application (or test)
+/// its own.
+///
+/// # Ambient authority
+/// Looks at the host's root directory to find the base system passed into runs.
+pub fn namespace_stack(cgroup_parent: &str) -> Result<Stack, ProcessError> {
+    let worktree_promotion = Arc::new(WorktreePromotion::new());
+    Ok(Stack {
+        source: Arc::new(WorktreeSource::new()),
+        filesystem: Arc::new(WorktreeFilesystem::new()),
+        process: Arc::new(NamespaceProcess::new(ProcessOptions::probe(cgroup_parent)?)),
+        environment: Arc::new(NamespaceEnvironment::from_host()),
+        identity: Arc::new(NamespaceIdentity::new()),
+        promotion: worktree_promotion,
+    })
+}
+
+/// Where runs live on this host when the caller does not say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostDirs {
+    /// Journals, checkouts, leases: `/var/lib/agent-workspace` for root, else
+    /// `$XDG_STATE_HOME/agent-workspace/runtime`. Every ancestor must be
+    /// searchable by the unprivileged ids runs are mapped to (the checkout is
+    /// mounted into the run from there), which `/root` is not.
+    pub runtime: PathBuf,
+    /// Evidence bundles: `$XDG_STATE_HOME/agent-workspace/evidence` (or
+    /// `~/.local/state/agent-workspace/evidence`).
+    pub evidence: PathBuf,
+}
+
+impl HostDirs {
+    /// The defaults for the current user and environment.
+    ///
+    /// # Ambient authority
+    /// Reads `XDG_STATE_HOME`, `HOME` and the effective uid.
+    pub fn from_env() -> Self {
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from("/tmp"))
+            .join("agent-workspace");
+        let runtime = if effective_uid_is_root() {
+            PathBuf::from("/var/lib/agent-workspace")
+        } else {
+            state.join("runtime")
+        };
+        Self {
+            runtime,
+            evidence: state.join("evidence"),
+        }
+    }
+}
+
+/// Whether this process runs as root: `/proc/self` belongs to the effective uid.
+fn effective_uid_is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
+}

@@ -1,0 +1,86 @@
+//! Why a run could not be created, or ended without reaching its command.
+
+use std::path::PathBuf;
+
+use crate::RunId;
+use crate::boundary::BoundaryError;
+use crate::capacity::CapacityError;
+use crate::contract::Problems;
+use crate::evidence::EvidenceError;
+use crate::lifecycle::{FailureCause, LifecycleError};
+
+/// A run that failed, with where its evidence went.
+///
+/// `evidence` is `None` only when the run was refused before anything was created
+/// (an invalid or unsupported contract): such a run leaves nothing behind.
+#[derive(Debug, thiserror::Error)]
+#[error("run {run_id}: {kind}")]
+pub struct RunError {
+    /// The run.
+    pub run_id: RunId,
+    /// Its evidence bundle, exported before cleanup, if one was created.
+    pub evidence: Option<PathBuf>,
+    /// What went wrong.
+    #[source]
+    pub kind: Box<RunErrorKind>,
+}
+
+/// What went wrong with a run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunErrorKind {
+    /// The contract is invalid; each problem names its field.
+    #[error("the contract is invalid: {0}")]
+    InvalidContract(Problems),
+    /// The stack cannot enforce the contract; each problem names its field.
+    #[error("the backends cannot keep the contract: {0}")]
+    Unsupported(Problems),
+    /// No capacity was granted.
+    #[error(transparent)]
+    Capacity(#[from] CapacityError),
+    /// The run's journal refused or failed a transition.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    /// The evidence bundle could not be written.
+    #[error(transparent)]
+    Evidence(#[from] EvidenceError),
+    /// A boundary failed.
+    #[error(transparent)]
+    Boundary(#[from] BoundaryError),
+    /// The run failed (timeout, cancel, probe mismatch); evidence was exported.
+    #[error("the run failed: {0:?}")]
+    Failed(FailureCause),
+    /// A file of the run's private state could not be written or read.
+    #[error("cannot use {path}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A blocking step could not be joined.
+    #[error("{step} did not finish: {message}")]
+    Task {
+        /// The step.
+        step: &'static str,
+        /// Why.
+        message: String,
+    },
+}
+
+impl RunErrorKind {
+    /// The failure cause a run gets for this error.
+    pub fn failure_cause(&self) -> FailureCause {
+        match self {
+            Self::Failed(cause) => cause.clone(),
+            Self::Boundary(error) => FailureCause::Boundary {
+                boundary: error.boundary,
+                message: crate::error_chain(error),
+            },
+            other => FailureCause::Runner {
+                message: crate::error_chain(other),
+            },
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! One command in a sealed run: spawned, its output streamed to the evidence (and
+//! to the caller), waited for or cancelled, recorded.
+
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use super::RunErrorKind;
+use super::outcome::CommandOutcome;
+use crate::boundary::{
+    CommandSpec, ExitRecord, KillCause, OutputStream, ProcessBoundary, RunContext,
+};
+use crate::evidence::{CommandEnd, CommandStart, EvidenceWriter, ExitStatusRecord};
+
+/// How long output may keep flowing after the command's tree has ended (the pipes
+/// close when the last process holding them is gone, which the process boundary
+/// guarantees; this bounds a misbehaving boundary).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(10);
+
+/// A writable sink for a command's output.
+pub type OutputSink = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// Where a command's input comes from and where its output goes besides the
+/// evidence (which always gets all of it).
+#[derive(Default)]
+pub struct CommandIo {
+    /// Bytes fed to the command's standard input; `None` closes it at once.
+    pub stdin: Option<Pin<Box<dyn AsyncRead + Send>>>,
+    /// A copy of standard output (e.g. the host's stdout); `None`: evidence only.
+    pub stdout: Option<OutputSink>,
+    /// A copy of standard error; `None`: evidence only.
+    pub stderr: Option<OutputSink>,
+}
+
+impl std::fmt::Debug for CommandIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandIo")
+            .field("stdin", &self.stdin.is_some())
+            .field("stdout", &self.stdout.is_some())
+            .field("stderr", &self.stderr.is_some())
+            .finish()
+    }
+}
+
+impl CommandIo {
+    /// Output captured to the evidence only, no input.
+    pub fn captured() -> Self {
+        Self::default()
+    }
+
+    /// Output captured and also passed to `stdout` and `stderr`.
+    pub fn passing_to(
+        stdout: impl AsyncWrite + Send + 'static,
+        stderr: impl AsyncWrite + Send + 'static,
+    ) -> Self {
+        Self {
+            stdin: None,
+            stdout: Some(Box::pin(stdout)),
+            stderr: Some(Box::pin(stderr)),
+        }
+    }
+}
+
+/// Runs `spec` as command `seq`'s recorder says and records how it ended.
+///
+/// A command that cannot be spawned is recorded as not started (with the reason)
+/// and reported as such, not as an error: the run goes on to export.
+pub(super) async fn execute(
+    process: &dyn ProcessBoundary,
+    run: &RunContext,
+    evidence: &EvidenceWriter,
+    spec: &CommandSpec,
+    io: CommandIo,
+    cancel: &CancellationToken,
+) -> Result<CommandOutcome, RunErrorKind> {
+    let mut recorder = evidence.start_command(CommandStart::now(spec.argv.clone(), &spec.cwd))?;
+    let seq = recorder.seq();
+    let started = Instant::now();
+    let outcome = |exit: ExitRecord, error: Option<String>| CommandOutcome {
+        seq,
+        argv: spec.argv.clone(),
+        exit,
+        duration_ms: millis(started.elapsed()),
+        error,
+    };
+    let spawned = tokio::select! {
+        spawned = process.spawn(run, spec) => Some(spawned),
+        () = cancel.cancelled() => None,
+    };
+    let mut execution = match spawned {
+        Some(Ok(execution)) => execution,
+        Some(Err(error)) => {
+            let message = crate::error_chain(&error);
+            tracing::warn!(run_id = %run.run_id, seq, error = %message, "command did not start");
+            let end = CommandEnd {
+                cause: Some(format!("did not start: {message}")),
+                ..CommandEnd::now(ExitStatusRecord::NotStarted)
+            };
+            recorder.finish(end)?;
+            let exit = ExitRecord {
+                status: ExitStatusRecord::NotStarted,
+                killed: None,
+            };
+            return Ok(outcome(exit, Some(message)));
+        }
+        None => {
+            let end = CommandEnd {
+                cause: Some("cancelled before it started".into()),
+                ..CommandEnd::now(ExitStatusRecord::NotStarted)
+            };
+            recorder.finish(end)?;
+            let exit = ExitRecord {
+                status: ExitStatusRecord::NotStarted,
+                killed: Some(KillCause::Cancelled),
+            };
+            return Ok(outcome(exit, None));
+        }
+    };
+    tracing::info!(run_id = %run.run_id, seq, argv = ?spec.argv, "command started");
+
+    let to_file = |file: &mut std::fs::File| {
+        file.try_clone()
+            .map(tokio::fs::File::from_std)
+            .map_err(|source| crate::evidence::EvidenceError::Write {
+                path: recorder_path(evidence, seq),
+                source,
+            })
+    };
+    let stdout_file = to_file(recorder.stdout_writer())?;
+    let stderr_file = to_file(recorder.stderr_writer())?;
+    let mut pumps = Vec::new();
+    if let Some(stream) = execution.take_stdout() {
+        pumps.push(tokio::spawn(tee(stream, stdout_file, io.stdout)));
+    }
+    if let Some(stream) = execution.take_stderr() {
+        pumps.push(tokio::spawn(tee(stream, stderr_file, io.stderr)));
+    }
+    let feeder = match (execution.take_stdin(), io.stdin) {
+        (Some(mut sink), Some(mut source)) => Some(tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut source, &mut sink).await;
+            let _ = sink.shutdown().await;
+        })),
+        _ => None, // dropping the command's stdin closes it
+    };
+
+    let waited = tokio::select! {
+        waited = execution.wait() => waited,
+        () = cancel.cancelled() => {
+            tracing::info!(run_id = %run.run_id, seq, "cancelling the command");
+            match execution.kill(KillCause::Cancelled).await {
+                Ok(()) => execution.wait().await,
+                Err(error) => Err(error),
+            }
+        }
+    };
+    if let Some(feeder) = feeder {
+        feeder.abort();
+    }
+    let mut output_errors = Vec::new();
+    for pump in pumps {
+        match tokio::time::timeout(OUTPUT_DRAIN, pump).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => output_errors.push(format!("capturing output: {e}")),
+            Ok(Err(e)) => output_errors.push(format!("capturing output: {e}")),
+            Err(_) => output_errors.push(format!(
+                "output still open {} s after the command ended",
+                OUTPUT_DRAIN.as_secs()
+            )),
+        }
+    }
+    let (exit, error) = match waited {
+        Ok(exit) => (exit, None),
+        Err(error) => (
+            ExitRecord {
+                status: ExitStatusRecord::Unknown,
+                killed: None,
+            },
+            Some(crate::error_chain(&error)),
+        ),
+    };
+    let mut causes: Vec<String> = exit.killed.iter().map(describe_kill).collect();
+    causes.extend(error.iter().cloned());
+    causes.extend(output_errors);
+    let end = CommandEnd {
+        cause: (!causes.is_empty()).then(|| causes.join("; ")),
+        ..CommandEnd::now(exit.status)
+    };
+    recorder.finish(end)?;
+    tracing::info!(run_id = %run.run_id, seq, status = ?exit.status, killed = ?exit.killed, "command ended");
+    Ok(outcome(exit, error))
+}
+
+/// Copies `stream` to the evidence `file` and, while it accepts writes, to `sink`.
+/// A sink that fails (a closed pipe) is dropped; the evidence keeps everything.
+async fn tee(
+    mut stream: OutputStream,
+    mut file: tokio::fs::File,
+    mut sink: Option<OutputSink>,
+) -> std::io::Result<()> {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = stream.read(&mut buffer).await?;
+        if read == 0 {
+            break;
+        }
+        file.write_all(&buffer[..read]).await?;
+        if let Some(out) = sink.as_mut()
+            && out.write_all(&buffer[..read]).await.is_err()
+        {
+            sink = None;
+        }
+    }
+    if let Some(out) = sink.as_mut() {
+        let _ = out.flush().await;
+    }
+    file.sync_all().await
+}
+
+fn describe_kill(cause: &KillCause) -> String {
+    match cause {
+        KillCause::Timeout => "killed: wall-time limit reached".into(),
+        KillCause::Cancelled => "killed: cancelled".into(),
+        KillCause::MemoryLimit => "killed: memory limit".into(),
+        KillCause::Teardown => "killed: the run was torn down".into(),
+    }
+}
+
+fn recorder_path(evidence: &EvidenceWriter, seq: u32) -> std::path::PathBuf {
+    evidence
+        .dir()
+        .join(crate::evidence::COMMANDS_DIR)
+        .join(format!("{seq:04}"))
+}
+
+pub(super) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,253 @@
+//! The runner: one run through its whole lifecycle over a [`Stack`].
+//!
+//! [`Runner::create`] validates the contract and checks the stack can keep it
+//! (refusing before anything is created), then journals each step before it takes
+//! effect: admit (a FIFO [`Capacity`] reservation sized by the run's resolved
+//! limits) → provision the source → start services → seal (the process boundary
+//! applies the filesystem, environment and identity plans and probes them from
+//! inside). [`Workspace::exec`] runs commands with their output streamed into the
+//! evidence as it is produced. [`Workspace::finish`] runs the contract's required
+//! checks, stops every process, exports the evidence, and only then cleans up.
+//!
+//! Every way a run can end goes through the same conclusion: success, a non-zero
+//! exit, a timeout, a cancel, a probe mismatch, a boundary error, an error of the
+//! runner itself. The evidence bundle is always exported and sealed before the
+//! checkout is removed; a run whose teardown cannot prove its processes and mounts
+//! are gone is not cleaned up but left to [`Runner::recover`].
+//!
+//! Where things live is derived from the run id alone ([`RunPaths`]), so crash
+//! recovery finds everything a dead runner left: its journal under
+//! `<runtime>/journals`, its checkout under `<runtime>/runs`, its evidence under
+//! the evidence root. The contract is the first file of the evidence, written
+//! before the journal exists.
+//!
+//! Journal writes are small and fsynced on the calling task; a host application
+//! that cannot afford a few milliseconds of blocking per transition runs the
+//! runner on a runtime of its own.
+//!
+//! [`Stack`]: crate::boundary::Stack
+//! [`Capacity`]: crate::capacity::Capacity
+
+mod error;
+mod execute;
+mod export;
+mod observed;
+mod outcome;
+mod paths;
+mod recovery;
+mod workspace;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+pub use error::{RunError, RunErrorKind};
+pub use execute::{CommandIo, OutputSink};
+pub use observed::{AppliedEnvironment, ObservedRecord};
+pub use outcome::{CommandOutcome, Outcome, RunReport};
+pub use paths::{FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
+pub use recovery::StackRecovery;
+pub use workspace::Workspace;
+
+use crate::RunId;
+use crate::boundary::{CommandSpec, RunContext, Stack};
+use crate::capacity::Capacity;
+use crate::contract::Contract;
+use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
+use crate::lifecycle::{Lifecycle, Origin, Timeouts};
+use crate::recovery::{RecoveryError, RecoveryReport, recover};
+
+/// Where a runner keeps runs, and how long their transient states may last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerConfig {
+    /// The host-wide runtime directory: journals, checkouts, leases, caches.
+    pub runtime_dir: PathBuf,
+    /// Where evidence bundles go (`<evidence_root>/<run-id>/`); never cleaned up.
+    pub evidence_root: PathBuf,
+    /// The limit of every transient lifecycle state.
+    pub timeouts: Timeouts,
+}
+
+impl RunnerConfig {
+    /// A configuration with default timeouts.
+    pub fn new(runtime_dir: impl Into<PathBuf>, evidence_root: impl Into<PathBuf>) -> Self {
+        Self {
+            runtime_dir: runtime_dir.into(),
+            evidence_root: evidence_root.into(),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// Options of one run.
+#[derive(Clone, Debug, Default)]
+pub struct CreateOptions {
+    /// The run's id; a new unique one when `None`.
+    pub run_id: Option<RunId>,
+    /// Cancels the run from outside (e.g. on Ctrl-C): a waiting, provisioning or
+    /// running run fails with cause `cancelled`, and is still exported and cleaned.
+    pub cancel: Option<CancellationToken>,
+}
+
+/// Drives runs over one [`Stack`], sharing one [`Capacity`]. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Runner {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    stack: Stack,
+    config: RunnerConfig,
+    capacity: Arc<Capacity>,
+}
+
+impl Runner {
+    /// A runner composing `stack`, admitting runs through `capacity`.
+    pub fn new(stack: Stack, config: RunnerConfig, capacity: Arc<Capacity>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                stack,
+                config,
+                capacity,
+            }),
+        }
+    }
+
+    /// The boundaries.
+    pub fn stack(&self) -> &Stack {
+        &self.inner.stack
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RunnerConfig {
+        &self.inner.config
+    }
+
+    /// The capacity pool runs are admitted through.
+    pub fn capacity(&self) -> &Arc<Capacity> {
+        &self.inner.capacity
+    }
+
+    /// Every problem that would make [`create`](Self::create) refuse `contract`:
+    /// its own validation, then what the stack cannot enforce.
+    pub fn check(&self, contract: &Contract) -> Result<(), RunErrorKind> {
+        contract.validate().map_err(RunErrorKind::InvalidContract)?;
+        self.inner
+            .stack
+            .check(contract)
+            .map_err(RunErrorKind::Unsupported)
+    }
+
+    /// Creates a run of `contract` and brings it to `Sealed`.
+    ///
+    /// An invalid or unsupported contract is refused before anything is created
+    /// (the error has no evidence). Any later failure is concluded before this
+    /// returns: the error names the exported evidence.
+    pub async fn create(
+        &self,
+        contract: Contract,
+        options: CreateOptions,
+    ) -> Result<Workspace, RunError> {
+        let run_id = options.run_id.unwrap_or_else(RunId::generate);
+        let refuse = |kind: RunErrorKind, evidence: Option<PathBuf>| RunError {
+            run_id: run_id.clone(),
+            evidence,
+            kind: Box::new(kind),
+        };
+        self.check(&contract).map_err(|kind| refuse(kind, None))?;
+        let config = &self.inner.config;
+        let paths = RunPaths::new(&config.runtime_dir, &config.evidence_root, &run_id);
+        let started = Instant::now();
+        let started_unix_ms = unix_ms_now();
+        let evidence = EvidenceWriter::create(&config.evidence_root, &run_id)
+            .map_err(|e| refuse(e.into(), None))?;
+        let evidence_dir = Some(evidence.dir().to_path_buf());
+        evidence
+            .write_json(EvidenceFile::Contract, &contract)
+            .map_err(|e| refuse(e.into(), evidence_dir.clone()))?;
+        if let Some(parent) = paths.journal.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| {
+                refuse(
+                    RunErrorKind::Io {
+                        path: parent.to_path_buf(),
+                        source,
+                    },
+                    evidence_dir.clone(),
+                )
+            })?;
+        }
+        let life = Lifecycle::create(&paths.journal, run_id.clone(), config.timeouts)
+            .map_err(|e| refuse(e.into(), evidence_dir.clone()))?;
+        let run = RunContext {
+            run_id: run_id.clone(),
+            contract: Arc::new(contract),
+            run_dir: paths.run_dir.clone(),
+            runtime_dir: config.runtime_dir.clone(),
+        };
+        let mut workspace = Workspace {
+            runner: self.clone(),
+            run,
+            paths,
+            life,
+            evidence,
+            reservation: None,
+            source: None,
+            filesystem: None,
+            sealing: false,
+            commands: Vec::new(),
+            errors: Vec::new(),
+            started,
+            started_unix_ms,
+            cancel: options.cancel.unwrap_or_default(),
+            concluded: false,
+        };
+        match workspace.bring_up(Origin::Fresh).await {
+            Ok(()) => Ok(workspace),
+            Err(kind) => {
+                workspace.fail(kind.failure_cause());
+                let error = workspace.error(kind);
+                match workspace.conclude(Vec::new()).await {
+                    Ok(report) => tracing::info!(run_id = %report.run_id, cleaned = report.cleaned,
+                        "a run that failed before it was sealed was concluded"),
+                    Err(e) => tracing::error!(error = %crate::error_chain(&e),
+                        "a run that failed before it was sealed could not be concluded"),
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// One command in a fresh run of `contract`: create, exec, finish.
+    ///
+    /// `Ok` whenever the run was sealed and concluded; the report says how the
+    /// command ended. `Err` when the run could not be created (with its evidence,
+    /// if any was written).
+    pub async fn run(
+        &self,
+        contract: Contract,
+        command: &CommandSpec,
+        io: CommandIo,
+        options: CreateOptions,
+    ) -> Result<RunReport, RunError> {
+        let mut workspace = self.create(contract, options).await?;
+        if let Err(e) = workspace.exec(command, io).await {
+            tracing::warn!(error = %crate::error_chain(&e), "the command broke the run");
+        }
+        workspace.finish().await
+    }
+
+    /// Finishes every run under this runner's runtime directory whose runner died
+    /// (see [`crate::recovery`]), with this runner's stack.
+    pub async fn recover(&self) -> Result<RecoveryReport, RecoveryError> {
+        let hooks = StackRecovery::new(self.inner.stack.clone(), self.inner.config.clone());
+        recover(
+            &self.inner.config.runtime_dir,
+            &hooks,
+            self.inner.config.timeouts,
+        )
+        .await
+    }
+}

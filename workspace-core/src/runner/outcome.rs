@@ -1,0 +1,108 @@
+//! What a run reports: to its caller and in `outcome.json`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::RunId;
+use crate::boundary::{ExitRecord, KillCause, LeakReport};
+use crate::evidence::ExitStatusRecord;
+use crate::lifecycle::{FailureCause, StateName};
+
+/// How one command ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandOutcome {
+    /// Its number in the evidence (`commands/NNNN`).
+    pub seq: u32,
+    /// The program and arguments.
+    pub argv: Vec<String>,
+    /// How it ended, and why it was killed if it was.
+    pub exit: ExitRecord,
+    /// How long it ran, in milliseconds.
+    pub duration_ms: u64,
+    /// Why it could not start, if it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl CommandOutcome {
+    /// The exit status a shell reports for this command: the exit code; 124 after a
+    /// timeout (as `timeout(1)`); 128 + N after signal N; 127 when it never started.
+    pub fn shell_status(&self) -> i32 {
+        if self.exit.killed == Some(KillCause::Timeout) {
+            return 124;
+        }
+        match self.exit.status {
+            ExitStatusRecord::Code(code) => code,
+            ExitStatusRecord::Signal(signal) => 128 + signal,
+            ExitStatusRecord::NotStarted => 127,
+            ExitStatusRecord::Unknown => 125,
+        }
+    }
+
+    /// Whether it exited with status 0.
+    pub fn succeeded(&self) -> bool {
+        self.exit.status == ExitStatusRecord::Code(0) && self.exit.killed.is_none()
+    }
+}
+
+/// How a run ended: `outcome.json` in its evidence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The run.
+    pub run_id: RunId,
+    /// The last state before export: `draining` for a run that finished normally,
+    /// `failed` otherwise.
+    pub ended_in: StateName,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureCause>,
+    /// Every command, in order.
+    pub commands: Vec<CommandOutcome>,
+    /// What the process boundary's teardown found still alive (empty when clean),
+    /// or `None` when teardown itself failed (see `errors`).
+    pub leaks: Option<LeakReport>,
+    /// The digest of `diff.patch`, when a patch was exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_sha256: Option<String>,
+    /// How many paths changed.
+    pub changed_paths: usize,
+    /// Host-wide leases the run held (ports, cache prefix, schema name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leases: Vec<String>,
+    /// When the run was requested and when its export started (Unix milliseconds).
+    pub started_unix_ms: u64,
+    /// When the export started (Unix milliseconds).
+    pub exported_unix_ms: u64,
+    /// Steps that failed on the way (export problems included), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// What [`Workspace::finish`](super::Workspace::finish) and
+/// [`Runner::run`](super::Runner::run) return.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The run.
+    pub run_id: RunId,
+    /// Its sealed evidence bundle.
+    pub evidence: PathBuf,
+    /// Whether the bundle was sealed (its manifest written).
+    pub evidence_sealed: bool,
+    /// How it ended (the same as its `outcome.json`).
+    pub outcome: Outcome,
+    /// Whether cleanup finished (the run reached `Cleaned`).
+    pub cleaned: bool,
+    /// Problems during cleanup (after the evidence was sealed), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cleanup_errors: Vec<String>,
+    /// Wall time from request to cleaned, in milliseconds.
+    pub duration_ms: u64,
+}
+
+impl RunReport {
+    /// The last command's outcome, if any command ran.
+    pub fn last_command(&self) -> Option<&CommandOutcome> {
+        self.outcome.commands.last()
+    }
+}

@@ -1,0 +1,170 @@
+//! [`StackRecovery`]: crash recovery of runs made by a [`Runner`](super::Runner),
+//! with the boundaries of a [`Stack`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::RunnerConfig;
+use super::export::export_bundle;
+use super::outcome::Outcome;
+use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::workspace::remove_private_state;
+use crate::boundary::{
+    BoundaryError, BoundaryKind, FilesystemRecord, RunContext, SourceRecord, Stack,
+};
+use crate::contract::Contract;
+use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
+use crate::lifecycle::{CleanupPermit, FailureCause, StateName};
+use crate::recovery::{LostRun, RecoveryHooks};
+
+/// Finishes lost runs with a stack's boundaries: the process boundary's teardown
+/// kills what the run left running (it finds a run by its id, so a new process
+/// can do it), the promotion boundary exports what the checkout holds, the source
+/// and filesystem boundaries remove it. Leases are file locks the dead runner's
+/// process held: they were released when it died.
+#[derive(Debug)]
+pub struct StackRecovery {
+    stack: Stack,
+    config: RunnerConfig,
+}
+
+impl StackRecovery {
+    /// Hooks for runs made under `config` with `stack`.
+    pub fn new(stack: Stack, config: RunnerConfig) -> Self {
+        Self { stack, config }
+    }
+
+    fn paths(&self, run: &LostRun) -> RunPaths {
+        RunPaths::new(
+            &self.config.runtime_dir,
+            &self.config.evidence_root,
+            &run.run_id,
+        )
+    }
+
+    /// The lost run's context, from the contract at the head of its evidence.
+    fn context(&self, run: &LostRun) -> Result<(RunPaths, RunContext), BoundaryError> {
+        let paths = self.paths(run);
+        let contract_path = paths.evidence.join(EvidenceFile::Contract.file_name());
+        let contract: Contract = read_json(&contract_path)?;
+        let context = RunContext {
+            run_id: run.run_id.clone(),
+            contract: Arc::new(contract),
+            run_dir: paths.run_dir.clone(),
+            runtime_dir: self.config.runtime_dir.clone(),
+        };
+        Ok((paths, context))
+    }
+}
+
+#[async_trait]
+impl RecoveryHooks for StackRecovery {
+    async fn reap(&self, run: &LostRun) -> Result<(), BoundaryError> {
+        let (_, context) = self.context(run)?;
+        let leaks = self.stack.process.teardown(&context).await?;
+        if leaks.is_clean() {
+            Ok(())
+        } else {
+            Err(BoundaryError::new(
+                BoundaryKind::Process,
+                "reap",
+                format!("still present after teardown: {leaks:?}"),
+            ))
+        }
+    }
+
+    async fn export(&self, run: &LostRun) -> Result<(), BoundaryError> {
+        let (paths, context) = self.context(run)?;
+        let evidence = EvidenceWriter::reopen(&paths.evidence)
+            .map_err(|e| BoundaryError::new(BoundaryKind::Promotion, "reopen evidence", e))?;
+        if evidence.is_sealed() {
+            return Ok(());
+        }
+        let source: Option<SourceRecord> =
+            read_optional(&paths.evidence.join(EvidenceFile::Source.file_name()))?;
+        // The checkout may be gone (lost during cleanup): export only what exists.
+        let source = source.filter(|s| s.workspace.exists());
+        let mut outcome = Outcome {
+            run_id: run.run_id.clone(),
+            ended_in: StateName::Failed,
+            failure: Some(FailureCause::RunnerLost),
+            commands: Vec::new(),
+            leaks: None,
+            patch_sha256: None,
+            changed_paths: 0,
+            leases: Vec::new(),
+            started_unix_ms: 0,
+            exported_unix_ms: unix_ms_now(),
+            errors: vec![format!(
+                "the runner was lost in state {}; recovered",
+                run.found_in.name()
+            )],
+        };
+        export_bundle(
+            self.stack.promotion.as_ref(),
+            &context,
+            &evidence,
+            source.as_ref(),
+            &[],
+            &mut outcome,
+            &paths.journal,
+        )
+        .await
+        .map_err(|errors| BoundaryError::new(BoundaryKind::Promotion, "export", errors.join("; ")))
+    }
+
+    async fn clean_up(&self, run: &LostRun, permit: &CleanupPermit) -> Result<(), BoundaryError> {
+        let (paths, context) = self.context(run)?;
+        let filesystem: Option<FilesystemRecord> =
+            read_optional(&paths.run_dir.join(FILESYSTEM_STATE_FILE))?;
+        if let Some(filesystem) = filesystem {
+            self.stack
+                .filesystem
+                .release(&context, &filesystem, permit)
+                .await?;
+        }
+        let source: Option<SourceRecord> =
+            read_optional(&paths.evidence.join(EvidenceFile::Source.file_name()))?;
+        if let Some(source) = source {
+            self.stack.source.release(&context, &source, permit).await?;
+        }
+        let mut errors = Vec::new();
+        remove_private_state(&paths.run_dir, &mut errors);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(
+                BoundaryError::new(BoundaryKind::Source, "clean up", errors.join("; "))
+                    .with_path(paths.run_dir),
+            )
+        }
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, BoundaryError> {
+    read_optional(path)?.ok_or_else(|| {
+        BoundaryError::new(
+            BoundaryKind::Process,
+            "read run state",
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        )
+        .with_path(path)
+    })
+}
+
+fn read_optional<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, BoundaryError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(
+                BoundaryError::new(BoundaryKind::Process, "read run state", e).with_path(path),
+            );
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| BoundaryError::new(BoundaryKind::Process, "read run state", e).with_path(path))
+}

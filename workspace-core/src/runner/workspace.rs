@@ -1,0 +1,463 @@
+//! [`Workspace`]: one run between its creation and its cleanup.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::execute::{CommandIo, execute, millis};
+use super::export::{CheckRun, export_bundle};
+use super::observed::{AppliedEnvironment, ObservedRecord};
+use super::outcome::{CommandOutcome, Outcome, RunReport};
+use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::{RunError, RunErrorKind, Runner};
+use crate::boundary::{
+    CommandSpec, FilesystemRecord, LeakReport, RunContext, SealPlan, SourceRecord,
+};
+use crate::capacity::{Reservation, Resources};
+use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
+use crate::lifecycle::{FailureCause, Lifecycle, Origin, State, StateName};
+
+/// A run that is sealed (or failed on the way) and not yet cleaned up.
+///
+/// Made by [`Runner::create`]. Run commands with [`exec`](Self::exec), then end it
+/// with [`finish`](Self::finish) (or [`cancel`](Self::cancel)): both stop every
+/// process of the run, export the evidence and clean up, in that order.
+///
+/// A `Workspace` dropped without `finish` leaves its run to crash recovery
+/// ([`Runner::recover`]): its journal is no longer held, so recovery takes it over.
+#[derive(Debug)]
+pub struct Workspace {
+    pub(super) runner: Runner,
+    pub(super) run: RunContext,
+    pub(super) paths: RunPaths,
+    pub(super) life: Lifecycle,
+    pub(super) evidence: EvidenceWriter,
+    pub(super) reservation: Option<Reservation>,
+    pub(super) source: Option<SourceRecord>,
+    pub(super) filesystem: Option<FilesystemRecord>,
+    /// Whether `seal` was attempted, so the process boundary may hold resources.
+    pub(super) sealing: bool,
+    pub(super) commands: Vec<CommandOutcome>,
+    pub(super) errors: Vec<String>,
+    pub(super) started: Instant,
+    pub(super) started_unix_ms: u64,
+    pub(super) cancel: CancellationToken,
+    pub(super) concluded: bool,
+}
+
+impl Workspace {
+    /// The run's id.
+    pub fn run_id(&self) -> &crate::RunId {
+        &self.run.run_id
+    }
+
+    /// The run's context (contract, directories).
+    pub fn context(&self) -> &RunContext {
+        &self.run
+    }
+
+    /// The evidence bundle being written.
+    pub fn evidence_dir(&self) -> &Path {
+        self.evidence.dir()
+    }
+
+    /// What the run received, once provisioned.
+    pub fn source(&self) -> Option<&SourceRecord> {
+        self.source.as_ref()
+    }
+
+    /// The run's current lifecycle state.
+    pub fn state(&self) -> &State {
+        self.life.state()
+    }
+
+    /// The capacity the run holds.
+    pub fn reservation(&self) -> Option<&Reservation> {
+        self.reservation.as_ref()
+    }
+
+    /// A token that cancels the run: a running command is killed (cause
+    /// "cancelled") and no further command starts.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Admits, provisions and seals the run; on failure the caller concludes it.
+    pub(super) async fn bring_up(&mut self, origin: Origin) -> Result<(), RunErrorKind> {
+        let stack = self.runner.stack().clone();
+        let cancel = self.cancel.clone();
+        self.life.admit()?;
+        // The environment is resolved first: its limits are what the run reserves.
+        let environment = stack.environment.prepare(&self.run).await?;
+        let request = reserve_request(&environment.limits);
+        let limit = self.limit(StateName::Waiting);
+        let capacity = self.runner.capacity().clone();
+        let label = self.run.run_id.to_string();
+        let reservation = bounded(StateName::Waiting, limit, &cancel, async move {
+            capacity
+                .reserve(label, request)
+                .await
+                .map_err(RunErrorKind::from)
+        })
+        .await?;
+        self.reservation = Some(reservation);
+
+        self.life.provision(origin)?;
+        create_dir(&self.paths.run_dir)?;
+        let limit = self.limit(StateName::Provisioning);
+        let source = bounded(StateName::Provisioning, limit, &cancel, async {
+            stack
+                .source
+                .provision(&self.run)
+                .await
+                .map_err(RunErrorKind::from)
+        })
+        .await?;
+        self.evidence.write_json(EvidenceFile::Source, &source)?;
+        self.source = Some(source.clone());
+        let filesystem = stack.filesystem.prepare(&self.run, &source).await?;
+        write_state(&self.paths.run_dir.join(FILESYSTEM_STATE_FILE), &filesystem)?;
+        self.filesystem = Some(filesystem.clone());
+
+        self.life.start_services()?;
+        let identity = stack.identity.prepare(&self.run).await?;
+        let plan = SealPlan {
+            source,
+            filesystem: filesystem.clone(),
+            environment: environment.clone(),
+            identity: identity.clone(),
+        };
+        self.sealing = true;
+        let limit = self.limit(StateName::StartingServices);
+        let probe = bounded(StateName::StartingServices, limit, &cancel, async {
+            stack
+                .process
+                .seal(&self.run, &plan)
+                .await
+                .map_err(RunErrorKind::from)
+        })
+        .await?;
+        let observed = ObservedRecord {
+            probe,
+            filesystem,
+            environment: AppliedEnvironment::from(&environment),
+            identity,
+        };
+        self.evidence
+            .write_json(EvidenceFile::Observed, &observed)?;
+        self.life.seal()?;
+        Ok(())
+    }
+
+    /// Runs `command` in the sealed workspace, streaming its output into the
+    /// evidence (and to `io`'s sinks), and records how it ended.
+    ///
+    /// A command that exits non-zero, times out or is killed is a normal outcome,
+    /// not an error. An error means the run itself broke (its journal or its
+    /// evidence); the run is then failed and [`finish`](Self::finish) exports and
+    /// cleans it up.
+    pub async fn exec(
+        &mut self,
+        command: &CommandSpec,
+        io: CommandIo,
+    ) -> Result<CommandOutcome, RunError> {
+        let seq = u32::try_from(self.commands.len() + 1).unwrap_or(u32::MAX);
+        let result = self.exec_inner(seq, command, io).await;
+        match result {
+            Ok(outcome) => {
+                self.commands.push(outcome.clone());
+                Ok(outcome)
+            }
+            Err(kind) => {
+                self.fail(kind.failure_cause());
+                Err(self.error(kind))
+            }
+        }
+    }
+
+    async fn exec_inner(
+        &mut self,
+        seq: u32,
+        command: &CommandSpec,
+        io: CommandIo,
+    ) -> Result<CommandOutcome, RunErrorKind> {
+        if self.cancel.is_cancelled() {
+            return Err(RunErrorKind::Failed(FailureCause::Cancelled));
+        }
+        self.life.run(seq)?;
+        let process = self.runner.stack().process.clone();
+        let outcome = execute(
+            process.as_ref(),
+            &self.run,
+            &self.evidence,
+            command,
+            io,
+            &self.cancel,
+        )
+        .await?;
+        self.life.finish()?;
+        Ok(outcome)
+    }
+
+    /// Ends the run: runs the contract's required checks (while sealed and not
+    /// cancelled), stops every process, exports and seals the evidence, cleans up.
+    ///
+    /// `Ok` whenever the run was concluded, including runs that failed on the way:
+    /// [`RunReport::outcome`] says how it ended. `Err` only when the run's own
+    /// journal refused to go on; the run is then left to crash recovery.
+    pub async fn finish(mut self) -> Result<RunReport, RunError> {
+        let mut checks = Vec::new();
+        if self.life.state() == &State::Sealed && !self.cancel.is_cancelled() {
+            let required = self.run.contract.promotion.required_checks.clone();
+            for check in required {
+                let spec = CommandSpec {
+                    argv: check.command.clone(),
+                    cwd: ".".into(),
+                    timeout_ms: check.timeout.map(|t| millis(t.as_duration())),
+                    tty: false,
+                };
+                let outcome = self.exec(&spec, CommandIo::captured()).await?;
+                checks.push(CheckRun {
+                    name: check.name.clone(),
+                    passed: outcome.succeeded(),
+                });
+            }
+        }
+        if self.cancel.is_cancelled() {
+            self.fail(FailureCause::Cancelled);
+        }
+        if !matches!(self.life.state(), State::Failed { .. }) {
+            self.journal(|life| life.drain().map(drop))?;
+        }
+        self.conclude(checks).await
+    }
+
+    /// Cancels the run (a running command is killed) and concludes it as failed
+    /// with cause `cancelled`.
+    pub async fn cancel(mut self) -> Result<RunReport, RunError> {
+        self.cancel.cancel();
+        self.fail(FailureCause::Cancelled);
+        self.conclude(Vec::new()).await
+    }
+
+    /// Fails the run (keeping an earlier cause) and records why.
+    pub(super) fn fail(&mut self, cause: FailureCause) {
+        if matches!(self.life.state(), State::Failed { .. } | State::Cleaned) {
+            return;
+        }
+        tracing::warn!(run_id = %self.run.run_id, ?cause, "run failed");
+        if let Err(e) = self.life.fail(cause) {
+            self.errors
+                .push(format!("recording the failure: {}", crate::error_chain(&e)));
+        }
+    }
+
+    /// Applies one journaled lifecycle step, naming the run if it is refused.
+    fn journal<T>(
+        &mut self,
+        step: impl FnOnce(&mut Lifecycle) -> Result<T, crate::lifecycle::LifecycleError>,
+    ) -> Result<T, RunError> {
+        step(&mut self.life).map_err(|e| self.error(e.into()))
+    }
+
+    pub(super) fn error(&self, kind: RunErrorKind) -> RunError {
+        RunError {
+            run_id: self.run.run_id.clone(),
+            evidence: Some(self.evidence.dir().to_path_buf()),
+            kind: Box::new(kind),
+        }
+    }
+
+    /// Stops the processes, exports, cleans up: the common end of every run.
+    pub(super) async fn conclude(mut self, checks: Vec<CheckRun>) -> Result<RunReport, RunError> {
+        self.concluded = true;
+        let stack = self.runner.stack().clone();
+        let ended_in = self.life.state().name();
+        let failure = match self.life.state() {
+            State::Failed { cause, .. } => Some(cause.clone()),
+            _ => None,
+        };
+        // Stop every process before the workspace is read: nothing may change it
+        // while its patch is taken, and nothing may be running when it is removed.
+        let leaks = if self.sealing {
+            match stack.process.teardown(&self.run).await {
+                Ok(report) => Some(report),
+                Err(e) => {
+                    self.errors
+                        .push(format!("teardown: {}", crate::error_chain(&e)));
+                    None
+                }
+            }
+        } else {
+            Some(LeakReport::default())
+        };
+        self.journal(|life| life.export().map(drop))?;
+        let mut outcome = Outcome {
+            run_id: self.run.run_id.clone(),
+            ended_in,
+            failure,
+            commands: self.commands.clone(),
+            leaks: leaks.clone(),
+            patch_sha256: None,
+            changed_paths: 0,
+            leases: Vec::new(),
+            started_unix_ms: self.started_unix_ms,
+            exported_unix_ms: unix_ms_now(),
+            errors: std::mem::take(&mut self.errors),
+        };
+        let exported = export_bundle(
+            stack.promotion.as_ref(),
+            &self.run,
+            &self.evidence,
+            self.source.as_ref(),
+            &checks,
+            &mut outcome,
+            &self.paths.journal,
+        )
+        .await;
+        match &exported {
+            Ok(()) => {
+                self.journal(|life| life.finish_export().map(drop))?;
+            }
+            Err(errors) => self.fail(FailureCause::Runner {
+                message: format!("export: {}", errors.join("; ")),
+            }),
+        }
+
+        let mut cleanup_errors = Vec::new();
+        let mut cleaned = false;
+        let stopped = leaks.as_ref().is_some_and(LeakReport::is_clean);
+        if !stopped {
+            // Removing files while a process or mount of the run may live could reach
+            // through that mount into the host: leave the run to recovery.
+            cleanup_errors.push(
+                "not cleaned up: teardown did not prove every process and mount gone; the run is left for recovery"
+                    .to_owned(),
+            );
+        } else {
+            let permit = self.journal(Lifecycle::clean_up)?;
+            if let Some(filesystem) = &self.filesystem
+                && let Err(e) = stack
+                    .filesystem
+                    .release(&self.run, filesystem, &permit)
+                    .await
+            {
+                cleanup_errors.push(format!("filesystem release: {}", crate::error_chain(&e)));
+            }
+            if let Some(source) = &self.source
+                && let Err(e) = stack.source.release(&self.run, source, &permit).await
+            {
+                cleanup_errors.push(format!("source release: {}", crate::error_chain(&e)));
+            }
+            remove_private_state(&self.paths.run_dir, &mut cleanup_errors);
+            self.reservation = None;
+            if cleanup_errors.is_empty() {
+                self.journal(|life| life.finish_clean_up().map(drop))?;
+                cleaned = true;
+            } else {
+                self.fail(FailureCause::Runner {
+                    message: cleanup_errors.join("; "),
+                });
+            }
+        }
+        tracing::info!(run_id = %self.run.run_id, cleaned, "run concluded");
+        Ok(RunReport {
+            run_id: self.run.run_id.clone(),
+            evidence: self.evidence.dir().to_path_buf(),
+            evidence_sealed: self.evidence.is_sealed(),
+            outcome,
+            cleaned,
+            cleanup_errors,
+            duration_ms: millis(self.started.elapsed()),
+        })
+    }
+
+    fn limit(&self, state: StateName) -> Option<Duration> {
+        self.life.timeouts().limit(state)
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if !self.concluded {
+            tracing::warn!(run_id = %self.run.run_id, state = %self.life.state().name(),
+                "workspace dropped without finish; the run is left to crash recovery");
+        }
+    }
+}
+
+/// What a run with `limits` reserves: its cpu, memory and disk caps and one slot.
+pub(super) fn reserve_request(limits: &crate::boundary::ResolvedLimits) -> Resources {
+    Resources {
+        cpu_millis: limits.cpu_millis.unwrap_or(0),
+        memory_bytes: limits.memory_bytes.unwrap_or(0),
+        disk_bytes: limits.disk_bytes.unwrap_or(0),
+        slots: 1,
+    }
+}
+
+/// Awaits `step` unless the state's time limit passes or the run is cancelled.
+async fn bounded<T>(
+    state: StateName,
+    limit: Option<Duration>,
+    cancel: &CancellationToken,
+    step: impl Future<Output = Result<T, RunErrorKind>>,
+) -> Result<T, RunErrorKind> {
+    let timed = async {
+        match limit {
+            Some(limit) => tokio::time::timeout(limit, step).await.unwrap_or_else(|_| {
+                Err(RunErrorKind::Failed(FailureCause::Timeout {
+                    state,
+                    limit_ms: millis(limit),
+                }))
+            }),
+            None => step.await,
+        }
+    };
+    tokio::select! {
+        result = timed => result,
+        () = cancel.cancelled() => Err(RunErrorKind::Failed(FailureCause::Cancelled)),
+    }
+}
+
+fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
+    std::fs::create_dir_all(path).map_err(|source| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes a run's private state file (JSON), replacing it.
+pub(super) fn write_state(path: &Path, value: &impl serde::Serialize) -> Result<(), RunErrorKind> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    })?;
+    std::fs::write(path, bytes).map_err(|source| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Removes the runner's own files in the run directory, then the directory if it
+/// is empty. Anything a boundary left there is reported, never removed blindly.
+pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
+    match std::fs::remove_file(run_dir.join(FILESYSTEM_STATE_FILE)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => errors.push(format!(
+            "removing {}: {e}",
+            run_dir.join(FILESYSTEM_STATE_FILE).display()
+        )),
+    }
+    match std::fs::remove_dir(run_dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => errors.push(format!(
+            "removing the run directory {}: {e}",
+            run_dir.display()
+        )),
+    }
+}
