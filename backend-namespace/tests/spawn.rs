@@ -156,8 +156,10 @@ fn kill_ends_the_whole_namespace() {
 fn failures_name_the_stage_and_the_step() {
     let fixture = Fixture::new();
 
+    // A bare name with no absolute PATH entry to look it up in.
     let mut request = fixture.request("true");
     request.argv[0] = "sh".into();
+    request.env.retain(|(key, _)| key != "PATH");
     assert!(matches!(
         spawn(&request),
         Err(SpawnError::InvalidRequest {

@@ -70,12 +70,6 @@ pub enum ProcessError {
         /// The run.
         run_id: RunId,
     },
-    /// `argv[0]` is not an absolute path inside the run (no `PATH` search is done).
-    #[error("argv[0] {program:?} must be an absolute path inside the run")]
-    RelativeProgram {
-        /// The program as given.
-        program: String,
-    },
     /// The command has no program.
     #[error("argv is empty")]
     EmptyArgv,

@@ -26,8 +26,8 @@
 //!   baseline (soft = hard): `RLIMIT_NOFILE` = `limits.open_files`,
 //!   `RLIMIT_CORE` = 0, `RLIMIT_FSIZE` = `limits.disk` (each file at most the disk
 //!   cap; unlimited without one). Its stdio are
-//!   pipes turned into tokio streams. `argv[0]` must be an absolute path inside the
-//!   run: there is no `PATH` search ([`ProcessError::RelativeProgram`]).
+//!   pipes turned into tokio streams. A bare program name is looked up in the run's
+//!   `PATH` inside the run, as `execvp` does; one with a `/` is relative to `cwd`.
 //!   `cwd` is relative to the workspace root, without `..`.
 //! * **wait** honours the smaller of `timeout_ms` and the run's wall-time limit:
 //!   the command's pid namespace is killed and the record says
@@ -324,12 +324,7 @@ async fn spawn_command(
     if command.tty {
         return Err(ProcessError::TtyUnsupported);
     }
-    let program = command.argv.first().ok_or(ProcessError::EmptyArgv)?;
-    if !program.starts_with('/') {
-        return Err(ProcessError::RelativeProgram {
-            program: program.clone(),
-        });
-    }
+    command.argv.first().ok_or(ProcessError::EmptyArgv)?;
     let cwd = workdir(&spec.plan.workdir, &command.cwd)?;
     let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
     let (stdout_read, stdout_write) = seal::pipe("the command's stdout pipe")?;

@@ -103,10 +103,21 @@ fn exec_command(p: &Prepared) -> Report {
             return report(ChildStage::Session, raw::errno());
         }
     }
-    // SAFETY: program, argv and envp are NUL-terminated strings and null-terminated
-    // pointer arrays kept alive by `p`.
-    unsafe { libc::execve(p.program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
-    report(ChildStage::Exec, raw::errno())
+    // Try each candidate as execvp does: a missing or inaccessible one moves on to
+    // the next; any other failure (not executable format, too big...) is final.
+    // EACCES is kept to report if nothing better is found.
+    let mut error = libc::ENOENT;
+    for program in &p.programs {
+        // SAFETY: program, argv and envp are NUL-terminated strings and
+        // null-terminated pointer arrays kept alive by `p`.
+        unsafe { libc::execve(program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
+        match raw::errno() {
+            libc::ENOENT | libc::ENOTDIR => {}
+            libc::EACCES => error = libc::EACCES,
+            other => return report(ChildStage::Exec, other),
+        }
+    }
+    report(ChildStage::Exec, error)
 }
 
 /// pid 1: reap until the command ends, report its status, end the namespace.

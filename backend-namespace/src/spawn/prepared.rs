@@ -97,7 +97,9 @@ pub(crate) struct ParentFds {
 /// Everything computed before `clone`.
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    pub program: CString,
+    /// Where the program may be, tried in order by the command's `execve` (one
+    /// path for an absolute `argv[0]`; see [`program_candidates`]).
+    pub programs: Vec<CString>,
     _argv: Vec<CString>,
     pub argv: Vec<*const c_char>,
     _envp: Vec<CString>,
@@ -136,13 +138,21 @@ impl Prepared {
             .argv
             .first()
             .ok_or_else(|| invalid("argv", "is empty"))?;
-        if !program.starts_with('/') {
+        if !request.cwd.starts_with('/') {
+            return Err(invalid("cwd", format!("{:?} is not absolute", request.cwd)));
+        }
+        let programs = program_candidates(program, &request.cwd, &request.env)
+            .iter()
+            .map(|path| cstring("argv[0]", path))
+            .collect::<Result<Vec<_>, _>>()?;
+        if programs.is_empty() {
             return Err(invalid(
                 "argv[0]",
-                format!("{program:?} is not an absolute path inside the run"),
+                format!(
+                    "{program:?} has no '/' and the run has no absolute PATH entry to look it up in"
+                ),
             ));
         }
-        let program = cstring("argv[0]", program)?;
         let argv_owned = request
             .argv
             .iter()
@@ -158,9 +168,6 @@ impl Prepared {
                 cstring("env", &format!("{k}={v}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if !request.cwd.starts_with('/') {
-            return Err(invalid("cwd", format!("{:?} is not absolute", request.cwd)));
-        }
         let cwd = cstring("cwd", &request.cwd)?;
         let hostname = request.plan.hostname.as_bytes().to_vec();
         if hostname.len() > 64 {
@@ -179,7 +186,7 @@ impl Prepared {
         let (error_read, error_write) = pipe()?;
         let (status_read, status_write) = pipe()?;
         let mut prepared = Self {
-            program,
+            programs,
             argv: pointers(&argv_owned),
             _argv: argv_owned,
             envp: pointers(&envp_owned),
@@ -500,4 +507,54 @@ fn runner_arg_area() -> Option<(usize, usize)> {
     let start = fields.nth(48 - 3)?.parse().ok()?;
     let end = fields.next()?.parse().ok()?;
     (start < end).then_some((start, end))
+}
+
+/// The paths the command's `execve` tries, in order, as `execvp` would inside the
+/// run: an absolute `argv[0]` as it is; one with a `/` relative to `cwd`; a bare
+/// name in each absolute directory of the run's `PATH` (relative entries are
+/// skipped: they would depend on the working directory). The lookup happens in the
+/// child after `pivot_root`, so it sees the run's file system, not the host's.
+pub(crate) fn program_candidates(
+    program: &str,
+    cwd: &str,
+    env: &[(String, String)],
+) -> Vec<String> {
+    if program.starts_with('/') {
+        return vec![program.to_owned()];
+    }
+    if program.contains('/') {
+        return vec![format!("{}/{program}", cwd.trim_end_matches('/'))];
+    }
+    let path = env
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "PATH")
+        .map_or("", |(_, value)| value.as_str());
+    path.split(':')
+        .filter(|dir| dir.starts_with('/'))
+        .map(|dir| format!("{}/{program}", dir.trim_end_matches('/')))
+        .collect()
+}
+
+#[cfg(test)]
+mod candidate_tests {
+    use super::program_candidates;
+
+    #[test]
+    fn programs_are_looked_up_like_execvp_inside_the_run() {
+        let env = vec![("PATH".to_owned(), "/usr/local/bin:bin:/usr/bin/".to_owned())];
+        assert_eq!(
+            program_candidates("/bin/sh", "/workspace", &env),
+            ["/bin/sh"]
+        );
+        assert_eq!(
+            program_candidates("./build.sh", "/workspace/", &env),
+            ["/workspace/./build.sh"]
+        );
+        assert_eq!(
+            program_candidates("sh", "/workspace", &env),
+            ["/usr/local/bin/sh", "/usr/bin/sh"]
+        );
+        assert!(program_candidates("sh", "/workspace", &[]).is_empty());
+    }
 }
