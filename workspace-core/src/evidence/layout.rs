@@ -34,11 +34,14 @@ pub enum EvidenceFile {
     /// `outcome.json`: how the run ended (final state, failure cause, exit of
     /// each command, what teardown left behind).
     Outcome,
+    /// `promotion.json`: what promoting the patch did, or why it was refused
+    /// (present only when promotion was asked for).
+    Promotion,
 }
 
 impl EvidenceFile {
     /// Every well-known file, in layout order.
-    pub const ALL: [EvidenceFile; 9] = [
+    pub const ALL: [EvidenceFile; 10] = [
         Self::Contract,
         Self::Source,
         Self::Observed,
@@ -48,6 +51,7 @@ impl EvidenceFile {
         Self::Approvals,
         Self::Journal,
         Self::Outcome,
+        Self::Promotion,
     ];
 
     /// The file's name inside the run directory.
@@ -62,6 +66,7 @@ impl EvidenceFile {
             Self::Approvals => "approvals.json",
             Self::Journal => "journal.jsonl",
             Self::Outcome => "outcome.json",
+            Self::Promotion => "promotion.json",
         }
     }
 }

@@ -3,7 +3,12 @@
 
 use std::path::Path;
 
-use crate::boundary::{CheckResult, PromotionBoundary, RunContext, SourceRecord};
+use serde::{Deserialize, Serialize};
+
+use crate::boundary::{
+    ApprovalRecord, CheckResult, PromotionBoundary, PromotionRecord, PromotionRequest, RunContext,
+    SourceRecord,
+};
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 
 use super::outcome::Outcome;
@@ -15,9 +20,37 @@ pub(super) struct CheckRun {
     pub passed: bool,
 }
 
+/// What a bundle is exported from, besides the boundaries and the outcome.
+pub(super) struct ExportInputs<'a> {
+    /// The checkout, when one was provisioned (and still exists).
+    pub source: Option<&'a SourceRecord>,
+    /// The required checks that ran.
+    pub checks: &'a [CheckRun],
+    /// Approvals to promote with; `None`: no promotion.
+    pub promote: Option<&'a [ApprovalRecord]>,
+    /// The run's journal, copied into the bundle.
+    pub journal: &'a Path,
+}
+
+/// What promoting a run's patch came to: `promotion.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum PromotionOutcome {
+    /// The promotion boundary did what the contract's target asks.
+    Promoted {
+        /// What it did.
+        record: PromotionRecord,
+    },
+    /// It refused, or there was nothing it could promote.
+    Refused {
+        /// Why, in one line.
+        reason: String,
+    },
+}
+
 /// Exports the changes (when there is a checkout), the checks bound to the patch
-/// digest, the approvals (none yet), the outcome and a copy of the journal, then
-/// seals the bundle. Every step is attempted even when an earlier one failed; the
+/// digest, the approvals, the promotion (when `promote` carries approvals), the
+/// outcome and a copy of the journal, then seals the bundle. Every step is attempted even when an earlier one failed; the
 /// failures are added to `outcome.errors` and returned.
 ///
 /// The run's processes must already be stopped: nothing may change the workspace
@@ -26,11 +59,15 @@ pub(super) async fn export_bundle(
     promotion: &dyn PromotionBoundary,
     run: &RunContext,
     evidence: &EvidenceWriter,
-    source: Option<&SourceRecord>,
-    checks: &[CheckRun],
+    inputs: ExportInputs<'_>,
     outcome: &mut Outcome,
-    journal: &Path,
-) -> Result<(), Vec<String>> {
+) -> Result<Option<PromotionOutcome>, Vec<String>> {
+    let ExportInputs {
+        source,
+        checks,
+        promote,
+        journal,
+    } = inputs;
     let mut errors = Vec::new();
     let fail = |errors: &mut Vec<String>, step: &str, error: &dyn std::error::Error| {
         errors.push(format!("{step}: {}", crate::error_chain(error)));
@@ -61,10 +98,36 @@ pub(super) async fn export_bundle(
     if let Err(e) = evidence.write_json(EvidenceFile::Checks, &bound) {
         fail(&mut errors, "writing checks.json", &e);
     }
-    if !evidence.path_of(EvidenceFile::Approvals).exists()
-        && let Err(e) = evidence.write_json(EvidenceFile::Approvals, &Vec::<()>::new())
-    {
+    let approvals = promote.unwrap_or_default();
+    if let Err(e) = evidence.write_json(EvidenceFile::Approvals, &approvals) {
         fail(&mut errors, "writing approvals.json", &e);
+    }
+    let promotion = match (promote, source, &outcome.patch_sha256) {
+        (None, ..) => None,
+        (Some(_), _, _) if outcome.failure.is_some() => Some(PromotionOutcome::Refused {
+            reason: "the run failed; a failed run is never promoted".into(),
+        }),
+        (Some(approvals), Some(source), Some(digest)) => {
+            let request = PromotionRequest {
+                patch_sha256: digest.clone(),
+                checks: bound.clone(),
+                approvals: approvals.to_vec(),
+            };
+            Some(match promotion.promote(run, source, &request).await {
+                Ok(record) => PromotionOutcome::Promoted { record },
+                Err(e) => PromotionOutcome::Refused {
+                    reason: crate::error_chain(&e),
+                },
+            })
+        }
+        (Some(_), ..) => Some(PromotionOutcome::Refused {
+            reason: "no patch was exported".into(),
+        }),
+    };
+    if let Some(promotion) = &promotion
+        && let Err(e) = evidence.write_json(EvidenceFile::Promotion, promotion)
+    {
+        fail(&mut errors, "writing promotion.json", &e);
     }
     if let Err(e) = evidence.copy_file(EvidenceFile::Journal, journal) {
         fail(&mut errors, "copying the journal", &e);
@@ -78,7 +141,7 @@ pub(super) async fn export_bundle(
         fail(&mut errors, "sealing the bundle", &e);
     }
     if errors.is_empty() {
-        Ok(())
+        Ok(promotion)
     } else {
         Err(errors)
     }

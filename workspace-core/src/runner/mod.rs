@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::{RunError, RunErrorKind};
 pub use execute::{CommandIo, OutputSink};
+pub use export::PromotionOutcome;
 pub use observed::{AppliedEnvironment, ObservedRecord};
 pub use outcome::{CommandOutcome, Outcome, RunReport};
 pub use paths::{FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
@@ -89,6 +90,15 @@ pub struct CreateOptions {
     /// Cancels the run from outside (e.g. on Ctrl-C): a waiting, provisioning or
     /// running run fails with cause `cancelled`, and is still exported and cleaned.
     pub cancel: Option<CancellationToken>,
+}
+
+/// How to end a run.
+#[derive(Clone, Debug, Default)]
+pub struct FinishOptions {
+    /// Promote the patch to the contract's target with these approvals (possibly
+    /// none: a draft review branch needs none unless changes are out of scope).
+    /// `None`: export only.
+    pub promote: Option<Vec<crate::boundary::ApprovalRecord>>,
 }
 
 /// Drives runs over one [`Stack`], sharing one [`Capacity`]. Cheap to clone.
@@ -209,7 +219,7 @@ impl Runner {
             Err(kind) => {
                 workspace.fail(kind.failure_cause());
                 let error = workspace.error(kind);
-                match workspace.conclude(Vec::new()).await {
+                match workspace.conclude(Vec::new(), None).await {
                     Ok(report) => tracing::info!(run_id = %report.run_id, cleaned = report.cleaned,
                         "a run that failed before it was sealed was concluded"),
                     Err(e) => tracing::error!(error = %crate::error_chain(&e),

@@ -91,6 +91,8 @@ pub struct RunReport {
     pub evidence_sealed: bool,
     /// How it ended (the same as its `outcome.json`).
     pub outcome: Outcome,
+    /// What promotion did, when it was asked for (the same as `promotion.json`).
+    pub promotion: Option<super::PromotionOutcome>,
     /// Whether cleanup finished (the run reached `Cleaned`).
     pub cleaned: bool,
     /// Problems during cleanup (after the evidence was sealed), one line each.

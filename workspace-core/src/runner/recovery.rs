@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::RunnerConfig;
-use super::export::export_bundle;
+use super::export::{ExportInputs, export_bundle};
 use super::outcome::Outcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::workspace::remove_private_state;
@@ -106,12 +106,16 @@ impl RecoveryHooks for StackRecovery {
             self.stack.promotion.as_ref(),
             &context,
             &evidence,
-            source.as_ref(),
-            &[],
+            ExportInputs {
+                source: source.as_ref(),
+                checks: &[],
+                promote: None,
+                journal: &paths.journal,
+            },
             &mut outcome,
-            &paths.journal,
         )
         .await
+        .map(drop)
         .map_err(|errors| BoundaryError::new(BoundaryKind::Promotion, "export", errors.join("; ")))
     }
 

@@ -6,14 +6,15 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::FinishOptions;
 use super::execute::{CommandIo, execute, millis};
-use super::export::{CheckRun, export_bundle};
+use super::export::{CheckRun, ExportInputs, export_bundle};
 use super::observed::{AppliedEnvironment, ObservedRecord};
 use super::outcome::{CommandOutcome, Outcome, RunReport};
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
-    CommandSpec, FilesystemRecord, LeakReport, RunContext, SealPlan, SourceRecord,
+    ApprovalRecord, CommandSpec, FilesystemRecord, LeakReport, RunContext, SealPlan, SourceRecord,
 };
 use crate::capacity::{Reservation, Resources};
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
@@ -207,7 +208,16 @@ impl Workspace {
     /// `Ok` whenever the run was concluded, including runs that failed on the way:
     /// [`RunReport::outcome`] says how it ended. `Err` only when the run's own
     /// journal refused to go on; the run is then left to crash recovery.
-    pub async fn finish(mut self) -> Result<RunReport, RunError> {
+    pub async fn finish(self) -> Result<RunReport, RunError> {
+        self.finish_with(FinishOptions::default()).await
+    }
+
+    /// [`finish`](Self::finish), and promote the exported patch to the contract's
+    /// target when `options.promote` says so: the promotion boundary gets the checks
+    /// (bound to the patch digest) and the approvals, and decides; what it did or
+    /// why it refused is `promotion.json` in the sealed evidence. A failed run is
+    /// never promoted.
+    pub async fn finish_with(mut self, options: FinishOptions) -> Result<RunReport, RunError> {
         let mut checks = Vec::new();
         if self.life.state() == &State::Sealed && !self.cancel.is_cancelled() {
             let required = self.run.contract.promotion.required_checks.clone();
@@ -231,7 +241,7 @@ impl Workspace {
         if !matches!(self.life.state(), State::Failed { .. }) {
             self.journal(|life| life.drain().map(drop))?;
         }
-        self.conclude(checks).await
+        self.conclude(checks, options.promote).await
     }
 
     /// Cancels the run (a running command is killed) and concludes it as failed
@@ -239,7 +249,7 @@ impl Workspace {
     pub async fn cancel(mut self) -> Result<RunReport, RunError> {
         self.cancel.cancel();
         self.fail(FailureCause::Cancelled);
-        self.conclude(Vec::new()).await
+        self.conclude(Vec::new(), None).await
     }
 
     /// Fails the run (keeping an earlier cause) and records why.
@@ -271,7 +281,11 @@ impl Workspace {
     }
 
     /// Stops the processes, exports, cleans up: the common end of every run.
-    pub(super) async fn conclude(mut self, checks: Vec<CheckRun>) -> Result<RunReport, RunError> {
+    pub(super) async fn conclude(
+        mut self,
+        checks: Vec<CheckRun>,
+        promote: Option<Vec<ApprovalRecord>>,
+    ) -> Result<RunReport, RunError> {
         self.concluded = true;
         let stack = self.runner.stack().clone();
         let ended_in = self.life.state().name();
@@ -311,14 +325,18 @@ impl Workspace {
             stack.promotion.as_ref(),
             &self.run,
             &self.evidence,
-            self.source.as_ref(),
-            &checks,
+            ExportInputs {
+                source: self.source.as_ref(),
+                checks: &checks,
+                promote: promote.as_deref(),
+                journal: &self.paths.journal,
+            },
             &mut outcome,
-            &self.paths.journal,
         )
         .await;
+        let promotion = exported.as_ref().ok().cloned().flatten();
         match &exported {
-            Ok(()) => {
+            Ok(_) => {
                 self.journal(|life| life.finish_export().map(drop))?;
             }
             Err(errors) => self.fail(FailureCause::Runner {
@@ -368,6 +386,7 @@ impl Workspace {
             evidence: self.evidence.dir().to_path_buf(),
             evidence_sealed: self.evidence.is_sealed(),
             outcome,
+            promotion,
             cleaned,
             cleanup_errors,
             duration_ms: millis(self.started.elapsed()),
