@@ -1,7 +1,8 @@
 //! Crash recovery: finish every run whose runner died.
 //!
 //! A runner holds its run's journal locked while it lives (see [`crate::journal`]).
-//! [`recover`] walks the journal directory, skips journals a live process holds,
+//! [`recover`] walks the journal directory, skips journals a live process holds
+//! and runs parked in `Suspended` (nothing of them runs; they wait for a resume),
 //! and for every other unfinished run: marks it `Failed { cause: RunnerLost }`
 //! (unless it had already failed), lets the backends reap what the run left
 //! running ([`RecoveryHooks::reap`]: processes, mounts, cgroups, leases), exports
@@ -76,6 +77,9 @@ pub struct RecoveryReport {
     pub live: Vec<RunId>,
     /// Runs already cleaned: nothing to do.
     pub finished: Vec<RunId>,
+    /// Runs parked in `Suspended`: nothing of them runs, their checkout waits for
+    /// a resume or a destroy. Left alone.
+    pub suspended: Vec<RunId>,
     /// Journals that could not be used, with the reason.
     pub unreadable: Vec<(PathBuf, String)>,
 }
@@ -173,6 +177,10 @@ pub async fn recover(
         };
         if life.state() == &State::Cleaned {
             report.finished.push(run_id);
+            continue;
+        }
+        if life.state() == &State::Suspended {
+            report.suspended.push(run_id);
             continue;
         }
         let run = LostRun {

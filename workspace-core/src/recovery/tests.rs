@@ -149,7 +149,7 @@ fn failure_cause(runtime: &Path, run_id: &RunId) -> Option<FailureCause> {
 }
 
 #[tokio::test]
-async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned() {
+async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned_and_a_suspended_one_is_left() {
     let runtime = TempDir::new().expect("tempdir");
     let hooks = RecordingHooks::default();
     let runs: Vec<(StateName, RunId)> = StateName::ALL
@@ -167,6 +167,16 @@ async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned() {
                 hooks.calls_for(run_id).is_empty(),
                 "a cleaned run was touched"
             );
+            continue;
+        }
+        if *state == StateName::Suspended {
+            // Parked, not lost: nothing of it runs, it waits for a resume.
+            assert!(report.suspended.contains(run_id));
+            assert!(
+                hooks.calls_for(run_id).is_empty(),
+                "a suspended run was touched"
+            );
+            assert_eq!(final_state(runtime.path(), run_id), State::Suspended);
             continue;
         }
         let outcome = report
@@ -196,14 +206,15 @@ async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned() {
         };
         assert_eq!(cause, Some(want_cause), "{state:?}");
     }
-    assert_eq!(report.recovered.len(), StateName::ALL.len() - 1);
+    assert_eq!(report.recovered.len(), StateName::ALL.len() - 2);
 
     // Running recovery again finds nothing left to do.
     let again = recover(runtime.path(), &hooks, Timeouts::default())
         .await
         .expect("recover");
     assert!(again.recovered.is_empty());
-    assert_eq!(again.finished.len(), StateName::ALL.len());
+    assert_eq!(again.finished.len(), StateName::ALL.len() - 1);
+    assert_eq!(again.suspended.len(), 1);
 }
 
 #[tokio::test]

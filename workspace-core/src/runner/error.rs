@@ -59,6 +59,12 @@ pub enum RunErrorKind {
         #[source]
         source: std::io::Error,
     },
+    /// The run is not suspended, so it cannot be resumed.
+    #[error("the run is {state}, not suspended")]
+    NotSuspended {
+        /// Its state.
+        state: crate::lifecycle::StateName,
+    },
     /// A blocking step could not be joined.
     #[error("{step} did not finish: {message}")]
     Task {

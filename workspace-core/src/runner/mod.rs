@@ -35,6 +35,7 @@ mod observed;
 mod outcome;
 mod paths;
 mod recovery;
+mod resume;
 mod workspace;
 
 use std::path::PathBuf;
@@ -50,14 +51,14 @@ pub use observed::{AppliedEnvironment, ObservedRecord};
 pub use outcome::{CommandOutcome, Outcome, RunReport};
 pub use paths::{FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use recovery::StackRecovery;
-pub use workspace::Workspace;
+pub use workspace::{SuspendedRun, Workspace};
 
 use crate::RunId;
 use crate::boundary::{CommandSpec, RunContext, Stack};
 use crate::capacity::Capacity;
 use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
-use crate::lifecycle::{Lifecycle, Origin, Timeouts};
+use crate::lifecycle::{Lifecycle, State, Timeouts};
 use crate::recovery::{RecoveryError, RecoveryReport, recover};
 
 /// Where a runner keeps runs, and how long their transient states may last.
@@ -214,7 +215,7 @@ impl Runner {
             cancel: options.cancel.unwrap_or_default(),
             concluded: false,
         };
-        match workspace.bring_up(Origin::Fresh).await {
+        match workspace.bring_up().await {
             Ok(()) => Ok(workspace),
             Err(kind) => {
                 workspace.fail(kind.failure_cause());
@@ -224,6 +225,68 @@ impl Runner {
                         "a run that failed before it was sealed was concluded"),
                     Err(e) => tracing::error!(error = %crate::error_chain(&e),
                         "a run that failed before it was sealed could not be concluded"),
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Takes a suspended run (suspended by this process or another) back to
+    /// `Sealed`: its journal is locked again, its records are read back, the
+    /// checkout is re-verified and the run is sealed and probed again. A run that
+    /// is not suspended is refused and left as it is; a run that fails on the way
+    /// is concluded (exported, cleaned up) and the error names its evidence.
+    pub async fn resume(
+        &self,
+        run_id: &RunId,
+        options: CreateOptions,
+    ) -> Result<Workspace, RunError> {
+        let refuse = |kind: RunErrorKind| RunError {
+            run_id: run_id.clone(),
+            evidence: None,
+            kind: Box::new(kind),
+        };
+        let config = &self.inner.config;
+        let paths = RunPaths::new(&config.runtime_dir, &config.evidence_root, run_id);
+        let (life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
+            .map_err(|e| refuse(e.into()))?;
+        if life.state() != &State::Suspended {
+            return Err(refuse(RunErrorKind::NotSuspended {
+                state: life.state().name(),
+            }));
+        }
+        let stored = resume::Stored::read(&paths).map_err(refuse)?;
+        let run = RunContext {
+            run_id: run_id.clone(),
+            contract: Arc::new(stored.contract),
+            run_dir: paths.run_dir.clone(),
+            runtime_dir: config.runtime_dir.clone(),
+        };
+        let mut workspace = Workspace {
+            runner: self.clone(),
+            run,
+            paths,
+            life,
+            evidence: stored.evidence,
+            reservation: None,
+            source: Some(stored.source),
+            filesystem: Some(stored.filesystem),
+            sealing: false,
+            commands: stored.commands,
+            errors: Vec::new(),
+            started: Instant::now(),
+            started_unix_ms: stored.started_unix_ms,
+            cancel: options.cancel.unwrap_or_default(),
+            concluded: false,
+        };
+        match workspace.bring_back().await {
+            Ok(()) => Ok(workspace),
+            Err(kind) => {
+                workspace.fail(kind.failure_cause());
+                let error = workspace.error(kind);
+                if let Err(e) = workspace.conclude(Vec::new(), None).await {
+                    tracing::error!(error = %crate::error_chain(&e),
+                        "a run that failed to resume could not be concluded");
                 }
                 Err(error)
             }

@@ -14,7 +14,8 @@ use super::outcome::{CommandOutcome, Outcome, RunReport};
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
-    ApprovalRecord, CommandSpec, FilesystemRecord, LeakReport, RunContext, SealPlan, SourceRecord,
+    ApprovalRecord, CommandSpec, EnvironmentPlan, FilesystemRecord, LeakReport, RunContext,
+    SealPlan, SourceRecord,
 };
 use crate::capacity::{Reservation, Resources};
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
@@ -85,27 +86,13 @@ impl Workspace {
         self.cancel.clone()
     }
 
-    /// Admits, provisions and seals the run; on failure the caller concludes it.
-    pub(super) async fn bring_up(&mut self, origin: Origin) -> Result<(), RunErrorKind> {
+    /// Admits, provisions and seals a new run; on failure the caller concludes it.
+    pub(super) async fn bring_up(&mut self) -> Result<(), RunErrorKind> {
         let stack = self.runner.stack().clone();
         let cancel = self.cancel.clone();
         self.life.admit()?;
-        // The environment is resolved first: its limits are what the run reserves.
-        let environment = stack.environment.prepare(&self.run).await?;
-        let request = reserve_request(&environment.limits);
-        let limit = self.limit(StateName::Waiting);
-        let capacity = self.runner.capacity().clone();
-        let label = self.run.run_id.to_string();
-        let reservation = bounded(StateName::Waiting, limit, &cancel, async move {
-            capacity
-                .reserve(label, request)
-                .await
-                .map_err(RunErrorKind::from)
-        })
-        .await?;
-        self.reservation = Some(reservation);
-
-        self.life.provision(origin)?;
+        let environment = self.reserve().await?;
+        self.life.provision(Origin::Fresh)?;
         create_dir(&self.paths.run_dir)?;
         let limit = self.limit(StateName::Provisioning);
         let source = bounded(StateName::Provisioning, limit, &cancel, async {
@@ -120,8 +107,72 @@ impl Workspace {
         self.source = Some(source.clone());
         let filesystem = stack.filesystem.prepare(&self.run, &source).await?;
         write_state(&self.paths.run_dir.join(FILESYSTEM_STATE_FILE), &filesystem)?;
-        self.filesystem = Some(filesystem.clone());
+        self.filesystem = Some(filesystem);
+        self.seal(environment).await
+    }
 
+    /// Brings a suspended run back to `Sealed`: capacity again, the checkout
+    /// re-verified against its record (a checkout that is not what it claims to be
+    /// fails the run, never silently continues), sealed and probed again.
+    pub(super) async fn bring_back(&mut self) -> Result<(), RunErrorKind> {
+        let stack = self.runner.stack().clone();
+        let cancel = self.cancel.clone();
+        let environment = self.reserve().await?;
+        self.life.resume()?;
+        let source = self.source.clone().ok_or_else(|| RunErrorKind::Io {
+            path: self.evidence.path_of(EvidenceFile::Source),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "a suspended run without a source record",
+            ),
+        })?;
+        let limit = self.limit(StateName::Provisioning);
+        bounded(StateName::Provisioning, limit, &cancel, async {
+            stack
+                .source
+                .verify(&self.run, &source)
+                .await
+                .map_err(RunErrorKind::from)
+        })
+        .await?;
+        self.seal(environment).await
+    }
+
+    /// Resolves the environment and reserves the capacity its limits need
+    /// (waiting in FIFO order, within the `waiting` limit).
+    async fn reserve(&mut self) -> Result<EnvironmentPlan, RunErrorKind> {
+        let stack = self.runner.stack().clone();
+        // The environment is resolved first: its limits are what the run reserves.
+        let environment = stack.environment.prepare(&self.run).await?;
+        let request = reserve_request(&environment.limits);
+        let limit = self.limit(StateName::Waiting);
+        let capacity = self.runner.capacity().clone();
+        let label = self.run.run_id.to_string();
+        let reservation = bounded(StateName::Waiting, limit, &self.cancel, async move {
+            capacity
+                .reserve(label, request)
+                .await
+                .map_err(RunErrorKind::from)
+        })
+        .await?;
+        self.reservation = Some(reservation);
+        Ok(environment)
+    }
+
+    /// Starts services, applies the boundaries and probes them: `Sealed`.
+    async fn seal(&mut self, environment: EnvironmentPlan) -> Result<(), RunErrorKind> {
+        let stack = self.runner.stack().clone();
+        let cancel = self.cancel.clone();
+        let (Some(source), Some(filesystem)) = (self.source.clone(), self.filesystem.clone())
+        else {
+            return Err(RunErrorKind::Io {
+                path: self.paths.run_dir.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the run has no provisioned checkout to seal",
+                ),
+            });
+        };
         self.life.start_services()?;
         let identity = stack.identity.prepare(&self.run).await?;
         let plan = SealPlan {
@@ -150,6 +201,50 @@ impl Workspace {
             .write_json(EvidenceFile::Observed, &observed)?;
         self.life.seal()?;
         Ok(())
+    }
+
+    /// Stops every process of the run and parks it in `Suspended`: the checkout
+    /// and the evidence stay, the capacity is given back, the journal is released.
+    /// [`Runner::resume`] (in this process or another) brings it back; crash
+    /// recovery leaves a suspended run alone.
+    ///
+    /// Only a sealed run (no command running) can be suspended; a run whose
+    /// processes cannot be proven stopped is failed and concluded instead.
+    pub async fn suspend(mut self) -> Result<SuspendedRun, RunError> {
+        if self.life.state() != &State::Sealed {
+            let refused = self.life.suspend().map(drop).map_err(RunErrorKind::from);
+            return Err(self.error(refused.err().unwrap_or(RunErrorKind::Failed(
+                FailureCause::Runner {
+                    message: "only a sealed run can be suspended".into(),
+                },
+            ))));
+        }
+        let stack = self.runner.stack().clone();
+        let stopped = match stack.process.teardown(&self.run).await {
+            Ok(leaks) if leaks.is_clean() => Ok(()),
+            Ok(leaks) => Err(format!("still present after teardown: {leaks:?}")),
+            Err(e) => Err(crate::error_chain(&e)),
+        };
+        if let Err(message) = stopped {
+            let kind = RunErrorKind::Failed(FailureCause::Runner {
+                message: format!("suspend: {message}"),
+            });
+            self.fail(kind.failure_cause());
+            let error = self.error(kind);
+            if let Err(e) = self.conclude(Vec::new(), None).await {
+                tracing::error!(error = %crate::error_chain(&e), "a run that could not be suspended could not be concluded");
+            }
+            return Err(error);
+        }
+        self.sealing = false;
+        self.journal(|life| life.suspend().map(drop))?;
+        self.reservation = None;
+        self.concluded = true;
+        tracing::info!(run_id = %self.run.run_id, "run suspended");
+        Ok(SuspendedRun {
+            run_id: self.run.run_id.clone(),
+            evidence: self.evidence.dir().to_path_buf(),
+        })
     }
 
     /// Runs `command` in the sealed workspace, streaming its output into the
@@ -405,6 +500,15 @@ impl Drop for Workspace {
                 "workspace dropped without finish; the run is left to crash recovery");
         }
     }
+}
+
+/// A run parked in `Suspended` by [`Workspace::suspend`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SuspendedRun {
+    /// The run, for [`Runner::resume`].
+    pub run_id: crate::RunId,
+    /// Its evidence bundle (unsealed until the run ends).
+    pub evidence: std::path::PathBuf,
 }
 
 /// What a run with `limits` reserves: its cpu, memory and disk caps and one slot.

@@ -1,0 +1,92 @@
+//! What a suspended run left on disk, read back to resume it.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+use super::RunErrorKind;
+use super::outcome::CommandOutcome;
+use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use crate::boundary::{ExitRecord, FilesystemRecord, SourceRecord};
+use crate::contract::Contract;
+use crate::evidence::{COMMANDS_DIR, CommandRecord, EvidenceFile, EvidenceWriter};
+
+/// A suspended run's records: the contract and source from its evidence, its
+/// filesystem grants from its private state, the commands it ran so far.
+pub(super) struct Stored {
+    pub contract: Contract,
+    pub source: SourceRecord,
+    pub filesystem: FilesystemRecord,
+    pub evidence: EvidenceWriter,
+    pub commands: Vec<CommandOutcome>,
+    pub started_unix_ms: u64,
+}
+
+impl Stored {
+    pub(super) fn read(paths: &RunPaths) -> Result<Self, RunErrorKind> {
+        let evidence = EvidenceWriter::reopen(&paths.evidence)?;
+        let contract = read(&evidence.path_of(EvidenceFile::Contract))?;
+        let source = read(&evidence.path_of(EvidenceFile::Source))?;
+        let filesystem = read(&paths.run_dir.join(FILESYSTEM_STATE_FILE))?;
+        let commands = previous_commands(&paths.evidence.join(COMMANDS_DIR))?;
+        let started_unix_ms = commands
+            .first()
+            .map_or(0, |(record, _): &(CommandRecord, CommandOutcome)| {
+                record.started_unix_ms
+            });
+        Ok(Self {
+            contract,
+            source,
+            filesystem,
+            evidence,
+            commands: commands.into_iter().map(|(_, outcome)| outcome).collect(),
+            started_unix_ms,
+        })
+    }
+}
+
+fn read<T: DeserializeOwned>(path: &Path) -> Result<T, RunErrorKind> {
+    let io = |source| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(io)?;
+    serde_json::from_slice(&bytes).map_err(|e| io(std::io::Error::other(e)))
+}
+
+/// The commands recorded so far, in order.
+fn previous_commands(dir: &Path) -> Result<Vec<(CommandRecord, CommandOutcome)>, RunErrorKind> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(RunErrorKind::Io {
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut commands = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| RunErrorKind::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let record: CommandRecord = read(&entry.path().join(crate::evidence::COMMAND_FILE))?;
+        let outcome = CommandOutcome {
+            seq: record.seq,
+            argv: record.argv.clone(),
+            exit: ExitRecord {
+                status: record.exit,
+                killed: None,
+            },
+            duration_ms: record
+                .finished_unix_ms
+                .map_or(0, |end| end.saturating_sub(record.started_unix_ms)),
+            error: record.cause.clone(),
+        };
+        commands.push((record, outcome));
+    }
+    commands.sort_by_key(|(record, _)| record.seq);
+    Ok(commands)
+}
