@@ -171,7 +171,7 @@ impl ProcessBoundary for NamespaceProcess {
     fn capabilities(&self) -> ProcessCapabilities {
         ProcessCapabilities {
             isolation: vec![IsolationLevel::Task],
-            leases: false,
+            private_network: true,
         }
     }
 

@@ -43,8 +43,11 @@ pub struct FilesystemCapabilities {
 pub struct ProcessCapabilities {
     /// Isolation levels it provides.
     pub isolation: Vec<IsolationLevel>,
-    /// Whether it leases ports, cache prefixes and schema names.
-    pub leases: bool,
+    /// Whether every run gets a network namespace of its own, so the ports it
+    /// declares cannot collide with another run's. Without one, the runner leases
+    /// each declared port on the host. (Cache prefixes and schema names are always
+    /// leased by the runner.)
+    pub private_network: bool,
 }
 
 /// A kind of resource or time cap.
@@ -163,17 +166,6 @@ impl ProcessCapabilities {
                 "process.isolation",
                 backend,
                 format!("isolation {:?}", section.isolation),
-            );
-        }
-        let wants_leases = !section.ports.is_empty()
-            || section.cache_prefix.is_some()
-            || section.database_schema.is_some();
-        if wants_leases && !self.leases {
-            unsupported(
-                problems,
-                "process.ports",
-                backend,
-                "leases of ports, cache prefixes or schemas",
             );
         }
     }

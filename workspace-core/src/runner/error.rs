@@ -50,6 +50,9 @@ pub enum RunErrorKind {
     /// The run failed (timeout, cancel, probe mismatch); evidence was exported.
     #[error("the run failed: {0:?}")]
     Failed(FailureCause),
+    /// A cache prefix, schema name or port could not be leased.
+    #[error("process.leases: {0}")]
+    Lease(crate::lease::LeaseError),
     /// A file of the run's private state could not be written or read.
     #[error("cannot use {path}")]
     Io {

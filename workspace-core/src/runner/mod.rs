@@ -31,6 +31,7 @@
 mod error;
 mod execute;
 mod export;
+mod leases;
 mod observed;
 mod outcome;
 mod paths;
@@ -47,6 +48,7 @@ use tokio_util::sync::CancellationToken;
 pub use error::{RunError, RunErrorKind};
 pub use execute::{CommandIo, OutputSink};
 pub use export::PromotionOutcome;
+pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};
 pub use outcome::{CommandOutcome, Outcome, RunReport};
 pub use paths::{FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
@@ -205,6 +207,7 @@ impl Runner {
             life,
             evidence,
             reservation: None,
+            leases: Default::default(),
             source: None,
             filesystem: None,
             sealing: false,
@@ -269,6 +272,7 @@ impl Runner {
             life,
             evidence: stored.evidence,
             reservation: None,
+            leases: Default::default(),
             source: Some(stored.source),
             filesystem: Some(stored.filesystem),
             sealing: false,

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::FinishOptions;
 use super::execute::{CommandIo, execute, millis};
 use super::export::{CheckRun, ExportInputs, export_bundle};
+use super::leases::{LEASES_STATE_FILE, LeasedNames, RunLeases};
 use super::observed::{AppliedEnvironment, ObservedRecord};
 use super::outcome::{CommandOutcome, Outcome, RunReport};
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
@@ -37,6 +38,7 @@ pub struct Workspace {
     pub(super) life: Lifecycle,
     pub(super) evidence: EvidenceWriter,
     pub(super) reservation: Option<Reservation>,
+    pub(super) leases: RunLeases,
     pub(super) source: Option<SourceRecord>,
     pub(super) filesystem: Option<FilesystemRecord>,
     /// Whether `seal` was attempted, so the process boundary may hold resources.
@@ -94,6 +96,7 @@ impl Workspace {
         let environment = self.reserve().await?;
         self.life.provision(Origin::Fresh)?;
         create_dir(&self.paths.run_dir)?;
+        self.lease(None)?;
         let limit = self.limit(StateName::Provisioning);
         let source = bounded(StateName::Provisioning, limit, &cancel, async {
             stack
@@ -119,6 +122,9 @@ impl Workspace {
         let cancel = self.cancel.clone();
         let environment = self.reserve().await?;
         self.life.resume()?;
+        let previous: Option<LeasedNames> =
+            read_state(&self.paths.run_dir.join(LEASES_STATE_FILE))?;
+        self.lease(Some(previous.unwrap_or_default()))?;
         let source = self.source.clone().ok_or_else(|| RunErrorKind::Io {
             path: self.evidence.path_of(EvidenceFile::Source),
             source: std::io::Error::new(
@@ -159,8 +165,26 @@ impl Workspace {
         Ok(environment)
     }
 
+    /// Leases the run's cache prefix, schema name and (without a private network)
+    /// ports, and records the names for a later resume.
+    fn lease(&mut self, previous: Option<LeasedNames>) -> Result<(), RunErrorKind> {
+        let private_network = self.runner.stack().process.capabilities().private_network;
+        self.leases = RunLeases::acquire(
+            &self.run.runtime_dir,
+            &self.run.run_id,
+            &self.run.contract.process,
+            private_network,
+            previous.as_ref(),
+        )?;
+        write_state(
+            &self.paths.run_dir.join(LEASES_STATE_FILE),
+            &self.leases.names,
+        )
+    }
+
     /// Starts services, applies the boundaries and probes them: `Sealed`.
-    async fn seal(&mut self, environment: EnvironmentPlan) -> Result<(), RunErrorKind> {
+    async fn seal(&mut self, mut environment: EnvironmentPlan) -> Result<(), RunErrorKind> {
+        environment.vars.extend(self.leases.names.vars());
         let stack = self.runner.stack().clone();
         let cancel = self.cancel.clone();
         let (Some(source), Some(filesystem)) = (self.source.clone(), self.filesystem.clone())
@@ -239,6 +263,7 @@ impl Workspace {
         self.sealing = false;
         self.journal(|life| life.suspend().map(drop))?;
         self.reservation = None;
+        self.leases = RunLeases::default();
         self.concluded = true;
         tracing::info!(run_id = %self.run.run_id, "run suspended");
         Ok(SuspendedRun {
@@ -411,7 +436,7 @@ impl Workspace {
             leaks: leaks.clone(),
             patch_sha256: None,
             changed_paths: 0,
-            leases: Vec::new(),
+            leases: self.leases.names.describe(),
             started_unix_ms: self.started_unix_ms,
             exported_unix_ms: unix_ms_now(),
             errors: std::mem::take(&mut self.errors),
@@ -466,6 +491,7 @@ impl Workspace {
             }
             remove_private_state(&self.paths.run_dir, &mut cleanup_errors);
             self.reservation = None;
+            self.leases = RunLeases::default();
             if cleanup_errors.is_empty() {
                 self.journal(|life| life.finish_clean_up().map(drop))?;
                 cleaned = true;
@@ -552,6 +578,21 @@ fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
     })
 }
 
+/// Reads a run's private state file, `None` when it does not exist.
+fn read_state<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, RunErrorKind> {
+    let io = |source| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| io(std::io::Error::other(e))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(e)),
+    }
+}
+
 /// Writes a run's private state file (JSON), replacing it.
 pub(super) fn write_state(path: &Path, value: &impl serde::Serialize) -> Result<(), RunErrorKind> {
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| RunErrorKind::Io {
@@ -567,13 +608,12 @@ pub(super) fn write_state(path: &Path, value: &impl serde::Serialize) -> Result<
 /// Removes the runner's own files in the run directory, then the directory if it
 /// is empty. Anything a boundary left there is reported, never removed blindly.
 pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
-    match std::fs::remove_file(run_dir.join(FILESYSTEM_STATE_FILE)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => errors.push(format!(
-            "removing {}: {e}",
-            run_dir.join(FILESYSTEM_STATE_FILE).display()
-        )),
+    for name in [FILESYSTEM_STATE_FILE, LEASES_STATE_FILE] {
+        match std::fs::remove_file(run_dir.join(name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => errors.push(format!("removing {}: {e}", run_dir.join(name).display())),
+        }
     }
     match std::fs::remove_dir(run_dir) {
         Ok(()) => {}
