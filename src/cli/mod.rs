@@ -1,10 +1,22 @@
 //! Command-line interface: argument parsing and dispatch. Each subcommand lives in
 //! its own file and returns the process exit code.
 
+mod check_host;
 mod contract;
+mod contract_args;
+mod create;
+mod destroy;
+mod exec;
+mod export;
 mod host;
+mod ls;
+mod probe;
+mod promote;
+mod recover;
 mod run;
+mod session;
 mod summary;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -36,24 +48,80 @@ struct Cli {
 enum Command {
     /// Run one command in a fresh, isolated workspace; export its evidence.
     Run(run::RunArgs),
+    /// Create a sealed workspace and keep it (suspended) for `exec`; print its id.
+    Create(create::CreateArgs),
+    /// Run one more command in a created workspace.
+    Exec(exec::ExecArgs),
+    /// Print the current patch of a created workspace.
+    Export(export::ExportArgs),
+    /// End a created workspace: checks, evidence, cleanup.
+    Destroy(destroy::DestroyArgs),
+    /// End a created workspace and promote its patch to the contract's target.
+    Promote(promote::PromoteArgs),
     /// Check workspace contracts or print their schema.
     #[command(subcommand)]
     Contract(contract::ContractCommand),
+    /// Check an evidence bundle against its manifest.
+    Verify(verify::VerifyArgs),
+    /// List the runs under the runtime directory that are not cleaned up.
+    Ls(ls::LsArgs),
+    /// Finish every run whose runner died: reap, export its evidence, clean up.
+    Recover(recover::RecoverArgs),
+    /// Check whether this host can run the namespace backend.
+    CheckHost(check_host::CheckHostArgs),
+    /// Seal a workspace, print what the boundary probe saw, and finish it.
+    Probe(probe::ProbeArgs),
 }
 
 /// Parses the arguments and runs the subcommand.
 pub(crate) fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(err) => {
-            // clap prints usage errors itself; help and version exit 0.
-            let code = if err.use_stderr() { EXIT_BAD_INPUT } else { 0 };
+        Err(err) if !err.use_stderr() => {
+            // Help and version: printed as clap renders them, exit 0.
             let _ = err.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("agent-workspace: {}", usage_error_line(&err.to_string()));
+            return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
     match cli.command {
         Command::Run(args) => run::run(args, &cli.host),
+        Command::Create(args) => create::run(args, &cli.host),
+        Command::Exec(args) => exec::run(args, &cli.host),
+        Command::Export(args) => export::run(args, &cli.host),
+        Command::Destroy(args) => destroy::run(args, &cli.host),
+        Command::Promote(args) => promote::run(args, &cli.host),
         Command::Contract(command) => contract::run(command),
+        Command::Verify(args) => verify::run(&args),
+        Command::Ls(args) => ls::run(&args, &cli.host),
+        Command::Recover(args) => recover::run(&args, &cli.host),
+        Command::CheckHost(args) => check_host::run(&args),
+        Command::Probe(args) => probe::run(args, &cli.host),
     }
+}
+
+/// A clap usage error on one line, like every other bad input: its message and
+/// details, without the usage synopsis and the `--help` hint.
+fn usage_error_line(rendered: &str) -> String {
+    let mut line = String::new();
+    for part in rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+    {
+        let part = part.strip_prefix("error: ").unwrap_or(part);
+        if !line.is_empty() {
+            line.push_str(if line.ends_with(':') || part.starts_with('[') {
+                " "
+            } else {
+                "; "
+            });
+        }
+        line.push_str(part);
+    }
+    line
 }

@@ -4,9 +4,11 @@
 use std::path::PathBuf;
 
 use serde::Serialize;
+use std::process::ExitCode;
 use workspace_core::boundary::KillCause;
 use workspace_core::lifecycle::FailureCause;
-use workspace_core::runner::RunReport;
+
+use workspace_core::runner::{RunError, RunReport};
 
 use super::EXIT_RUNNER_FAILED;
 
@@ -103,4 +105,39 @@ pub(crate) fn exit_code(report: &RunReport) -> u8 {
         None if matches!(report.outcome.failure, Some(FailureCause::Cancelled)) => 130,
         None => EXIT_RUNNER_FAILED,
     }
+}
+
+/// Prints the end of a run (the summary line, or JSON on stdout) and returns its
+/// exit status ([`exit_code`]).
+pub(crate) fn report_summary(report: &RunReport, json: bool) -> ExitCode {
+    print_summary(report, json);
+    ExitCode::from(exit_code(report))
+}
+
+/// Prints the end of a run: the summary line on stderr, or JSON on stdout.
+pub(crate) fn print_summary(report: &RunReport, json: bool) {
+    let summary = Summary::of(report);
+    if json {
+        match serde_json::to_string(&summary) {
+            Ok(line) => println!("{line}"),
+            Err(e) => eprintln!("agent-workspace: cannot print the summary: {e}"),
+        }
+    } else {
+        eprintln!("{}", summary.line());
+    }
+}
+
+/// Prints a run that could not be created or resumed, with its evidence if any,
+/// and returns exit status 125.
+pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
+    let evidence = error
+        .evidence
+        .as_ref()
+        .map(|dir| format!("; evidence: {}", dir.display()))
+        .unwrap_or_default();
+    eprintln!(
+        "agent-workspace: {}{evidence}",
+        super::contract_args::one_line(&workspace_core::error_chain(error))
+    );
+    ExitCode::from(EXIT_RUNNER_FAILED)
 }

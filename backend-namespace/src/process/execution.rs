@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use tokio::task::JoinHandle;
 use workspace_core::RunId;
 use workspace_core::boundary::{
     BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputStream,
@@ -54,18 +55,27 @@ pub struct NamespaceExecution {
     stdin: Option<InputStream>,
     stdout: Option<OutputStream>,
     stderr: Option<OutputStream>,
-    timeout: Option<Duration>,
+    /// When the wall-time limit passes (fixed at spawn, so a wait that is dropped
+    /// and called again does not restart it).
+    deadline: Option<Instant>,
+    /// The blocking wait, once started: kept here so that `wait` is cancel-safe.
+    waiting: Option<JoinHandle<WaitResult>>,
     killed: Option<KillCause>,
     oom: Option<OomCounter>,
     exit: Option<ExitRecord>,
 }
+
+type WaitResult = (
+    SpawnedChild,
+    Result<workspace_core::evidence::ExitStatusRecord, crate::spawn::SpawnError>,
+);
 
 impl fmt::Debug for NamespaceExecution {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NamespaceExecution")
             .field("run_id", &self.run_id)
             .field("child", &self.child)
-            .field("timeout", &self.timeout)
+            .field("deadline", &self.deadline)
             .field("killed", &self.killed)
             .field("exit", &self.exit)
             .finish_non_exhaustive()
@@ -92,19 +102,21 @@ impl NamespaceExecution {
             stdin: Some(parts.stdin),
             stdout: Some(parts.stdout),
             stderr: Some(parts.stderr),
-            timeout: parts.timeout,
+            deadline: parts.timeout.map(|limit| Instant::now() + limit),
+            waiting: None,
             killed: None,
             oom: parts.oom,
             exit: None,
         }
     }
+}
 
-    fn kill_namespace(&self) -> Result<(), ProcessError> {
-        self.killer.kill().map_err(|source| ProcessError::Spawn {
-            step: "killing the command's pid namespace",
-            source,
-        })
-    }
+/// Kills the command's pid namespace: every process of the command's tree.
+fn kill_namespace(killer: &ChildKiller) -> Result<(), ProcessError> {
+    killer.kill().map_err(|source| ProcessError::Spawn {
+        step: "killing the command's pid namespace",
+        source,
+    })
 }
 
 #[async_trait]
@@ -126,28 +138,38 @@ impl Execution for NamespaceExecution {
         if let Some(exit) = &self.exit {
             return Ok(exit.clone());
         }
-        let Some(mut child) = self.child.take() else {
-            return Err(ProcessError::Probe {
-                message: "an earlier wait was cancelled; the command was killed".into(),
-            }
-            .into_boundary(OP));
+        if self.waiting.is_none() {
+            let Some(mut child) = self.child.take() else {
+                return Err(ProcessError::Probe {
+                    message: "the command's process handle is gone".into(),
+                }
+                .into_boundary(OP));
+            };
+            self.waiting = Some(tokio::task::spawn_blocking(move || {
+                let status = child.wait();
+                (child, status)
+            }));
+        }
+        // Cancel-safe from here: the blocking wait lives in `self.waiting`, so a
+        // caller that drops this future (to kill the command, say) and waits again
+        // picks it up where it was.
+        let killer = &self.killer;
+        let Some(handle) = self.waiting.as_mut() else {
+            unreachable!("the blocking wait was just stored");
         };
-        let mut handle = tokio::task::spawn_blocking(move || {
-            let status = child.wait();
-            (child, status)
-        });
-        let joined = match self.timeout {
-            Some(limit) => match tokio::time::timeout(limit, &mut handle).await {
+        let joined = match self.deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), &mut *handle).await {
                 Ok(joined) => joined,
                 Err(_elapsed) => {
-                    tracing::info!(run_id = %self.run_id, ?limit, "command timed out; killing its namespace");
+                    tracing::info!(run_id = %self.run_id, "command timed out; killing its namespace");
                     self.killed.get_or_insert(KillCause::Timeout);
-                    self.kill_namespace().map_err(|e| e.into_boundary(OP))?;
+                    kill_namespace(killer).map_err(|e| e.into_boundary(OP))?;
                     handle.await
                 }
             },
             None => handle.await,
         };
+        self.waiting = None;
         let (_child, status) = joined.map_err(|e| {
             ProcessError::Task {
                 step: "waiting for the command",
@@ -177,15 +199,14 @@ impl Execution for NamespaceExecution {
             return Ok(());
         }
         self.killed.get_or_insert(cause);
-        self.kill_namespace()
-            .map_err(|e| e.into_boundary("kill command"))
+        kill_namespace(&self.killer).map_err(|e| e.into_boundary("kill command"))
     }
 }
 
 impl Drop for NamespaceExecution {
     fn drop(&mut self) {
         if self.exit.is_none() && self.child.is_none() {
-            // A cancelled wait left the child to a blocking thread: end it so that
+            // An unfinished wait left the child to a blocking thread: end it so that
             // thread returns. (A child still held here is killed by its own drop.)
             let _ = self.killer.kill();
         }

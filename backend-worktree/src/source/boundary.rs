@@ -211,6 +211,42 @@ impl SourceBoundary for WorktreeSource {
         self.held().remove(run.run_id.as_str());
         released
     }
+
+    async fn release_unrecorded(
+        &self,
+        run: &RunContext,
+        permit: &CleanupPermit,
+    ) -> Result<(), BoundaryError> {
+        let run_dir = run.run_dir.clone();
+        let checkout = run_dir.join(CHECKOUT_DIR);
+        if permit.run_id() != &run.run_id {
+            return Err(BoundaryError::new(
+                BoundaryKind::Source,
+                "release unrecorded checkout",
+                SourceError::Unsupported {
+                    setting: format!("a cleanup permit of run {}", permit.run_id()),
+                },
+            )
+            .with_path(checkout));
+        }
+        let linked = run.contract.source.materialization == Materialization::Linked;
+        let repository = PathBuf::from(&run.contract.source.repo);
+        let released = blocking("release unrecorded checkout", checkout.clone(), move || {
+            if std::fs::symlink_metadata(&run_dir).is_err() {
+                return Ok(()); // provisioning never started
+            }
+            // Everything provisioning may have made: a linked worktree's
+            // registration in the source repository, the layers, the checkout.
+            if linked && std::fs::symlink_metadata(&checkout).is_ok() {
+                release_linked(&repository, &checkout)?;
+            }
+            super::layered::release_layers(&run_dir)?;
+            remove_tree(&checkout)
+        })
+        .await;
+        self.held().remove(run.run_id.as_str());
+        released
+    }
 }
 
 /// Whether `path` names something strictly below `dir`: `dir` followed by plain

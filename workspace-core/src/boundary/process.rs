@@ -88,6 +88,10 @@ pub trait Execution: Send + Debug {
     /// Its standard error, once.
     fn take_stderr(&mut self) -> Option<OutputStream>;
     /// Waits until the command and every process it started have ended.
+    ///
+    /// Must be cancel-safe: a caller may drop an unfinished `wait` (to `kill`, on a
+    /// cancel) and call `wait` again, which goes on waiting for the same command
+    /// (and the same wall-time deadline).
     async fn wait(&mut self) -> Result<ExitRecord, BoundaryError>;
     /// Kills the command's whole process tree, recording why.
     async fn kill(&mut self, cause: KillCause) -> Result<(), BoundaryError>;

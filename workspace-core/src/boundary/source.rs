@@ -39,6 +39,16 @@ pub trait SourceBoundary: Send + Sync + Debug + 'static {
         record: &SourceRecord,
         permit: &CleanupPermit,
     ) -> Result<(), BoundaryError>;
+
+    /// Removes whatever an interrupted `provision` left under `run.run_dir` when no
+    /// record of it exists (the runner died, or provisioning failed, before the
+    /// record was made). Idempotent; finding nothing is success. Like `release`,
+    /// never follows a link or crosses a mount.
+    async fn release_unrecorded(
+        &self,
+        run: &RunContext,
+        permit: &CleanupPermit,
+    ) -> Result<(), BoundaryError>;
 }
 
 /// What the agent received: written to `source.json`.

@@ -51,12 +51,12 @@ pub use export::PromotionOutcome;
 pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};
 pub use outcome::{CommandOutcome, Outcome, RunReport};
-pub use paths::{FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
+pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use recovery::StackRecovery;
 pub use workspace::{SuspendedRun, Workspace};
 
 use crate::RunId;
-use crate::boundary::{CommandSpec, RunContext, Stack};
+use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
 use crate::capacity::Capacity;
 use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
@@ -192,6 +192,15 @@ impl Runner {
                 )
             })?;
         }
+        paths.write_evidence_pointer().map_err(|source| {
+            refuse(
+                RunErrorKind::Io {
+                    path: paths.evidence_pointer(),
+                    source,
+                },
+                evidence_dir.clone(),
+            )
+        })?;
         let life = Lifecycle::create(&paths.journal, run_id.clone(), config.timeouts)
             .map_err(|e| refuse(e.into(), evidence_dir.clone()))?;
         let run = RunContext {
@@ -250,7 +259,7 @@ impl Runner {
             kind: Box::new(kind),
         };
         let config = &self.inner.config;
-        let paths = RunPaths::new(&config.runtime_dir, &config.evidence_root, run_id);
+        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
         let (life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
             .map_err(|e| refuse(e.into()))?;
         if life.state() != &State::Suspended {
@@ -295,6 +304,42 @@ impl Runner {
                 Err(error)
             }
         }
+    }
+
+    /// The current changes of a suspended run, as its evidence would record them,
+    /// without resuming it: the run stays suspended (its journal is held only
+    /// while the patch is taken, so no `exec` changes the checkout meanwhile).
+    pub async fn export_patch(&self, run_id: &RunId) -> Result<PatchExport, RunError> {
+        let refuse = |kind: RunErrorKind| RunError {
+            run_id: run_id.clone(),
+            evidence: None,
+            kind: Box::new(kind),
+        };
+        let config = &self.inner.config;
+        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
+        let (life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
+            .map_err(|e| refuse(e.into()))?;
+        if life.state() != &State::Suspended {
+            return Err(refuse(RunErrorKind::NotSuspended {
+                state: life.state().name(),
+            }));
+        }
+        let stored = resume::Stored::read(&paths).map_err(refuse)?;
+        let run = RunContext {
+            run_id: run_id.clone(),
+            contract: Arc::new(stored.contract),
+            run_dir: paths.run_dir.clone(),
+            runtime_dir: config.runtime_dir.clone(),
+        };
+        let patch = self
+            .inner
+            .stack
+            .promotion
+            .export(&run, &stored.source)
+            .await
+            .map_err(|e| refuse(e.into()))?;
+        drop(life);
+        Ok(patch)
     }
 
     /// One command in a fresh run of `contract`: create, exec, finish.

@@ -13,8 +13,13 @@ pub const RUNS_DIR: &str = "runs";
 /// later process (resume, recovery) can release them.
 pub const FILESYSTEM_STATE_FILE: &str = "filesystem.json";
 
-/// The host paths of one run, all derived from the run id: nothing about where a
-/// run lives is stored anywhere but in these rules, so recovery finds everything.
+/// The extension of the file beside a run's journal that names its evidence
+/// directory (`<runtime>/journals/<run-id>.evidence`), so that recovery and resume
+/// find a bundle written under a non-default evidence root.
+pub const EVIDENCE_POINTER_EXTENSION: &str = "evidence";
+
+/// The host paths of one run, derived from the run id (and, for the evidence,
+/// from the pointer beside the journal): recovery finds everything a run made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunPaths {
     /// `<runtime>/runs/<run-id>`: the checkout and private state; removed by cleanup.
@@ -33,5 +38,31 @@ impl RunPaths {
             journal: journal_path(runtime_dir, run_id),
             evidence: evidence_root.join(run_id.as_str()),
         }
+    }
+
+    /// The paths of an existing run: like [`new`](Self::new), but the evidence
+    /// directory is the one its pointer names, if it has one.
+    pub fn locate(runtime_dir: &Path, default_evidence_root: &Path, run_id: &RunId) -> Self {
+        let mut paths = Self::new(runtime_dir, default_evidence_root, run_id);
+        if let Ok(text) = std::fs::read_to_string(paths.evidence_pointer()) {
+            let dir = PathBuf::from(text.trim_end_matches('\n'));
+            if dir.is_absolute() {
+                paths.evidence = dir;
+            }
+        }
+        paths
+    }
+
+    /// The file beside the journal that names the evidence directory.
+    pub fn evidence_pointer(&self) -> PathBuf {
+        self.journal.with_extension(EVIDENCE_POINTER_EXTENSION)
+    }
+
+    /// Records where the evidence is (an absolute path), before the journal exists.
+    pub(super) fn write_evidence_pointer(&self) -> std::io::Result<()> {
+        let evidence = std::path::absolute(&self.evidence)?;
+        let mut text = evidence.into_os_string().into_encoded_bytes();
+        text.push(b'\n');
+        std::fs::write(self.evidence_pointer(), text)
     }
 }

@@ -37,7 +37,7 @@ impl StackRecovery {
     }
 
     fn paths(&self, run: &LostRun) -> RunPaths {
-        RunPaths::new(
+        RunPaths::locate(
             &self.config.runtime_dir,
             &self.config.evidence_root,
             &run.run_id,
@@ -131,8 +131,15 @@ impl RecoveryHooks for StackRecovery {
         }
         let source: Option<SourceRecord> =
             read_optional(&paths.evidence.join(EvidenceFile::Source.file_name()))?;
-        if let Some(source) = source {
-            self.stack.source.release(&context, &source, permit).await?;
+        match source {
+            Some(source) => self.stack.source.release(&context, &source, permit).await?,
+            // The runner died while provisioning, before the record was written.
+            None => {
+                self.stack
+                    .source
+                    .release_unrecorded(&context, permit)
+                    .await?
+            }
         }
         let mut errors = Vec::new();
         remove_private_state(&paths.run_dir, &mut errors);

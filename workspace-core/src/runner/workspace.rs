@@ -484,9 +484,12 @@ impl Workspace {
             {
                 cleanup_errors.push(format!("filesystem release: {}", crate::error_chain(&e)));
             }
-            if let Some(source) = &self.source
-                && let Err(e) = stack.source.release(&self.run, source, &permit).await
-            {
+            let released = match &self.source {
+                Some(source) => stack.source.release(&self.run, source, &permit).await,
+                // Provisioning failed before it made a record: remove what it left.
+                None => stack.source.release_unrecorded(&self.run, &permit).await,
+            };
+            if let Err(e) = released {
                 cleanup_errors.push(format!("source release: {}", crate::error_chain(&e)));
             }
             remove_private_state(&self.paths.run_dir, &mut cleanup_errors);

@@ -1,0 +1,168 @@
+//! The contract flags `run`, `create` and `probe` share, and the checks made on
+//! them before anything is created.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use workspace_core::contract::{
+    ByteSize, Contract, DurationSpec, NetworkMode, SourceSection, TaskShape,
+};
+
+use super::BadInput;
+use super::contract::load_contract;
+
+/// The isolation backend of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Backend {
+    /// Linux namespaces, cgroups and seccomp, embedded (the default).
+    Namespace,
+    /// An OCI runtime (crun, runc, youki).
+    Container,
+}
+
+/// The network of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Network {
+    /// Nothing but a private loopback interface.
+    Deny,
+    /// A private loopback for the run's own services.
+    Loopback,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ContractArgs {
+    /// The workspace contract (TOML, or JSON for `.json`); without one, the
+    /// "narrow fix" preset. The flags below override its values.
+    #[arg(long, value_name = "FILE")]
+    contract: Option<PathBuf>,
+    /// The source repository [default: the contract's, else `.`].
+    #[arg(long, value_name = "PATH")]
+    repo: Option<PathBuf>,
+    /// The revision to check out [default: the contract's, else `HEAD`].
+    #[arg(long, value_name = "REV")]
+    rev: Option<String>,
+    /// The isolation backend.
+    #[arg(long, value_enum, default_value_t = Backend::Namespace)]
+    backend: Backend,
+    /// The network policy [default: the contract's, else `deny`].
+    #[arg(long, value_enum)]
+    network: Option<Network>,
+    /// Wall-clock limit of a command in seconds; after it the whole process tree
+    /// is killed and the exit status is 124.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// Memory cap (bytes, or with a unit: `512MiB`, `2GiB`).
+    #[arg(long, value_name = "BYTES")]
+    memory: Option<ByteSize>,
+    /// Cap on processes and threads.
+    #[arg(long, value_name = "N")]
+    pids: Option<u32>,
+}
+
+impl ContractArgs {
+    /// The contract these flags ask for: loaded (or the preset), overridden,
+    /// its repository and revision checked, validated. Nothing is created.
+    pub(crate) fn resolve(&self, objective: &str) -> Result<Contract, BadInput> {
+        if self.backend == Backend::Container {
+            return Err(BadInput(
+                "--backend container: the container backend is not available yet; use --backend namespace"
+                    .into(),
+            ));
+        }
+        let mut contract = match &self.contract {
+            Some(file) => load_contract(file)?,
+            None => Contract::preset(
+                TaskShape::NarrowFix,
+                objective,
+                SourceSection::new(".", "HEAD"),
+            ),
+        };
+        if let Some(repo) = &self.repo {
+            contract.source.repo = repo.to_string_lossy().into_owned();
+        }
+        if let Some(rev) = &self.rev {
+            contract.source.revision = rev.clone();
+        }
+        let repo = check_repository(Path::new(&contract.source.repo), self.repo.is_some())?;
+        contract.source.repo = repo.to_string_lossy().into_owned();
+        check_revision(&repo, &contract.source.revision, self.rev.is_some())?;
+        if let Some(network) = self.network {
+            contract.environment.network.mode = match network {
+                Network::Deny => NetworkMode::Deny,
+                Network::Loopback => NetworkMode::Loopback,
+            };
+        }
+        let limits = &mut contract.environment.limits;
+        if let Some(secs) = self.timeout {
+            if secs == 0 {
+                return Err(BadInput(
+                    "--timeout 0: the timeout must be at least 1 second".into(),
+                ));
+            }
+            limits.wall_time = Some(DurationSpec::from_secs(secs));
+        }
+        if let Some(memory) = self.memory {
+            limits.memory = Some(memory);
+        }
+        if let Some(pids) = self.pids {
+            limits.pids = Some(pids);
+        }
+        contract.validate().map_err(|problems| {
+            BadInput(format!(
+                "the contract is invalid: {}",
+                one_line(&problems.to_string())
+            ))
+        })?;
+        Ok(contract)
+    }
+}
+
+/// The repository as an absolute path, or why it is not one.
+fn check_repository(repo: &Path, from_flag: bool) -> Result<PathBuf, BadInput> {
+    let named = if from_flag { "--repo" } else { "source.repo" };
+    let absolute = std::fs::canonicalize(repo)
+        .map_err(|e| BadInput(format!("{named} {}: {}", repo.display(), io_reason(&e))))?;
+    backend_worktree::source::open_source_repo(&absolute).map_err(|e| {
+        BadInput(format!(
+            "{named} {}: not a git repository ({})",
+            repo.display(),
+            one_line(&workspace_core::error_chain(&e))
+        ))
+    })?;
+    Ok(absolute)
+}
+
+fn check_revision(repo: &Path, rev: &str, from_flag: bool) -> Result<(), BadInput> {
+    let named = if from_flag {
+        "--rev"
+    } else {
+        "source.revision"
+    };
+    let opened = backend_worktree::source::open_source_repo(repo)
+        .map_err(|e| BadInput(one_line(&workspace_core::error_chain(&e))))?;
+    backend_worktree::source::resolve_revision(&opened, rev).map_err(|e| {
+        BadInput(format!(
+            "{named} {rev}: not a commit of {} ({})",
+            repo.display(),
+            one_line(&workspace_core::error_chain(&e))
+        ))
+    })?;
+    Ok(())
+}
+
+fn io_reason(error: &std::io::Error) -> String {
+    match error.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => error.to_string(),
+    }
+}
+
+/// Text on one line: newlines become "; ".
+pub(crate) fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}

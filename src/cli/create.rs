@@ -1,0 +1,62 @@
+//! `agent-workspace create`: a sealed workspace kept for later `exec`s.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use workspace_core::runner::CreateOptions;
+
+use super::contract_args::ContractArgs;
+use super::host::HostArgs;
+use super::run::refuse;
+use super::session::{bad_input, block_on, cancel_on_ctrl_c, runner};
+use super::summary::report_run_error;
+
+#[derive(Debug, Args)]
+pub(crate) struct CreateArgs {
+    #[command(flatten)]
+    contract: ContractArgs,
+    /// Where evidence goes (`DIR/<run-id>/`)
+    /// [default: `$XDG_STATE_HOME/agent-workspace/evidence`].
+    #[arg(long, value_name = "DIR")]
+    evidence: Option<PathBuf>,
+}
+
+/// Creates a run (provisioned, sealed, probed), then suspends it: nothing of it
+/// runs, its checkout waits for `exec`, `export`, `promote` or `destroy`. Prints
+/// the run id on stdout.
+pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
+    let contract = match args.contract.resolve("agent-workspace create") {
+        Ok(contract) => contract,
+        Err(bad) => return bad_input(bad),
+    };
+    block_on(async move {
+        let runner = match runner(host, args.evidence) {
+            Ok(runner) => runner,
+            Err(code) => return code,
+        };
+        if let Err(kind) = runner.check(&contract) {
+            return refuse(&kind);
+        }
+        let options = CreateOptions {
+            run_id: None,
+            cancel: Some(cancel_on_ctrl_c()),
+        };
+        let workspace = match runner.create(contract, options).await {
+            Ok(workspace) => workspace,
+            Err(error) => return report_run_error(&error),
+        };
+        match workspace.suspend().await {
+            Ok(suspended) => {
+                println!("{}", suspended.run_id);
+                eprintln!(
+                    "agent-workspace: run {} created; evidence {}",
+                    suspended.run_id,
+                    suspended.evidence.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => report_run_error(&error),
+        }
+    })
+}

@@ -1,0 +1,50 @@
+//! `agent-workspace destroy RUN`: end a created workspace.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use workspace_core::runner::CreateOptions;
+
+use super::host::HostArgs;
+use super::session::{bad_input, block_on, run_id, runner};
+use super::summary::{print_summary, report_run_error};
+
+#[derive(Debug, Args)]
+pub(crate) struct DestroyArgs {
+    /// The run, as `create` printed it.
+    run: String,
+    /// Print a JSON summary on stdout instead of the summary line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Resumes the run and finishes it: its required checks run, its evidence is
+/// exported and sealed, then its checkout is removed. Exit 0 when the evidence
+/// was sealed and the run cleaned up, 1 otherwise.
+pub(crate) fn run(args: DestroyArgs, host: &HostArgs) -> ExitCode {
+    let run_id = match run_id(&args.run) {
+        Ok(id) => id,
+        Err(bad) => return bad_input(bad),
+    };
+    block_on(async move {
+        let runner = match runner(host, None) {
+            Ok(runner) => runner,
+            Err(code) => return code,
+        };
+        let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
+            Ok(workspace) => workspace,
+            Err(error) => return report_run_error(&error),
+        };
+        match workspace.finish().await {
+            Ok(report) => {
+                print_summary(&report, args.json);
+                if report.cleaned && report.evidence_sealed {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(error) => report_run_error(&error),
+        }
+    })
+}

@@ -1,0 +1,69 @@
+//! `agent-workspace exec RUN -- CMD`: one more command in a created workspace.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use workspace_core::boundary::CommandSpec;
+use workspace_core::runner::{CommandIo, CreateOptions};
+
+use super::host::HostArgs;
+use super::session::{bad_input, block_on, cancel_on_ctrl_c, run_id, runner};
+use super::summary::report_run_error;
+use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The run, as `create` printed it.
+    run: String,
+    /// Wall-clock limit of this command in seconds (the contract's wall time
+    /// applies too; the smaller wins). Exit status 124 after it.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Resumes the run (its checkout re-verified, sealed and probed again), runs the
+/// command with its output passed through and recorded, and suspends the run
+/// again. Exits with the command's status.
+pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
+    let run_id = match run_id(&args.run) {
+        Ok(id) => id,
+        Err(bad) => return bad_input(bad),
+    };
+    if args.timeout == Some(0) {
+        eprintln!("agent-workspace: --timeout 0: the timeout must be at least 1 second");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let command = CommandSpec {
+        argv: args.command,
+        cwd: ".".into(),
+        timeout_ms: args.timeout.map(|secs| secs.saturating_mul(1000)),
+        tty: false,
+    };
+    block_on(async move {
+        let runner = match runner(host, None) {
+            Ok(runner) => runner,
+            Err(code) => return code,
+        };
+        let options = CreateOptions {
+            run_id: None,
+            cancel: Some(cancel_on_ctrl_c()),
+        };
+        let mut workspace = match runner.resume(&run_id, options).await {
+            Ok(workspace) => workspace,
+            Err(error) => return report_run_error(&error),
+        };
+        let io = CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr());
+        let outcome = workspace.exec(&command, io).await;
+        let suspended = workspace.suspend().await;
+        match (outcome, suspended) {
+            (Ok(outcome), Ok(_)) => {
+                let status = outcome.shell_status().clamp(0, 255);
+                ExitCode::from(u8::try_from(status).unwrap_or(EXIT_RUNNER_FAILED))
+            }
+            (Err(error), _) | (Ok(_), Err(error)) => report_run_error(&error),
+        }
+    })
+}

@@ -1,0 +1,55 @@
+//! `agent-workspace export RUN`: the current patch of a created workspace.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::EXIT_RUNNER_FAILED;
+use super::host::HostArgs;
+use super::session::{bad_input, block_on, run_id, runner};
+use super::summary::report_run_error;
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    /// The run, as `create` printed it.
+    run: String,
+    /// Write the patch to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+/// Prints the run's changes against its base commit as a patch `git apply`
+/// accepts, and their sha256 (the digest checks and approvals are bound to) on
+/// stderr. The run stays suspended.
+pub(crate) fn run(args: ExportArgs, host: &HostArgs) -> ExitCode {
+    let run_id = match run_id(&args.run) {
+        Ok(id) => id,
+        Err(bad) => return bad_input(bad),
+    };
+    block_on(async move {
+        let runner = match runner(host, None) {
+            Ok(runner) => runner,
+            Err(code) => return code,
+        };
+        let patch = match runner.export_patch(&run_id).await {
+            Ok(patch) => patch,
+            Err(error) => return report_run_error(&error),
+        };
+        let written = match &args.out {
+            Some(file) => std::fs::write(file, &patch.patch),
+            None => std::io::stdout().write_all(&patch.patch),
+        };
+        if let Err(e) = written {
+            eprintln!("agent-workspace: cannot write the patch: {e}");
+            return ExitCode::from(EXIT_RUNNER_FAILED);
+        }
+        eprintln!(
+            "agent-workspace: run {run_id}: {} changed path(s), sha256 {}",
+            patch.changes.len(),
+            patch.patch_sha256
+        );
+        ExitCode::SUCCESS
+    })
+}

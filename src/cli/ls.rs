@@ -1,0 +1,309 @@
+//! `agent-workspace ls`: the runs under the runtime directory and where each is.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use serde::Serialize;
+use workspace_core::journal::{self, JournalRead};
+use workspace_core::lifecycle::{FailureCause, State, StateName, Transition};
+use workspace_core::recovery::JOURNAL_DIR;
+
+use super::contract_args::one_line;
+use super::host::HostArgs;
+
+#[derive(Debug, Args)]
+pub(crate) struct LsArgs {
+    /// Include runs that are cleaned up (by default only the others are listed).
+    #[arg(long)]
+    all: bool,
+    /// Print a JSON array instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One run, as listed.
+#[derive(Debug, Serialize)]
+struct Row {
+    run_id: String,
+    /// The state name (`waiting`, `running`, `failed`, ...), or `unreadable`.
+    state: String,
+    /// For a failed run: the state it failed in and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure: Option<Failure>,
+    /// When the run entered its state (its last journal record), in milliseconds
+    /// since the Unix epoch.
+    since_unix_ms: u64,
+    /// How long ago that was.
+    age_ms: u64,
+    /// Whether a live runner holds the run's journal; `false` for an unfinished
+    /// run means its runner died (`agent-workspace recover` finishes it).
+    held: bool,
+    /// For a waiting run: its place in the capacity queue, 1 first (FIFO by
+    /// `since`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_position: Option<usize>,
+    journal: PathBuf,
+    /// Why the journal could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Failure {
+    at: StateName,
+    cause: FailureCause,
+}
+
+/// Lists the runs; exit 0, or 1 when the journal directory or a journal could
+/// not be read (the readable ones are still listed).
+pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
+    let dir = host.dirs().runtime.join(JOURNAL_DIR);
+    let paths = match journal_files(&dir) {
+        Ok(paths) => paths,
+        Err(err) => {
+            eprintln!(
+                "agent-workspace: cannot list the journals in {}: {err}",
+                dir.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let now = unix_ms_now();
+    let mut rows: Vec<Row> = paths
+        .iter()
+        .map(|path| row(path, now))
+        .filter(|row| args.all || row.state != StateName::Cleaned.to_string())
+        .collect();
+    rows.sort_by(|a, b| (a.since_unix_ms, &a.run_id).cmp(&(b.since_unix_ms, &b.run_id)));
+    let waiting = StateName::Waiting.to_string();
+    for (position, row) in rows.iter_mut().filter(|r| r.state == waiting).enumerate() {
+        row.queue_position = Some(position + 1);
+    }
+    let unreadable = rows.iter().any(|r| r.error.is_some());
+    if args.json {
+        match serde_json::to_string_pretty(&rows) {
+            Ok(text) => println!("{text}"),
+            Err(err) => {
+                eprintln!("agent-workspace: cannot print the list: {err}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else if !rows.is_empty() {
+        print!("{}", table(&rows));
+    }
+    if unreadable {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The `*.jsonl` files of the journal directory, sorted; none if it does not exist.
+fn journal_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(err),
+    };
+    let mut paths = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|ext| ext == "jsonl") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+fn row(path: &Path, now: u64) -> Row {
+    let run_id = path
+        .file_stem()
+        .map(|stem| stem.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let modified = std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let mut row = Row {
+        run_id,
+        state: "unreadable".into(),
+        failure: None,
+        since_unix_ms: modified,
+        age_ms: now.saturating_sub(modified),
+        held: false,
+        queue_position: None,
+        journal: path.to_path_buf(),
+        error: None,
+    };
+    match journal::is_held(path) {
+        Ok(held) => row.held = held,
+        Err(err) => {
+            row.error = Some(one_line(&workspace_core::error_chain(&err)));
+            return row;
+        }
+    }
+    let read: JournalRead<Transition> = match journal::read(path) {
+        Ok(read) => read,
+        Err(err) => {
+            row.error = Some(one_line(&workspace_core::error_chain(&err)));
+            return row;
+        }
+    };
+    // A journal without a record belongs to a run created but not yet admitted.
+    let state = match read.records.last() {
+        Some(record) => {
+            row.since_unix_ms = record.at_unix_ms;
+            row.age_ms = now.saturating_sub(record.at_unix_ms);
+            record.event.to.clone()
+        }
+        None => State::Requested,
+    };
+    if let State::Failed { at, cause } = &state {
+        row.failure = Some(Failure {
+            at: *at,
+            cause: cause.clone(),
+        });
+    }
+    row.state = state.name().to_string();
+    row
+}
+
+/// The rows as an aligned table with a header.
+fn table(rows: &[Row]) -> String {
+    let header = ["RUN", "STATE", "SINCE (UTC)", "AGE", "RUNNER"];
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|row| {
+            let mut state = row.state.clone();
+            if let Some(position) = row.queue_position {
+                state.push_str(&format!(" #{position}"));
+            }
+            if let Some(failure) = &row.failure {
+                state.push_str(&format!(" (in {})", failure.at));
+            }
+            let runner = match (&row.error, row.held, row.state.as_str()) {
+                (Some(_), _, _) => "?",
+                (None, true, _) => "live",
+                (None, false, "cleaned") => "-",
+                (None, false, "suspended") => "parked",
+                (None, false, _) => "lost",
+            };
+            [
+                row.run_id.clone(),
+                state,
+                utc(row.since_unix_ms),
+                age(row.age_ms),
+                runner.to_owned(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for line in &cells {
+        for (width, cell) in widths.iter_mut().zip(line) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut push_line = |line: &[&str]| {
+        let mut text = String::new();
+        for (i, (cell, width)) in line.iter().zip(widths).enumerate() {
+            if i + 1 == line.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    push_line(&header);
+    for (line, row) in cells.iter().zip(rows) {
+        push_line(&line.each_ref().map(String::as_str));
+        if let Some(error) = &row.error {
+            push_line(&["", &format!("error: {error}")]);
+        }
+    }
+    if rows
+        .iter()
+        .any(|r| !r.held && r.error.is_none() && r.state != "cleaned" && r.state != "suspended")
+    {
+        out.push_str(
+            "(runs marked lost have no live runner: `agent-workspace recover` finishes them)\n",
+        );
+    }
+    out
+}
+
+fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `2026-01-31 12:34:56` for a time in milliseconds since the Unix epoch (UTC).
+fn utc(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let rest = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest / 60 % 60,
+        rest % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        year,
+        u32::try_from(month).unwrap_or(0),
+        u32::try_from(day).unwrap_or(0),
+    )
+}
+
+/// `42s`, `3m05s`, `2h07m`, `4d03h`.
+fn age(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..60 => format!("{secs}s"),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        3600..86_400 => format!("{}h{:02}m", secs / 3600, secs / 60 % 60),
+        _ => format!("{}d{:02}h", secs / 86_400, secs / 3600 % 24),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{age, utc};
+
+    #[test]
+    fn times_are_formatted_in_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_767_225_599_000), "2025-12-31 23:59:59");
+    }
+
+    #[test]
+    fn ages_are_short() {
+        assert_eq!(age(999), "0s");
+        assert_eq!(age(65_000), "1m05s");
+        assert_eq!(age(7_260_000), "2h01m");
+        assert_eq!(age(97_200_000), "1d03h");
+    }
+}

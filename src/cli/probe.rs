@@ -1,0 +1,198 @@
+//! `agent-workspace probe`: seal a workspace, print what the boundary probe saw
+//! from inside it, and finish the run.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use serde::Serialize;
+use workspace_core::contract::Contract;
+use workspace_core::evidence::EvidenceFile;
+use workspace_core::runner::{CreateOptions, ObservedRecord, Runner};
+
+use super::BadInput;
+use super::contract_args::{ContractArgs, one_line};
+use super::host::HostArgs;
+use super::session::{bad_input, block_on, cancel_on_ctrl_c, runner};
+
+#[derive(Debug, Args)]
+pub(crate) struct ProbeArgs {
+    /// The contract and its overrides, as for `run` (its required checks are not
+    /// run: a probe runs no command).
+    #[command(flatten)]
+    contract: ContractArgs,
+    /// Where evidence goes (`DIR/<run-id>/`)
+    /// [default: `$XDG_STATE_HOME/agent-workspace/evidence`].
+    #[arg(long, value_name = "DIR")]
+    evidence: Option<PathBuf>,
+    /// Print the facts and mismatches as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `--json` prints.
+#[derive(Debug, Serialize)]
+struct ProbeSummary {
+    run_id: String,
+    /// Whether the run was sealed (the probe ran and passed the contract's
+    /// assurance level).
+    sealed: bool,
+    /// What the probe observed inside the boundary, by name.
+    facts: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Where the observation differs from the contract, one sentence each.
+    mismatches: Vec<String>,
+    evidence: Option<PathBuf>,
+    /// Whether the run was cleaned up afterwards.
+    cleaned: bool,
+    /// Why the run failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Creates and seals a run (the process boundary probes it from inside), prints
+/// the probe's facts and mismatches from `observed.json`, then finishes the run
+/// (export, cleanup) without running a command.
+///
+/// Exit 0 when the run was sealed with no mismatch and cleaned up; 1 when the
+/// probe found mismatches, the run failed or was not cleaned up; 2 for bad input.
+pub(crate) fn run(args: ProbeArgs, host: &HostArgs) -> ExitCode {
+    let mut contract = match args.contract.resolve("agent-workspace probe") {
+        Ok(contract) => contract,
+        Err(bad) => return bad_input(bad),
+    };
+    // A probe runs no command, so there is nothing for the checks to check.
+    contract.promotion.required_checks.clear();
+    let runner = match runner(host, args.evidence) {
+        Ok(runner) => runner,
+        Err(code) => return code,
+    };
+    if let Err(kind) = runner.check(&contract) {
+        return bad_input(BadInput(one_line(&kind.to_string())));
+    }
+    block_on(execute(runner, contract, args.json))
+}
+
+async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {
+    let cancel = cancel_on_ctrl_c();
+    let options = CreateOptions {
+        run_id: None,
+        cancel: Some(cancel),
+    };
+    let summary = match runner.create(contract, options).await {
+        Ok(workspace) => {
+            let evidence = workspace.evidence_dir().to_path_buf();
+            let observed = read_observed(&evidence);
+            let mut summary = ProbeSummary {
+                run_id: workspace.run_id().to_string(),
+                sealed: true,
+                facts: Default::default(),
+                mismatches: Vec::new(),
+                evidence: Some(evidence),
+                cleaned: false,
+                error: None,
+            };
+            match observed {
+                Ok(observed) => {
+                    summary.facts = observed.probe.facts;
+                    summary.mismatches = observed.probe.mismatches;
+                }
+                Err(message) => summary.error = Some(message),
+            }
+            match workspace.finish().await {
+                Ok(report) => {
+                    summary.cleaned = report.cleaned;
+                    if let Some(failure) = &report.outcome.failure {
+                        summary.error.get_or_insert_with(|| {
+                            format!(
+                                "the run failed: {}",
+                                serde_json::to_string(failure).unwrap_or_default()
+                            )
+                        });
+                    } else if !report.cleaned {
+                        summary.error.get_or_insert_with(|| {
+                            format!(
+                                "not cleaned up (run `agent-workspace recover`): {}",
+                                one_line(&report.cleanup_errors.join("\n"))
+                            )
+                        });
+                    }
+                }
+                Err(err) => {
+                    summary.error = Some(one_line(&workspace_core::error_chain(&err)));
+                }
+            }
+            summary
+        }
+        Err(err) => {
+            // The run was concluded already; what the probe saw may still be in
+            // the evidence.
+            let observed = err.evidence.as_deref().map(read_observed);
+            let (facts, mismatches) = match observed {
+                Some(Ok(observed)) => (observed.probe.facts, observed.probe.mismatches),
+                _ => Default::default(),
+            };
+            ProbeSummary {
+                run_id: err.run_id.to_string(),
+                sealed: false,
+                facts,
+                mismatches,
+                evidence: err.evidence.clone(),
+                cleaned: false,
+                error: Some(one_line(&workspace_core::error_chain(&err))),
+            }
+        }
+    };
+    print_summary(&summary, json);
+    if summary.sealed && summary.cleaned && summary.mismatches.is_empty() && summary.error.is_none()
+    {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn read_observed(evidence: &Path) -> Result<ObservedRecord, String> {
+    let path = evidence.join(EvidenceFile::Observed.file_name());
+    let text = std::fs::read_to_string(&path)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+    serde_json::from_str(&text).map_err(|err| format!("cannot parse {}: {err}", path.display()))
+}
+
+fn print_summary(summary: &ProbeSummary, json: bool) {
+    if json {
+        match serde_json::to_string_pretty(summary) {
+            Ok(text) => println!("{text}"),
+            Err(err) => eprintln!("agent-workspace: cannot print the summary: {err}"),
+        }
+        return;
+    }
+    let width = summary.facts.keys().map(String::len).max().unwrap_or(0);
+    for (name, value) in &summary.facts {
+        let value = match value {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        println!("{name:<width$}  {value}");
+    }
+    for mismatch in &summary.mismatches {
+        println!("mismatch: {mismatch}");
+    }
+    let state = if summary.sealed {
+        "sealed"
+    } else {
+        "not sealed"
+    };
+    let mut line = format!(
+        "agent-workspace: probe {}: {state}, {} facts, {} mismatches",
+        summary.run_id,
+        summary.facts.len(),
+        summary.mismatches.len()
+    );
+    if let Some(evidence) = &summary.evidence {
+        line.push_str(&format!("; evidence {}", evidence.display()));
+    }
+    if let Some(error) = &summary.error {
+        line.push_str(&format!("; {error}"));
+    }
+    eprintln!("{line}");
+}

@@ -1,0 +1,91 @@
+//! `agent-workspace promote RUN`: end a created workspace and promote its patch.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use workspace_core::boundary::ApprovalRecord;
+use workspace_core::evidence::unix_ms_now;
+use workspace_core::runner::{CreateOptions, FinishOptions, PromotionOutcome};
+
+use super::EXIT_RUNNER_FAILED;
+use super::host::HostArgs;
+use super::session::{bad_input, block_on, run_id, runner};
+use super::summary::{print_summary, report_run_error};
+
+#[derive(Debug, Args)]
+pub(crate) struct PromoteArgs {
+    /// The run, as `create` printed it.
+    run: String,
+    /// Who approves the patch (repeatable); each approval is bound to `--sha256`.
+    #[arg(long = "approved-by", value_name = "NAME", requires = "sha256")]
+    approved_by: Vec<String>,
+    /// The sha256 of the patch being approved, as `export` printed it: an approval
+    /// of another patch does not count.
+    #[arg(long, value_name = "DIGEST")]
+    sha256: Option<String>,
+    /// Print a JSON summary on stdout instead of the summary line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Resumes the run and finishes it with promotion: its required checks run and
+/// are bound to the exported patch's digest, then the promotion boundary applies
+/// the contract's target (a patch, or a draft review branch) if the checks and
+/// approvals satisfy its rules. Exit 0 when promoted, 1 when refused.
+pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
+    let run_id = match run_id(&args.run) {
+        Ok(id) => id,
+        Err(bad) => return bad_input(bad),
+    };
+    let at_unix_ms = unix_ms_now();
+    let approvals: Vec<ApprovalRecord> = args
+        .approved_by
+        .iter()
+        .map(|approver| ApprovalRecord {
+            approver: approver.clone(),
+            patch_sha256: args.sha256.clone().unwrap_or_default(),
+            at_unix_ms,
+        })
+        .collect();
+    block_on(async move {
+        let runner = match runner(host, None) {
+            Ok(runner) => runner,
+            Err(code) => return code,
+        };
+        let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
+            Ok(workspace) => workspace,
+            Err(error) => return report_run_error(&error),
+        };
+        let options = FinishOptions {
+            promote: Some(approvals),
+        };
+        let report = match workspace.finish_with(options).await {
+            Ok(report) => report,
+            Err(error) => return report_run_error(&error),
+        };
+        print_summary(&report, args.json);
+        match &report.promotion {
+            Some(PromotionOutcome::Promoted { record }) => {
+                let target = record
+                    .review_ref
+                    .clone()
+                    .unwrap_or_else(|| "the patch in the evidence".to_owned());
+                eprintln!(
+                    "agent-workspace: promoted {} to {target}{}",
+                    record.patch_sha256,
+                    if record.merge_candidate {
+                        " (merge candidate)"
+                    } else {
+                        ""
+                    }
+                );
+                ExitCode::SUCCESS
+            }
+            Some(PromotionOutcome::Refused { reason }) => {
+                eprintln!("agent-workspace: promotion refused: {reason}");
+                ExitCode::FAILURE
+            }
+            None => ExitCode::from(EXIT_RUNNER_FAILED),
+        }
+    })
+}

@@ -1,0 +1,71 @@
+//! What every subcommand that drives runs needs: an async runtime, the default
+//! stack and a runner over the host's directories, and Ctrl-C as a cancel.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use workspace_core::RunId;
+use workspace_core::runner::{Runner, RunnerConfig};
+
+use super::host::{HostArgs, host_capacity};
+use super::{BadInput, EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
+
+/// Runs `body` on a multi-threaded runtime and returns its exit code.
+pub(crate) fn block_on(body: impl Future<Output = ExitCode>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("agent-workspace: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_RUNNER_FAILED);
+        }
+    };
+    let code = runtime.block_on(body);
+    // A finished run's output tasks have ended; do not wait for a stdin reader.
+    runtime.shutdown_background();
+    code
+}
+
+/// A runner over the default stack, the host's directories (evidence under
+/// `evidence` when given) and the host's capacity.
+pub(crate) fn runner(host: &HostArgs, evidence: Option<PathBuf>) -> Result<Runner, ExitCode> {
+    let stack = agent_workspace::namespace_stack(&host.cgroup_parent).map_err(|e| {
+        eprintln!(
+            "agent-workspace: cannot set up the namespace backend: {}",
+            workspace_core::error_chain(&e)
+        );
+        ExitCode::from(EXIT_RUNNER_FAILED)
+    })?;
+    let dirs = host.dirs();
+    let config = RunnerConfig::new(dirs.runtime, evidence.unwrap_or(dirs.evidence));
+    Ok(Runner::new(stack, config, Arc::new(host_capacity())))
+}
+
+/// A token cancelled by Ctrl-C.
+pub(crate) fn cancel_on_ctrl_c() -> CancellationToken {
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("agent-workspace: interrupted; stopping the run and exporting its evidence");
+            on_signal.cancel();
+        }
+    });
+    cancel
+}
+
+/// A run id given on the command line.
+pub(crate) fn run_id(text: &str) -> Result<RunId, BadInput> {
+    RunId::new(text).map_err(|e| BadInput(format!("RUN {text:?}: {e}")))
+}
+
+/// Prints `message` for bad input and returns exit status 2.
+pub(crate) fn bad_input(BadInput(message): BadInput) -> ExitCode {
+    eprintln!("agent-workspace: {message}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}

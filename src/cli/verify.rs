@@ -1,0 +1,70 @@
+//! `agent-workspace verify DIR`: check an evidence bundle against its manifest.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use workspace_core::evidence;
+
+use super::EXIT_BAD_INPUT;
+use super::contract_args::one_line;
+
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    /// The evidence bundle (`<evidence>/<run-id>/`).
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+}
+
+/// Re-hashes every file of the bundle and compares it with `manifest.json`.
+///
+/// Exit 0 and `DIR: intact (N files)` when everything matches; exit 1 with one
+/// line per problem (changed, missing, extra or irregular files) when anything
+/// does not, or when the bundle cannot be checked at all (no manifest, an
+/// unreadable file); exit 2 when `DIR` is not a directory.
+pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
+    let dir = &args.dir;
+    let shown = dir.display();
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            eprintln!("agent-workspace: {shown}: not a directory");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+        Err(err) => {
+            let reason = match err.kind() {
+                std::io::ErrorKind::NotFound => "no such directory".to_owned(),
+                _ => err.to_string(),
+            };
+            eprintln!("agent-workspace: {shown}: {reason}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    }
+    match evidence::verify(dir) {
+        Ok(report) if report.is_intact() => {
+            let files = match report.files_checked {
+                1 => "1 file".to_owned(),
+                n => format!("{n} files"),
+            };
+            println!("{shown}: intact ({files})");
+            ExitCode::SUCCESS
+        }
+        Ok(report) => {
+            for problem in &report.problems {
+                println!("{shown}: {problem}");
+            }
+            eprintln!(
+                "agent-workspace: {shown}: {} problem(s); the bundle does not match its manifest",
+                report.problems.len()
+            );
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!(
+                "agent-workspace: {shown}: cannot verify the bundle: {}",
+                one_line(&workspace_core::error_chain(&err))
+            );
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! `agent-workspace run`, run as a user would run it: exit statuses, output
+//! pass-through, the summary, the evidence, and bad input refused up front.
+//!
+//! Needs root, user namespaces and cgroups (as every namespace-backend test).
+#![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use backend_namespace::cgroup::{CgroupLayout, remove_parent};
+
+/// One test's own runtime dir, evidence dir, state home, cgroup parent and a git
+/// repository with one commit.
+struct Fixture {
+    dir: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+impl Fixture {
+    fn new(test: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // The run's mapped uid must traverse to its checkout under the runtime dir.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let fixture = Self {
+            dir,
+            cgroup_parent: format!("aw-cli-{test}-{}", std::process::id()),
+        };
+        let repo = fixture.repo();
+        std::fs::create_dir(&repo).expect("mkdir repo");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README.md"), "# demo\n").expect("write");
+        std::fs::write(repo.join("lib.txt"), "one\ntwo\n").expect("write");
+        git(&repo, &["add", "."]);
+        git(&repo, &["commit", "-q", "-m", "initial"]);
+        fixture
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn repo(&self) -> PathBuf {
+        self.path().join("repo")
+    }
+
+    fn runtime(&self) -> PathBuf {
+        self.path().join("runtime")
+    }
+
+    fn evidence(&self) -> PathBuf {
+        self.path().join("evidence")
+    }
+
+    /// `XDG_STATE_HOME`: where evidence would go without `--evidence`.
+    fn state_home(&self) -> PathBuf {
+        self.path().join("state")
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-workspace"));
+        command
+            .current_dir(self.path())
+            .env("AGENT_WORKSPACE_RUNTIME_DIR", self.runtime())
+            .env("AGENT_WORKSPACE_CGROUP_PARENT", &self.cgroup_parent)
+            .env("XDG_STATE_HOME", self.state_home());
+        command
+    }
+
+    fn agent_workspace(&self, args: &[&str]) -> Output {
+        self.command()
+            .args(args)
+            .output()
+            .expect("run agent-workspace")
+    }
+
+    /// `run --repo <repo> --evidence <evidence> ARGS`.
+    fn run(&self, args: &[&str]) -> Output {
+        let repo = self.repo();
+        let evidence = self.evidence();
+        let mut all = vec![
+            "run",
+            "--repo",
+            repo.to_str().unwrap(),
+            "--evidence",
+            evidence.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        self.agent_workspace(&all)
+    }
+
+    /// Every entry under `dir`, recursively (none if it does not exist).
+    fn entries(dir: &Path) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let Ok(read) = std::fs::read_dir(dir) else {
+            return found;
+        };
+        for entry in read {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                found.extend(Self::entries(&path));
+            }
+            found.push(path);
+        }
+        found
+    }
+
+    /// Asserts that no run left anything: no journal, no checkout, no evidence.
+    fn assert_nothing_left(&self) {
+        for dir in [self.runtime(), self.evidence(), self.state_home()] {
+            let left = Self::entries(&dir);
+            assert!(
+                left.is_empty(),
+                "left behind in {}: {left:?}",
+                dir.display()
+            );
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let removed = CgroupLayout::detect()
+            .map_err(|e| e.to_string())
+            .and_then(|layout| {
+                remove_parent(&layout, &self.cgroup_parent).map_err(|e| e.to_string())
+            });
+        if let Err(e) = removed
+            && !std::thread::panicking()
+        {
+            panic!("cannot remove cgroup parent {}: {e}", self.cgroup_parent);
+        }
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The summary line (the last line on stderr) and the evidence directory it names.
+fn summary(out: &Output) -> (String, PathBuf) {
+    let stderr = text(&out.stderr);
+    let line = stderr.lines().last().expect("a summary line").to_owned();
+    assert!(line.starts_with("agent-workspace: run run-"), "{stderr}");
+    let (_, dir) = line
+        .rsplit_once("; evidence ")
+        .expect("evidence in the summary");
+    let dir = dir.split("; ").next().expect("the evidence dir");
+    (line.clone(), PathBuf::from(dir))
+}
+
+/// Runs `args`, expects `status`, a summary line saying so, and a sealed
+/// evidence bundle that `verify` accepts.
+fn expect_exit(test: &str, args: &[&str], status: i32, says: &str) {
+    let fixture = Fixture::new(test);
+    let out = fixture.run(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(status), "{stderr}");
+    let (line, evidence) = summary(&out);
+    assert!(line.contains(says), "{line}");
+    assert!(evidence.starts_with(fixture.evidence()), "{line}");
+    assert!(evidence.join("manifest.json").is_file(), "{line}");
+    let verified = fixture.agent_workspace(&["verify", evidence.to_str().unwrap()]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+}
+
+#[test]
+fn exit_0_for_a_command_that_succeeds() {
+    expect_exit(
+        "exit0",
+        &["--", "/bin/true"],
+        0,
+        ": exit 0, 0 changed files, ",
+    );
+}
+
+#[test]
+fn exit_3_is_passed_through() {
+    expect_exit(
+        "exit3",
+        &["--", "/bin/sh", "-c", "exit 3"],
+        3,
+        ": exit 3, 0 changed files, ",
+    );
+}
+
+#[test]
+fn exit_124_after_the_timeout() {
+    let started = std::time::Instant::now();
+    expect_exit(
+        "timeout",
+        &["--timeout", "1", "--", "/bin/sleep", "30"],
+        124,
+        ": timed out (exit 124), ",
+    );
+    assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
+}
+
+#[test]
+fn exit_137_after_sigkill() {
+    expect_exit(
+        "sigkill",
+        &["--", "/bin/sh", "-c", "kill -9 $$"],
+        137,
+        ": exit 137, ",
+    );
+}
+
+#[test]
+fn stdout_and_stderr_pass_through_byte_for_byte() {
+    let fixture = Fixture::new("passthrough");
+    let out = fixture.run(&[
+        "--",
+        "/bin/sh",
+        "-c",
+        r"printf 'out \377\001 line\n'; printf 'no newline'; printf 'err \376\n' >&2",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.stdout, b"out \xff\x01 line\nno newline");
+    let (line, _) = summary(&out);
+    let mut expected = b"err \xfe\n".to_vec();
+    expected.extend_from_slice(line.as_bytes());
+    expected.push(b'\n');
+    assert_eq!(out.stderr, expected, "{}", text(&out.stderr));
+}
+
+#[test]
+fn the_summary_names_the_change_and_the_evidence_which_verifies() {
+    let fixture = Fixture::new("summary");
+    let out = fixture.run(&["--", "/bin/sh", "-c", "echo hi > x"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let (line, evidence) = summary(&out);
+    let run_id = line
+        .strip_prefix("agent-workspace: run ")
+        .expect("prefix")
+        .split(':')
+        .next()
+        .expect("run id")
+        .to_owned();
+    assert!(line.contains(": exit 0, 1 changed file, "), "{line}");
+    assert!(line.contains(" s; evidence "), "{line}");
+    assert_eq!(evidence, fixture.evidence().join(&run_id), "{line}");
+    assert!(evidence.is_dir());
+    let verified = fixture.agent_workspace(&["verify", evidence.to_str().unwrap()]);
+    let stdout = text(&verified.stdout);
+    assert_eq!(verified.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(": intact ("), "{stdout}");
+}
+
+#[test]
+fn json_gives_a_parseable_summary_on_stdout() {
+    let fixture = Fixture::new("json");
+    let out = fixture.run(&["--json", "--", "/bin/sh", "-c", "echo out; echo hi > x"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("stdout is one JSON summary");
+    assert_eq!(summary["exit_status"], 0, "{summary}");
+    assert_eq!(summary["changed_paths"], 1, "{summary}");
+    assert_eq!(summary["cleaned"], true, "{summary}");
+    let evidence = PathBuf::from(summary["evidence"].as_str().expect("evidence"));
+    assert!(evidence.starts_with(fixture.evidence()), "{summary}");
+    assert!(evidence.join("manifest.json").is_file(), "{summary}");
+    // The command's own stdout went to stderr, so stdout is only the summary.
+    assert_eq!(stderr, "out\n");
+}
+
+#[test]
+fn the_readme_example_exports_a_patch_that_applies_to_a_clean_clone() {
+    let fixture = Fixture::new("readme");
+    let repo = fixture.repo();
+    let out = fixture.agent_workspace(&[
+        "run",
+        "--repo",
+        repo.to_str().unwrap(),
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo hi > x",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let (_, evidence) = summary(&out);
+    // Without --evidence the bundle goes under $XDG_STATE_HOME.
+    assert!(
+        evidence.starts_with(fixture.state_home().join("agent-workspace/evidence")),
+        "{stderr}"
+    );
+    let patch = evidence.join("diff.patch");
+    let patch_text = std::fs::read_to_string(&patch).expect("diff.patch");
+    assert!(patch_text.contains("+hi"), "{patch_text}");
+    let clone = fixture.path().join("clone");
+    git(
+        fixture.path(),
+        &[
+            "clone",
+            "-q",
+            repo.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    git(&clone, &["apply", "--check", patch.to_str().unwrap()]);
+    git(&clone, &["apply", patch.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(clone.join("x")).expect("x"), "hi\n");
+}
+
+/// Runs `args` and expects exit 2, one line on stderr containing `names`, and
+/// nothing created.
+fn expect_bad_input(fixture: &Fixture, args: &[&str], names: &str) {
+    let out = fixture.agent_workspace(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    assert!(stderr.starts_with("agent-workspace: "), "{stderr}");
+    assert!(
+        stderr.contains(names),
+        "{args:?}: {names:?} not in {stderr}"
+    );
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    fixture.assert_nothing_left();
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_and_leaves_nothing_behind() {
+    let fixture = Fixture::new("badinput");
+    let repo = fixture.repo();
+    let repo = repo.to_str().unwrap();
+    let evidence = fixture.evidence();
+    let evidence = evidence.to_str().unwrap();
+    let contract = fixture.path().join("bad.toml");
+    std::fs::write(&contract, "objective = \"x\"\nshape = \"no-such-shape\"\n").expect("write");
+    let contract = contract.to_str().unwrap();
+    let missing = fixture.path().join("no-such-repo");
+    let missing = missing.to_str().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &[
+                "run",
+                "--repo",
+                missing,
+                "--evidence",
+                evidence,
+                "--",
+                "/bin/true",
+            ],
+            "--repo",
+        ),
+        (
+            &[
+                "run",
+                "--repo",
+                repo,
+                "--rev",
+                "no-such-rev",
+                "--evidence",
+                evidence,
+                "--",
+                "/bin/true",
+            ],
+            "--rev no-such-rev",
+        ),
+        (
+            &[
+                "run",
+                "--contract",
+                contract,
+                "--repo",
+                repo,
+                "--evidence",
+                evidence,
+                "--",
+                "/bin/true",
+            ],
+            "--contract",
+        ),
+        (
+            &[
+                "run",
+                "--repo",
+                repo,
+                "--backend",
+                "podman",
+                "--",
+                "/bin/true",
+            ],
+            "podman",
+        ),
+        (
+            &["run", "--repo", repo, "--timeout", "--", "/bin/true"],
+            "--timeout",
+        ),
+        (&["run", "--repo", repo, "--evidence", evidence], "<CMD>"),
+    ];
+    for (args, names) in cases {
+        expect_bad_input(&fixture, args, names);
+    }
+}

@@ -1,0 +1,406 @@
+//! The tool subcommands (`verify`, `ls`, `recover`, `check-host`, `probe`), run
+//! as a user would run them, on real runs.
+//!
+//! Needs root, user namespaces and cgroups (as every namespace-backend test).
+#![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use backend_namespace::cgroup::{CgroupLayout, remove_parent};
+
+/// One test's own runtime dir, evidence dir, state home, cgroup parent and a git
+/// repository with one commit.
+struct Fixture {
+    dir: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+impl Fixture {
+    fn new(test: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // The run's mapped uid must traverse to its checkout under the runtime dir.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let fixture = Self {
+            dir,
+            cgroup_parent: format!("aw-cli-{test}-{}", std::process::id()),
+        };
+        let repo = fixture.repo();
+        std::fs::create_dir(&repo).expect("mkdir repo");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README.md"), "# demo\n").expect("write");
+        std::fs::write(repo.join("lib.txt"), "one\ntwo\n").expect("write");
+        git(&repo, &["add", "."]);
+        git(&repo, &["commit", "-q", "-m", "initial"]);
+        fixture
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn repo(&self) -> PathBuf {
+        self.path().join("repo")
+    }
+
+    fn runtime(&self) -> PathBuf {
+        self.path().join("runtime")
+    }
+
+    fn evidence(&self) -> PathBuf {
+        self.path().join("evidence")
+    }
+
+    /// `XDG_STATE_HOME`: where evidence would go without `--evidence`.
+    fn state_home(&self) -> PathBuf {
+        self.path().join("state")
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-workspace"));
+        command
+            .current_dir(self.path())
+            .env("AGENT_WORKSPACE_RUNTIME_DIR", self.runtime())
+            .env("AGENT_WORKSPACE_CGROUP_PARENT", &self.cgroup_parent)
+            .env("XDG_STATE_HOME", self.state_home());
+        command
+    }
+
+    fn agent_workspace(&self, args: &[&str]) -> Output {
+        self.command()
+            .args(args)
+            .output()
+            .expect("run agent-workspace")
+    }
+
+    /// `run --repo <repo> --evidence <evidence> ARGS`.
+    fn run(&self, args: &[&str]) -> Output {
+        let repo = self.repo();
+        let evidence = self.evidence();
+        let mut all = vec![
+            "run",
+            "--repo",
+            repo.to_str().unwrap(),
+            "--evidence",
+            evidence.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        self.agent_workspace(&all)
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let removed = CgroupLayout::detect()
+            .map_err(|e| e.to_string())
+            .and_then(|layout| {
+                remove_parent(&layout, &self.cgroup_parent).map_err(|e| e.to_string())
+            });
+        if let Err(e) = removed
+            && !std::thread::panicking()
+        {
+            panic!("cannot remove cgroup parent {}: {e}", self.cgroup_parent);
+        }
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs `echo hi > x` and returns its evidence directory.
+fn one_run(fixture: &Fixture) -> PathBuf {
+    let out = fixture.run(&["--json", "--", "/bin/sh", "-c", "echo hi > x"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    PathBuf::from(summary["evidence"].as_str().expect("evidence"))
+}
+
+fn ls_json(fixture: &Fixture, all: bool) -> Vec<serde_json::Value> {
+    let mut args = vec!["ls", "--json"];
+    if all {
+        args.push("--all");
+    }
+    let out = fixture.agent_workspace(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON array");
+    rows.as_array().expect("an array").clone()
+}
+
+#[test]
+fn verify_accepts_a_real_bundle_and_names_every_tampered_file() {
+    let fixture = Fixture::new("verify");
+    let evidence = one_run(&fixture);
+    let dir = evidence.to_str().unwrap();
+    let out = fixture.agent_workspace(&["verify", dir]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.starts_with(&format!("{dir}: intact (")), "{stdout}");
+    assert!(stdout.trim_end().ends_with(" files)"), "{stdout}");
+
+    // Change one file, remove another, add a third.
+    let mut patch = std::fs::read(evidence.join("diff.patch")).expect("diff.patch");
+    patch.extend_from_slice(b"+smuggled\n");
+    std::fs::write(evidence.join("diff.patch"), patch).expect("tamper");
+    std::fs::remove_file(evidence.join("outcome.json")).expect("remove");
+    std::fs::write(evidence.join("planted.txt"), "x").expect("plant");
+    let out = fixture.agent_workspace(&["verify", dir]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let problems: Vec<&str> = stdout.lines().collect();
+    assert_eq!(problems.len(), 3, "{stdout}");
+    for (file, says) in [
+        ("diff.patch", "changed"),
+        ("outcome.json", "missing"),
+        ("planted.txt", "extra"),
+    ] {
+        assert!(
+            problems
+                .iter()
+                .any(|l| l.starts_with(&format!("{dir}: {file}: {says}"))),
+            "{file} not reported as {says}: {stdout}"
+        );
+    }
+
+    let missing = fixture.path().join("no-such-bundle");
+    let out = fixture.agent_workspace(&["verify", missing.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("no-such-bundle: no such directory"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn ls_shows_nothing_after_runs_finished_and_all_lists_them() {
+    let fixture = Fixture::new("ls");
+    let first = one_run(&fixture);
+    let second = one_run(&fixture);
+    let ids: Vec<String> = [&first, &second]
+        .iter()
+        .map(|dir| dir.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+
+    let out = fixture.agent_workspace(&["ls"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    assert!(ls_json(&fixture, false).is_empty());
+
+    let out = fixture.agent_workspace(&["ls", "--all"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(lines[0].starts_with("RUN "), "{stdout}");
+    // Oldest first, columns aligned.
+    assert!(lines[1].starts_with(&ids[0]), "{stdout}");
+    assert!(lines[2].starts_with(&ids[1]), "{stdout}");
+    let state_column = lines[0].find("STATE").expect("STATE column");
+    for line in &lines[1..] {
+        assert_eq!(line.find("cleaned"), Some(state_column), "{stdout}");
+    }
+
+    let rows = ls_json(&fixture, true);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for (row, id) in rows.iter().zip(&ids) {
+        assert_eq!(row["run_id"], id.as_str(), "{row}");
+        assert_eq!(row["state"], "cleaned", "{row}");
+        assert_eq!(row["held"], false, "{row}");
+        assert!(row["since_unix_ms"].as_u64().unwrap() > 0, "{row}");
+    }
+}
+
+#[test]
+fn recover_on_an_empty_runtime_dir_exits_0() {
+    let fixture = Fixture::new("recover-empty");
+    let out = fixture.agent_workspace(&["recover"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    let out = fixture.agent_workspace(&["recover", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["recovered"], serde_json::json!([]), "{report}");
+}
+
+#[test]
+fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
+    let fixture = Fixture::new("recover-lost");
+    let repo = fixture.repo();
+    let evidence = fixture.evidence();
+    let mut runner = fixture
+        .command()
+        .args(["run", "--repo", repo.to_str().unwrap()])
+        .args(["--evidence", evidence.to_str().unwrap()])
+        .args(["--", "/bin/sleep", "300"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a run");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let running = loop {
+        let rows = ls_json(&fixture, false);
+        if let Some(row) = rows.iter().find(|r| r["state"] == "running") {
+            break row.clone();
+        }
+        assert!(Instant::now() < deadline, "the run never ran: {rows:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(running["held"], true, "{running}");
+    let run_id = running["run_id"].as_str().unwrap().to_owned();
+    let out = fixture.agent_workspace(&["ls"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with(&run_id) && l.contains(" running ") && l.ends_with("live")),
+        "{stdout}"
+    );
+
+    runner.kill().expect("kill the runner");
+    runner.wait().expect("reap the runner");
+    let rows = ls_json(&fixture, false);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["held"], false, "{rows:?}");
+    let out = fixture.agent_workspace(&["ls"]);
+    assert!(text(&out.stdout).contains(" lost"), "{}", text(&out.stdout));
+
+    let out = fixture.agent_workspace(&["recover", "--evidence", evidence.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(&format!("{run_id}: recovered (found in running)")),
+        "{stdout}"
+    );
+    assert!(ls_json(&fixture, false).is_empty());
+    let verified = fixture.agent_workspace(&["verify", evidence.join(&run_id).to_str().unwrap()]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+    // Recovering again finds nothing to do.
+    let out = fixture.agent_workspace(&["recover", "--evidence", evidence.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("finished (already cleaned up)"));
+}
+
+#[test]
+fn check_host_lists_every_finding_and_exits_0_here() {
+    let fixture = Fixture::new("check-host");
+    let out = fixture.agent_workspace(&["check-host"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    for check in [
+        "user_namespaces",
+        "mount_namespace",
+        "pid_namespace",
+        "net_namespace",
+        "cgroup_memory",
+        "cgroup_pids",
+        "seccomp",
+        "subordinate_ids",
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(check) && l.contains(" ok ")),
+            "{check} not ok in {stdout}"
+        );
+    }
+    assert_eq!(
+        stdout.lines().last(),
+        Some("ready for the namespace backend"),
+        "{stdout}"
+    );
+
+    let out = fixture.agent_workspace(&["check-host", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["ready"], true, "{report}");
+    assert_eq!(report["findings"].as_array().unwrap().len(), 14, "{report}");
+}
+
+#[test]
+fn probe_prints_the_observed_facts_and_finishes_the_run() {
+    let fixture = Fixture::new("probe");
+    let repo = fixture.repo();
+    let evidence = fixture.evidence();
+    let out = fixture.agent_workspace(&[
+        "probe",
+        "--repo",
+        repo.to_str().unwrap(),
+        "--evidence",
+        evidence.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let uid_map = stdout
+        .lines()
+        .find(|l| l.starts_with("uid_map "))
+        .unwrap_or_else(|| panic!("no uid_map in {stdout}"));
+    assert!(uid_map.contains('['), "{uid_map}");
+    assert!(!stdout.contains("mismatch:"), "{stdout}");
+    assert!(stderr.contains(": sealed, "), "{stderr}");
+    assert!(stderr.contains(" 0 mismatches; evidence "), "{stderr}");
+    // The run was exported and cleaned up.
+    assert!(ls_json(&fixture, false).is_empty());
+    let rows = ls_json(&fixture, true);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let bundle = evidence.join(rows[0]["run_id"].as_str().unwrap());
+    let verified = fixture.agent_workspace(&["verify", bundle.to_str().unwrap()]);
+    assert_eq!(
+        verified.status.code(),
+        Some(0),
+        "{}",
+        text(&verified.stdout)
+    );
+
+    let out = fixture.agent_workspace(&[
+        "probe",
+        "--json",
+        "--repo",
+        repo.to_str().unwrap(),
+        "--evidence",
+        evidence.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(summary["facts"]["uid_map"].is_array(), "{summary}");
+    assert_eq!(summary["mismatches"], serde_json::json!([]), "{summary}");
+    assert_eq!(summary["cleaned"], true, "{summary}");
+
+    let out =
+        fixture.agent_workspace(&["probe", "--repo", repo.to_str().unwrap(), "--rev", "nope"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--rev nope"), "{stderr}");
+}
