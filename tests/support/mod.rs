@@ -1,7 +1,14 @@
 //! Fixtures shared by the runner tests: a real git repository, runtime and
 //! evidence directories the run's mapped ids can reach, a cgroup parent of the
-//! test's own, and the checks that a run left nothing behind.
+//! test's own, and the checks that a run left nothing behind. The crash-recovery
+//! tests add [`gates`] (boundaries that hold a run at one point), [`crash`] (the
+//! states a run is lost in, and the parent's side) and [`crash_child`] (the runner
+//! they kill).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test support: panicking is how a test fails
+
+pub mod crash;
+pub mod crash_child;
+pub mod gates;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

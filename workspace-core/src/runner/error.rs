@@ -14,7 +14,7 @@ use crate::lifecycle::{FailureCause, LifecycleError};
 /// `evidence` is `None` only when the run was refused before anything was created
 /// (an invalid or unsupported contract): such a run leaves nothing behind.
 #[derive(Debug, thiserror::Error)]
-#[error("run {run_id}: {kind}")]
+#[error("run {run_id} failed")]
 pub struct RunError {
     /// The run.
     pub run_id: RunId,

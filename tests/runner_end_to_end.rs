@@ -1,0 +1,486 @@
+//! The runner over the default stack (real checkouts, namespaces and cgroups), on
+//! every way a run can end: each test checks that the evidence was exported,
+//! sealed and verifies, that `outcome.json` tells how the run ended, and that
+//! nothing of the run remains (run directory, cgroups, processes).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{
+    Fixture, HELLO, assert_intact, git, journal_states, list_tree, marker, read_json, read_outcome,
+    shell, wait_for_process,
+};
+use tokio_util::sync::CancellationToken;
+use workspace_core::boundary::{BoundaryKind, KillCause};
+use workspace_core::contract::{ByteSize, DurationSpec, RequiredCheck};
+use workspace_core::digest::sha256_hex;
+use workspace_core::evidence::{ExitStatusRecord, Tamper, verify};
+use workspace_core::lifecycle::{FailureCause, State, StateName};
+use workspace_core::runner::{CommandIo, CommandOutcome, CreateOptions, RunErrorKind, RunReport};
+
+/// Checks shared by every run that was concluded: sealed and intact evidence, the
+/// outcome equal to the report's, the journal ended in `cleaned`, nothing left.
+fn assert_concluded(fx: &Fixture, report: &RunReport, markers: &[&str]) {
+    assert!(report.cleaned, "not cleaned: {:?}", report.cleanup_errors);
+    assert!(
+        report.cleanup_errors.is_empty(),
+        "{:?}",
+        report.cleanup_errors
+    );
+    assert!(report.evidence_sealed);
+    let paths = fx.paths(&report.run_id);
+    assert_eq!(report.evidence, paths.evidence);
+    assert_intact(&report.evidence);
+    for file in [
+        "contract.json",
+        "checks.json",
+        "approvals.json",
+        "journal.jsonl",
+        "outcome.json",
+        "manifest.json",
+    ] {
+        assert!(
+            report.evidence.join(file).is_file(),
+            "{file} missing: {:?}",
+            list_tree(&report.evidence)
+        );
+    }
+    assert_eq!(read_outcome(&report.evidence), report.outcome);
+    assert_eq!(report.outcome.run_id, report.run_id);
+    assert!(
+        report.outcome.errors.is_empty(),
+        "{:?}",
+        report.outcome.errors
+    );
+    let states = journal_states(&paths.journal);
+    assert_eq!(states.last(), Some(&State::Cleaned), "{states:?}");
+    fx.assert_nothing_left(&report.run_id, markers);
+}
+
+/// The files of a sealed run that got as far as its checkout.
+fn assert_sealed_run_files(report: &RunReport) {
+    for file in ["source.json", "observed.json", "diff.patch", "changes.json"] {
+        assert!(
+            report.evidence.join(file).is_file(),
+            "{file} missing: {:?}",
+            list_tree(&report.evidence)
+        );
+    }
+}
+
+fn read_evidence(report: &RunReport, rel: &str) -> String {
+    String::from_utf8(std::fs::read(report.evidence.join(rel)).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successful_command_exports_a_patch_that_applies_to_the_base_commit() {
+    let fx = Fixture::new("success");
+    let mark = marker("success");
+    let report = fx
+        .runner()
+        .run(
+            fx.contract(),
+            &shell("echo hi > x; echo to-stdout; echo to-stderr >&2", &mark),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_concluded(&fx, &report, &[&mark]);
+    assert_sealed_run_files(&report);
+
+    let outcome = &report.outcome;
+    assert_eq!(outcome.ended_in, StateName::Draining);
+    assert_eq!(outcome.failure, None);
+    assert_eq!(outcome.commands.len(), 1);
+    let first = &outcome.commands[0];
+    assert_eq!(first.seq, 1);
+    assert_eq!(first.exit.status, ExitStatusRecord::Code(0));
+    assert_eq!(first.exit.killed, None);
+    assert!(first.succeeded());
+    assert_eq!(outcome.leaks.as_ref().map(|l| l.is_clean()), Some(true));
+
+    // The output went to commands/0001, each stream to its own file.
+    assert_eq!(
+        read_evidence(&report, "commands/0001/stdout"),
+        "to-stdout\n"
+    );
+    assert_eq!(
+        read_evidence(&report, "commands/0001/stderr"),
+        "to-stderr\n"
+    );
+    let recorded = read_json(&report.evidence, "commands/0001/command.json");
+    assert!(recorded.to_string().contains(&mark), "{recorded}");
+
+    // The source record names the base commit.
+    let source = read_json(&report.evidence, "source.json");
+    assert_eq!(source["commit"], fx.base_commit.as_str());
+
+    // The patch adds x, its digest is in the outcome, changes.json lists x.
+    let patch = std::fs::read(report.evidence.join("diff.patch")).unwrap();
+    assert_eq!(
+        outcome.patch_sha256.as_deref(),
+        Some(sha256_hex(&patch).as_str())
+    );
+    assert_eq!(outcome.changed_paths, 1);
+    let text = String::from_utf8_lossy(&patch);
+    assert!(text.contains("+hi"), "{text}");
+    let changes = read_json(&report.evidence, "changes.json");
+    assert_eq!(changes.as_array().map(Vec::len), Some(1), "{changes}");
+    assert_eq!(changes[0]["path"], "x");
+    assert_eq!(changes[0]["change"]["kind"], "added");
+
+    // It applies to a clean clone at the base commit and gives the run's result.
+    let clone = fx.base.path().join("clone");
+    git(
+        fx.base.path(),
+        &[
+            "clone",
+            "-q",
+            fx.repo.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    git(&clone, &["checkout", "-q", &fx.base_commit]);
+    let patch_path = report.evidence.join("diff.patch");
+    git(&clone, &["apply", "--check", patch_path.to_str().unwrap()]);
+    git(&clone, &["apply", patch_path.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(clone.join("x")).unwrap(), "hi\n");
+    assert_eq!(
+        std::fs::read_to_string(clone.join("hello.txt")).unwrap(),
+        HELLO
+    );
+    // The source repository itself was not touched.
+    assert!(!fx.repo.join("x").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_zero_exit_is_recorded_and_the_run_still_exported_and_cleaned() {
+    let fx = Fixture::new("exit3");
+    let mark = marker("exit3");
+    let report = fx
+        .runner()
+        .run(
+            fx.contract(),
+            &shell("echo partial > y; exit 3", &mark),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_concluded(&fx, &report, &[&mark]);
+    assert_sealed_run_files(&report);
+    let last = report.last_command().unwrap();
+    assert_eq!(last.exit.status, ExitStatusRecord::Code(3));
+    assert_eq!(last.exit.killed, None);
+    assert_eq!(last.shell_status(), 3);
+    assert!(!last.succeeded());
+    // A failing command is an outcome, not a failed run.
+    assert_eq!(report.outcome.failure, None);
+    assert_eq!(report.outcome.ended_in, StateName::Draining);
+    // Its changes are exported all the same.
+    assert_eq!(report.outcome.changed_paths, 1);
+    assert!(read_evidence(&report, "diff.patch").contains("+partial"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_over_the_wall_time_is_killed_with_its_setsid_children() {
+    let fx = Fixture::new("timeout");
+    let outer = marker("timeout-outer");
+    let inner = marker("timeout-setsid-child");
+    let mut contract = fx.contract();
+    contract.environment.limits.wall_time = Some(DurationSpec::from_secs(1));
+    // The background child leaves the command's session and process group.
+    let script = format!("setsid /bin/sh -c 'sleep 30; true' {inner} & sleep 30; true");
+    let watcher = {
+        let inner = inner.clone();
+        std::thread::spawn(move || wait_for_process(&inner, Duration::from_secs(20)))
+    };
+    let started = Instant::now();
+    let report = fx
+        .runner()
+        .run(
+            contract,
+            &shell(&script, &outer),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        watcher.join().unwrap(),
+        "the setsid child never ran: the test would prove nothing"
+    );
+    assert!(took < Duration::from_secs(25), "took {took:?}");
+    assert_concluded(&fx, &report, &[&outer, &inner]);
+    let last = report.last_command().unwrap();
+    assert_eq!(last.exit.killed, Some(KillCause::Timeout), "{last:?}");
+    assert_eq!(last.shell_status(), 124);
+    assert!(last.duration_ms >= 900, "{last:?}");
+    assert!(last.duration_ms < 20_000, "{last:?}");
+    let recorded = read_json(&report.evidence, "commands/0001/command.json");
+    assert!(recorded.to_string().contains("wall-time"), "{recorded}");
+}
+
+/// Runs `sleep 30` in a run created with a cancel token, cancels the token
+/// `delay` after the command is seen running, and concludes the run.
+async fn cancel_a_running_command(
+    fx: &Fixture,
+    mark: &str,
+    delay: Duration,
+) -> (CommandOutcome, RunReport) {
+    let cancel = CancellationToken::new();
+    let mut ws = fx
+        .runner()
+        .create(
+            fx.contract(),
+            CreateOptions {
+                run_id: None,
+                cancel: Some(cancel.clone()),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ws.state(), &State::Sealed);
+    let canceller = {
+        let mark = mark.to_owned();
+        std::thread::spawn(move || {
+            let seen = wait_for_process(&mark, Duration::from_secs(20));
+            std::thread::sleep(delay);
+            cancel.cancel();
+            seen
+        })
+    };
+    let started = Instant::now();
+    let outcome = ws
+        .exec(&shell("sleep 30; true", mark), CommandIo::captured())
+        .await
+        .unwrap();
+    assert!(canceller.join().unwrap(), "the command never started");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert!(!outcome.succeeded());
+
+    // No further command starts once cancelled.
+    let refused = ws
+        .exec(&shell("echo late > late", mark), CommandIo::captured())
+        .await;
+    assert!(refused.is_err());
+
+    let report = ws.finish().await.unwrap();
+    assert_concluded(fx, &report, &[mark]);
+    assert_eq!(report.outcome.failure, Some(FailureCause::Cancelled));
+    assert_eq!(report.outcome.ended_in, StateName::Failed);
+    assert_eq!(report.outcome.commands.len(), 1);
+    assert_eq!(report.outcome.changed_paths, 0);
+    (outcome, report)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_while_a_command_runs_stops_it_and_fails_the_run_as_cancelled() {
+    let fx = Fixture::new("cancel");
+    let mark = marker("cancel");
+    cancel_a_running_command(&fx, &mark, Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cancelled_while_waited_for_is_recorded_as_killed_cancelled() {
+    let fx = Fixture::new("cancel-record");
+    let mark = marker("cancel-record");
+    // Long enough for the runner to be inside `Execution::wait` when the token fires.
+    let (outcome, report) = cancel_a_running_command(&fx, &mark, Duration::from_millis(300)).await;
+    assert_eq!(
+        outcome.exit.killed,
+        Some(KillCause::Cancelled),
+        "{outcome:?}"
+    );
+    assert_ne!(
+        outcome.exit.status,
+        ExitStatusRecord::Unknown,
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.error, None);
+    assert_eq!(report.outcome.commands[0], outcome);
+    let recorded = read_json(&report.evidence, "commands/0001/command.json");
+    assert!(recorded.to_string().contains("cancelled"), "{recorded}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_the_stack_cannot_keep_is_refused_before_anything_is_created() {
+    let fx = Fixture::new("unsupported");
+    let mut contract = fx.contract();
+    contract.environment.limits.disk = Some(ByteSize(1 << 30));
+    let error = fx
+        .runner()
+        .create(contract, CreateOptions::default())
+        .await
+        .expect_err("a disk limit must be refused by the namespace stack");
+    assert!(error.evidence.is_none(), "{error:?}");
+    match error.kind.as_ref() {
+        RunErrorKind::Unsupported(problems) => {
+            let text = problems.to_string();
+            assert!(text.contains("environment.limits.disk"), "{text}");
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    for dir in [&fx.runtime, &fx.evidence] {
+        assert!(
+            list_tree(dir).is_empty(),
+            "{} was written: {:?}",
+            dir.display(),
+            list_tree(dir)
+        );
+    }
+    fx.assert_nothing_left(&error.run_id, &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_revision_that_does_not_exist_fails_with_sealed_evidence() {
+    let fx = Fixture::new("badrev");
+    let error = fx
+        .runner()
+        .create(
+            fx.contract_at("no-such-branch-anywhere"),
+            CreateOptions::default(),
+        )
+        .await
+        .expect_err("a missing revision must fail the run");
+    let evidence = error
+        .evidence
+        .clone()
+        .expect("the failure comes with evidence");
+    assert_eq!(evidence, fx.paths(&error.run_id).evidence);
+    assert!(
+        matches!(error.kind.as_ref(), RunErrorKind::Boundary(e) if e.boundary == BoundaryKind::Source),
+        "{error:?}"
+    );
+    assert_intact(&evidence);
+    let outcome = read_outcome(&evidence);
+    assert_eq!(outcome.ended_in, StateName::Failed);
+    match &outcome.failure {
+        Some(FailureCause::Boundary { boundary, message }) => {
+            assert_eq!(*boundary, BoundaryKind::Source);
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected a source boundary failure, got {other:?}"),
+    }
+    assert!(outcome.commands.is_empty());
+    assert!(!evidence.join("source.json").exists());
+    let states = journal_states(&fx.paths(&error.run_id).journal);
+    assert_eq!(states.last(), Some(&State::Cleaned), "{states:?}");
+    assert!(
+        states.iter().any(|s| matches!(
+            s,
+            State::Failed {
+                at: StateName::Provisioning,
+                ..
+            }
+        )),
+        "{states:?}"
+    );
+    fx.assert_nothing_left(&error.run_id, &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_one_byte_of_a_commands_output_is_found_by_verify() {
+    let fx = Fixture::new("tamper");
+    let mark = marker("tamper");
+    let report = fx
+        .runner()
+        .run(
+            fx.contract(),
+            &shell("echo the-original-output", &mark),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_concluded(&fx, &report, &[&mark]);
+    let stdout = report.evidence.join("commands/0001/stdout");
+    let mut bytes = std::fs::read(&stdout).unwrap();
+    assert_eq!(bytes, b"the-original-output\n");
+    bytes[4] ^= 0x01;
+    let mut perms = std::fs::metadata(&stdout).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)] // root can, and the tamperer is root
+    perms.set_readonly(false);
+    std::fs::set_permissions(&stdout, perms).unwrap();
+    std::fs::write(&stdout, &bytes).unwrap();
+    let found = verify(&report.evidence).unwrap();
+    assert!(!found.is_intact());
+    assert_eq!(found.problems.len(), 1, "{:?}", found.problems);
+    assert!(
+        matches!(&found.problems[0], Tamper::Changed { path, .. } if path == "commands/0001/stdout"),
+        "{:?}",
+        found.problems
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_checks_run_before_export_and_are_bound_to_the_patch_digest() {
+    let fx = Fixture::new("checks");
+    let mark = marker("checks");
+    let mut contract = fx.contract();
+    contract.promotion.required_checks = vec![
+        RequiredCheck {
+            name: "x exists".into(),
+            command: vec!["/bin/sh".into(), "-c".into(), "test -f x".into()],
+            timeout: None,
+        },
+        RequiredCheck {
+            name: "y exists".into(),
+            command: vec!["/bin/sh".into(), "-c".into(), "test -f y".into()],
+            timeout: Some(DurationSpec::from_secs(30)),
+        },
+    ];
+    let report = fx
+        .runner()
+        .run(
+            contract,
+            &shell("echo hi > x", &mark),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_concluded(&fx, &report, &[&mark]);
+    let digest = report.outcome.patch_sha256.clone().expect("a patch digest");
+    let patch = std::fs::read(report.evidence.join("diff.patch")).unwrap();
+    assert_eq!(digest, sha256_hex(&patch));
+    let checks = read_json(&report.evidence, "checks.json");
+    let checks = checks.as_array().expect("checks.json is a list");
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    assert_eq!(checks[0]["name"], "x exists");
+    assert_eq!(checks[0]["passed"], true);
+    assert_eq!(checks[0]["patch_sha256"], digest.as_str());
+    assert_eq!(checks[1]["name"], "y exists");
+    assert_eq!(checks[1]["passed"], false);
+    assert_eq!(checks[1]["patch_sha256"], digest.as_str());
+    // The checks ran as commands 2 and 3 of the run, in the sealed workspace.
+    let commands = &report.outcome.commands;
+    assert_eq!(commands.len(), 3, "{commands:?}");
+    assert_eq!(commands[1].argv[2], "test -f x");
+    assert_eq!(commands[1].exit.status, ExitStatusRecord::Code(0));
+    assert_eq!(commands[2].exit.status, ExitStatusRecord::Code(1));
+    assert!(report.evidence.join("commands/0003/command.json").is_file());
+    // A failed check does not fail the run: it is recorded for promotion to judge.
+    assert_eq!(report.outcome.failure, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_run_exports_an_empty_patch() {
+    let fx = Fixture::new("empty");
+    let mark = marker("empty");
+    let ws = fx
+        .runner()
+        .create(fx.contract(), CreateOptions::default())
+        .await
+        .unwrap();
+    let run_id = ws.run_id().clone();
+    assert!(fx.paths(&run_id).run_dir.is_dir());
+    let report = ws.finish().await.unwrap();
+    assert_concluded(&fx, &report, &[&mark]);
+    assert!(report.outcome.commands.is_empty());
+    assert_eq!(report.outcome.changed_paths, 0);
+}

@@ -1,0 +1,430 @@
+//! Crash recovery of runs whose runner was SIGKILLed in each lifecycle state.
+//!
+//! A test binary of its own (`harness = false`): [`main`] runs every case in
+//! order, each in a runtime of its own, and reports them as libtest does. Each
+//! case starts this binary again as the runner, with `AW_RECOVERY_*` variables
+//! naming the state to stop in and the fixture's directories (child mode, see
+//! [`support::crash_child`]). The child drives a real run over the default stack,
+//! wrapped in [gates](support::gates) that hold it in the wanted state, writes a
+//! ready file and waits. The parent SIGKILLs it, then calls `Runner::recover`
+//! with the plain stack and checks that the run was exported, sealed and cleaned
+//! up, leaving nothing behind, or, for a suspended run, left alone for a resume.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod support;
+
+use std::io::Write;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use backend_namespace::cgroup::{CgroupLayout, leaked_paths};
+use support::crash::{Target, spawn_child, wait_ready};
+use support::{
+    Fixture, assert_intact, git_stdout, journal_states, list_tree, marker, read_outcome,
+    wait_until_gone,
+};
+use workspace_core::RunId;
+use workspace_core::boundary::SourceRecord;
+use workspace_core::lifecycle::{FailureCause, State, StateName};
+use workspace_core::runner::CreateOptions;
+
+/// The name of the case for `target`.
+fn case_name(target: Target) -> String {
+    match target {
+        Target::Running => "recovers_a_run_lost_in_running_and_kills_its_command".into(),
+        Target::ProvisionedNotRecorded => {
+            "recovers_a_run_lost_in_provisioning_after_the_checkout_was_made".into()
+        }
+        Target::Suspended => "leaves_a_run_suspended_before_the_crash_for_resume".into(),
+        other => format!("recovers_a_run_lost_in_{}", snake(&format!("{other:?}"))),
+    }
+}
+
+fn snake(camel: &str) -> String {
+    let mut out = String::new();
+    for c in camel.chars() {
+        if c.is_ascii_uppercase() && !out.is_empty() {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+/// The command line, as far as this harness understands libtest's.
+#[derive(Default)]
+struct Args {
+    list: bool,
+    exact: bool,
+    ignored_only: bool,
+    filters: Vec<String>,
+    skip: Vec<String>,
+}
+
+impl Args {
+    fn parse() -> Self {
+        let mut args = Self::default();
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--list" => args.list = true,
+                "--exact" => args.exact = true,
+                "--ignored" => args.ignored_only = true,
+                "--skip" => args.skip.extend(it.next()),
+                "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" => {
+                    it.next();
+                }
+                flag if flag.starts_with('-') => {} // --nocapture, --quiet, ...
+                filter => args.filters.push(filter.to_owned()),
+            }
+        }
+        args
+    }
+
+    fn selects(&self, name: &str) -> bool {
+        let matches = |f: &String| {
+            if self.exact {
+                name == f
+            } else {
+                name.contains(f.as_str())
+            }
+        };
+        // No test of this binary is ignored.
+        !self.ignored_only
+            && (self.filters.is_empty() || self.filters.iter().any(matches))
+            && !self.skip.iter().any(matches)
+    }
+}
+
+fn main() -> ExitCode {
+    support::crash_child::run_if_child();
+    let args = Args::parse();
+    let cases: Vec<(String, Target)> = Target::ALL
+        .into_iter()
+        .map(|t| (case_name(t), t))
+        .filter(|(name, _)| args.selects(name))
+        .collect();
+    if args.list {
+        for (name, _) in &cases {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let filtered = Target::ALL.len() - cases.len();
+    println!("\nrunning {} tests", cases.len());
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    for (name, target) in &cases {
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(run_case(*target));
+        }));
+        let verdict = if result.is_ok() { "ok" } else { "FAILED" };
+        println!("test {name} ... {verdict}");
+        let _ = std::io::stdout().flush();
+        if result.is_err() {
+            failed.push(name.clone());
+        }
+    }
+    if !failed.is_empty() {
+        println!("\nfailures:");
+        for name in &failed {
+            println!("    {name}");
+        }
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {:.2}s\n",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        cases.len() - failed.len(),
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+async fn run_case(target: Target) {
+    if target == Target::Suspended {
+        crash_while_suspended().await;
+    } else {
+        crash_and_recover(target).await;
+    }
+}
+
+/// Starts the child runner, waits until it holds the run in `target`, SIGKILLs
+/// it, recovers, and checks everything recovery promises.
+async fn crash_and_recover(target: Target) {
+    let slug = target.slug();
+    let fx = Fixture::new(&format!("rec-{slug}"));
+    let run_id = RunId::new(format!("crash-{slug}")).unwrap();
+    let mark = marker(&format!("rec-{slug}"));
+    let paths = fx.paths(&run_id);
+
+    let mut child = spawn_child(&fx, target, &run_id, &mark);
+    wait_ready(child.child(), fx.base.path());
+    // The child holds the journal: recovery must leave a live run alone.
+    let live = fx.runner().recover().await.unwrap();
+    assert_eq!(live.live, vec![run_id.clone()], "{live:?}");
+    assert!(live.recovered.is_empty(), "{live:?}");
+    if target == Target::Running {
+        assert!(
+            !support::processes_with(&mark).is_empty(),
+            "the command is not running: the test would prove nothing"
+        );
+    }
+    if target.holds_cgroups() {
+        assert!(
+            !run_cgroups(&fx, &run_id).is_empty(),
+            "the sealed run has no cgroup: the test would prove nothing"
+        );
+    }
+    if target == Target::ProvisionedNotRecorded {
+        assert!(
+            !list_tree(&paths.run_dir).is_empty(),
+            "provisioning left nothing: the test would prove nothing"
+        );
+        assert!(!paths.evidence.join("source.json").exists());
+    }
+    child.kill_now();
+    let states = journal_states(&paths.journal);
+    // A journal without a record is a run in `requested`.
+    assert_eq!(
+        states.last().map_or(StateName::Requested, State::name),
+        target.journal_state(),
+        "the child stopped elsewhere: {states:?}"
+    );
+
+    let report = fx.runner().recover().await.unwrap();
+    assert!(report.live.is_empty(), "{report:?}");
+    assert!(report.unreadable.is_empty(), "{report:?}");
+    assert!(report.suspended.is_empty(), "{report:?}");
+    assert_eq!(report.recovered.len(), 1, "{report:?}");
+    let recovered = &report.recovered[0];
+    assert_eq!(recovered.run.run_id, run_id);
+    assert_eq!(recovered.run.found_in.name(), target.journal_state());
+    assert!(
+        recovered.cleaned,
+        "not cleaned: {:?}; left in the run directory: {:?}",
+        recovered.errors,
+        list_tree(&paths.run_dir)
+    );
+    assert!(recovered.errors.is_empty(), "{:?}", recovered.errors);
+    assert_eq!(recovered.exported_now, !target.sealed_before_crash());
+
+    // The evidence exists, is sealed and intact, and says how the run ended.
+    assert_intact(&paths.evidence);
+    for file in [
+        "contract.json",
+        "journal.jsonl",
+        "outcome.json",
+        "checks.json",
+    ] {
+        assert!(
+            paths.evidence.join(file).is_file(),
+            "{file} missing: {:?}",
+            list_tree(&paths.evidence)
+        );
+    }
+    let outcome = read_outcome(&paths.evidence);
+    assert_eq!(outcome.run_id, run_id);
+    if target.sealed_before_crash() {
+        assert_eq!(outcome.failure, None, "{outcome:?}");
+        assert_eq!(outcome.ended_in, StateName::Draining);
+    } else {
+        assert_eq!(
+            outcome.failure,
+            Some(FailureCause::RunnerLost),
+            "{outcome:?}"
+        );
+        assert_eq!(outcome.ended_in, StateName::Failed);
+        let expected = format!("lost in state {}", target.journal_state());
+        assert!(
+            outcome.errors.iter().any(|e| e.contains(&expected)),
+            "{:?}",
+            outcome.errors
+        );
+    }
+    let recorded_checkout = !matches!(
+        target,
+        Target::Requested | Target::Waiting | Target::Provisioning | Target::ProvisionedNotRecorded
+    );
+    if recorded_checkout {
+        // What the checkout held was exported before it was removed.
+        assert!(paths.evidence.join("source.json").is_file());
+        assert!(
+            paths.evidence.join("diff.patch").is_file(),
+            "{:?}",
+            list_tree(&paths.evidence)
+        );
+    }
+    if target == Target::Running {
+        let stdout = std::fs::read_to_string(paths.evidence.join("commands/0001/stdout"));
+        assert_eq!(stdout.unwrap(), "running\n");
+    }
+    if matches!(
+        target,
+        Target::Draining | Target::Failed | Target::Exporting | Target::CleaningUp
+    ) {
+        let stdout = std::fs::read_to_string(paths.evidence.join("commands/0001/stdout"));
+        assert_eq!(stdout.unwrap(), "started\n");
+        let patch = std::fs::read_to_string(paths.evidence.join("diff.patch")).unwrap();
+        assert!(patch.contains("+changed-by-the-run"), "{patch}");
+    }
+
+    // The journal ends in `cleaned`, after a failure with cause RunnerLost when
+    // the run had not failed already.
+    let states = journal_states(&paths.journal);
+    assert_eq!(states.last(), Some(&State::Cleaned), "{states:?}");
+    if target != Target::Failed {
+        assert!(
+            states.iter().any(|s| matches!(
+                s,
+                State::Failed {
+                    cause: FailureCause::RunnerLost,
+                    ..
+                }
+            )),
+            "{states:?}"
+        );
+    }
+    fx.assert_nothing_left(&run_id, &[&mark]);
+    assert_no_mounts_or_worktrees(&fx);
+
+    // A second recovery has nothing to do.
+    let again = fx.runner().recover().await.unwrap();
+    assert!(again.recovered.is_empty(), "{again:?}");
+    assert!(again.live.is_empty(), "{again:?}");
+    assert_eq!(again.finished, vec![run_id.clone()]);
+    assert_intact(&paths.evidence);
+}
+
+/// The child suspends its run after one command and is then killed: recovery
+/// leaves the parked run alone (nothing of it runs, its checkout stays), and a
+/// resume in another runner brings it back and finishes it.
+async fn crash_while_suspended() {
+    let target = Target::Suspended;
+    let fx = Fixture::new("rec-suspended");
+    let run_id = RunId::new("crash-suspended").unwrap();
+    let mark = marker("rec-suspended");
+    let paths = fx.paths(&run_id);
+
+    let mut child = spawn_child(&fx, target, &run_id, &mark);
+    wait_ready(child.child(), fx.base.path());
+    // The suspend released the journal: even with its runner alive, the run is
+    // parked, not live.
+    let parked = fx.runner().recover().await.unwrap();
+    assert_eq!(parked.suspended, vec![run_id.clone()], "{parked:?}");
+    assert!(parked.live.is_empty(), "{parked:?}");
+    child.kill_now();
+    let states = journal_states(&paths.journal);
+    assert_eq!(states.last(), Some(&State::Suspended), "{states:?}");
+
+    let report = fx.runner().recover().await.unwrap();
+    assert_eq!(report.suspended, vec![run_id.clone()], "{report:?}");
+    assert!(report.recovered.is_empty(), "{report:?}");
+    assert!(report.live.is_empty(), "{report:?}");
+    assert!(report.finished.is_empty(), "{report:?}");
+    assert!(report.unreadable.is_empty(), "{report:?}");
+    // Recovery changed nothing: the journal still ends in `suspended`.
+    assert_eq!(journal_states(&paths.journal), states);
+
+    // Nothing of the run runs; its checkout, with the command's change, stays.
+    let alive = wait_until_gone(&mark, Duration::from_secs(5));
+    assert!(
+        alive.is_empty(),
+        "processes of the suspended run: {alive:?}"
+    );
+    let cgroups = run_cgroups(&fx, &run_id);
+    assert!(
+        cgroups.is_empty(),
+        "cgroups of the suspended run: {cgroups:?}"
+    );
+    let source: SourceRecord =
+        serde_json::from_slice(&std::fs::read(paths.evidence.join("source.json")).unwrap())
+            .unwrap();
+    let change = source.workspace.join("change.txt");
+    assert_eq!(
+        std::fs::read_to_string(&change).unwrap_or_default(),
+        "changed-by-the-run\n",
+        "the suspended checkout lost its change: {:?}",
+        list_tree(&paths.run_dir)
+    );
+
+    // Another runner resumes it, sealed again, and finishes it.
+    let runner = fx.runner();
+    let ws = runner
+        .resume(&run_id, CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(ws.state(), &State::Sealed);
+    let done = ws.finish().await.unwrap();
+    assert!(done.cleaned, "not cleaned: {:?}", done.cleanup_errors);
+    assert!(done.cleanup_errors.is_empty(), "{:?}", done.cleanup_errors);
+    assert!(done.evidence_sealed);
+    assert_eq!(done.evidence, paths.evidence);
+    assert_intact(&paths.evidence);
+    let outcome = read_outcome(&paths.evidence);
+    assert_eq!(outcome, done.outcome);
+    assert_eq!(outcome.failure, None, "{outcome:?}");
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    assert_eq!(outcome.commands.len(), 1, "{outcome:?}");
+    assert_eq!(outcome.changed_paths, 1, "{outcome:?}");
+    let stdout = std::fs::read_to_string(paths.evidence.join("commands/0001/stdout"));
+    assert_eq!(stdout.unwrap(), "started\n");
+    let patch = std::fs::read_to_string(paths.evidence.join("diff.patch")).unwrap();
+    assert!(patch.contains("+changed-by-the-run"), "{patch}");
+    let states = journal_states(&paths.journal);
+    assert_eq!(states.last(), Some(&State::Cleaned), "{states:?}");
+    assert!(states.contains(&State::Suspended), "{states:?}");
+    assert!(
+        !states.iter().any(|s| matches!(s, State::Failed { .. })),
+        "{states:?}"
+    );
+    fx.assert_nothing_left(&run_id, &[&mark]);
+    assert_no_mounts_or_worktrees(&fx);
+
+    let again = fx.runner().recover().await.unwrap();
+    assert_eq!(again.finished, vec![run_id.clone()], "{again:?}");
+    assert!(again.suspended.is_empty(), "{again:?}");
+    assert!(again.recovered.is_empty(), "{again:?}");
+}
+
+/// The cgroup directories of run `run_id` that exist.
+fn run_cgroups(fx: &Fixture, run_id: &RunId) -> Vec<std::path::PathBuf> {
+    let layout = CgroupLayout::detect().unwrap();
+    leaked_paths(&layout, &fx.cgroup_parent, run_id).unwrap()
+}
+
+/// Nothing is mounted under the fixture and the source repository has no
+/// worktree but its own.
+fn assert_no_mounts_or_worktrees(fx: &Fixture) {
+    let mounts = mounts_under(fx.base.path());
+    assert!(mounts.is_empty(), "mounts remain: {mounts:?}");
+    let worktrees = git_stdout(&fx.repo, &["worktree", "list", "--porcelain"]);
+    let count = worktrees
+        .lines()
+        .filter(|l| l.starts_with("worktree "))
+        .count();
+    assert_eq!(count, 1, "worktrees remain: {worktrees}");
+}
+
+/// The mount points under `dir` in this process's mount namespace.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| point.starts_with(&dir))
+        .map(str::to_owned)
+        .collect()
+}
