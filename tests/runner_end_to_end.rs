@@ -238,8 +238,8 @@ async fn cancel_a_running_command(
         .create(
             fx.contract(),
             CreateOptions {
-                run_id: None,
                 cancel: Some(cancel.clone()),
+                ..CreateOptions::default()
             },
         )
         .await

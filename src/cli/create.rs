@@ -41,6 +41,7 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
         let options = CreateOptions {
             run_id: None,
             cancel: Some(cancel_on_ctrl_c()),
+            observer: super::progress::on_terminal(),
         };
         let workspace = match runner.create(contract, options).await {
             Ok(workspace) => workspace,

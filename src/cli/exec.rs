@@ -50,6 +50,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         let options = CreateOptions {
             run_id: None,
             cancel: Some(cancel_on_ctrl_c()),
+            observer: super::progress::on_terminal(),
         };
         let mut workspace = match runner.resume(&run_id, options).await {
             Ok(workspace) => workspace,

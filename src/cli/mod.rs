@@ -11,6 +11,7 @@ mod export;
 mod host;
 mod ls;
 mod probe;
+mod progress;
 mod promote;
 mod recover;
 mod run;

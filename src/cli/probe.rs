@@ -77,6 +77,7 @@ async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {
     let options = CreateOptions {
         run_id: None,
         cancel: Some(cancel),
+        observer: None,
     };
     let summary = match runner.create(contract, options).await {
         Ok(workspace) => {

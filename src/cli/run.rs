@@ -60,6 +60,7 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         let options = CreateOptions {
             run_id: None,
             cancel: Some(cancel_on_ctrl_c()),
+            observer: super::progress::on_terminal(),
         };
         match runner.run(contract, &command, io, options).await {
             Ok(report) => report_summary(&report, json),

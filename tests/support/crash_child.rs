@@ -76,7 +76,7 @@ impl ChildRun {
     fn options(&self) -> CreateOptions {
         CreateOptions {
             run_id: Some(self.run_id.clone()),
-            cancel: None,
+            ..CreateOptions::default()
         }
     }
 

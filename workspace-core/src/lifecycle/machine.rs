@@ -109,7 +109,6 @@ pub enum LifecycleError {
 /// life.provision(Origin::Fresh).unwrap();
 /// assert_eq!(life.state().name(), StateName::Provisioning);
 /// ```
-#[derive(Debug)]
 pub struct Lifecycle {
     run_id: RunId,
     state: State,
@@ -120,9 +119,33 @@ pub struct Lifecycle {
     entered: Instant,
     timeouts: Timeouts,
     journal: Journal<Transition>,
+    observer: Option<TransitionObserver>,
+}
+
+/// Called after each transition is journaled, with the run and its new state
+/// (e.g. to show progress). It runs on the caller's task: keep it short.
+pub type TransitionObserver = std::sync::Arc<dyn Fn(&RunId, &State) + Send + Sync>;
+
+impl std::fmt::Debug for Lifecycle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lifecycle")
+            .field("run_id", &self.run_id)
+            .field("state", &self.state)
+            .field("export_attempts", &self.export_attempts)
+            .field("export_completed", &self.export_completed)
+            .field("timeouts", &self.timeouts)
+            .field("journal", &self.journal)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 impl Lifecycle {
+    /// Calls `observer` after every later transition.
+    pub fn observe(&mut self, observer: TransitionObserver) {
+        self.observer = Some(observer);
+    }
+
     /// Starts the lifecycle of a new run in `Requested`, with a new journal at
     /// `journal_path` that this process holds locked while the value lives.
     ///
@@ -148,6 +171,7 @@ impl Lifecycle {
             entered: Instant::now(),
             timeouts,
             journal,
+            observer: None,
         })
     }
 
@@ -197,6 +221,7 @@ impl Lifecycle {
             entered: Instant::now(),
             timeouts,
             journal,
+            observer: None,
         };
         Ok((life, read.torn_tail))
     }
@@ -274,6 +299,9 @@ impl Lifecycle {
         self.export_completed |= to == StateName::Exported;
         self.state = transition.to;
         self.entered = Instant::now();
+        if let Some(observer) = &self.observer {
+            observer(&self.run_id, &self.state);
+        }
         Ok(&self.state)
     }
 

@@ -60,7 +60,7 @@ use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
 use crate::capacity::Capacity;
 use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
-use crate::lifecycle::{Lifecycle, State, Timeouts};
+use crate::lifecycle::{Lifecycle, State, Timeouts, TransitionObserver};
 use crate::recovery::{RecoveryError, RecoveryReport, recover};
 
 /// Where a runner keeps runs, and how long their transient states may last.
@@ -86,13 +86,15 @@ impl RunnerConfig {
 }
 
 /// Options of one run.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct CreateOptions {
     /// The run's id; a new unique one when `None`.
     pub run_id: Option<RunId>,
     /// Cancels the run from outside (e.g. on Ctrl-C): a waiting, provisioning or
     /// running run fails with cause `cancelled`, and is still exported and cleaned.
     pub cancel: Option<CancellationToken>,
+    /// Told about every lifecycle transition, after it is journaled (progress).
+    pub observer: Option<TransitionObserver>,
 }
 
 /// How to end a run.
@@ -102,6 +104,16 @@ pub struct FinishOptions {
     /// none: a draft review branch needs none unless changes are out of scope).
     /// `None`: export only.
     pub promote: Option<Vec<crate::boundary::ApprovalRecord>>,
+}
+
+impl std::fmt::Debug for CreateOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateOptions")
+            .field("run_id", &self.run_id)
+            .field("cancel", &self.cancel)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
 }
 
 /// Drives runs over one [`Stack`], sharing one [`Capacity`]. Cheap to clone.
@@ -201,8 +213,11 @@ impl Runner {
                 evidence_dir.clone(),
             )
         })?;
-        let life = Lifecycle::create(&paths.journal, run_id.clone(), config.timeouts)
+        let mut life = Lifecycle::create(&paths.journal, run_id.clone(), config.timeouts)
             .map_err(|e| refuse(e.into(), evidence_dir.clone()))?;
+        if let Some(observer) = options.observer {
+            life.observe(observer);
+        }
         let run = RunContext {
             run_id: run_id.clone(),
             contract: Arc::new(contract),
@@ -260,12 +275,15 @@ impl Runner {
         };
         let config = &self.inner.config;
         let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
-        let (life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
+        let (mut life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
             .map_err(|e| refuse(e.into()))?;
         if life.state() != &State::Suspended {
             return Err(refuse(RunErrorKind::NotSuspended {
                 state: life.state().name(),
             }));
+        }
+        if let Some(observer) = options.observer {
+            life.observe(observer);
         }
         let stored = resume::Stored::read(&paths).map_err(refuse)?;
         let run = RunContext {
