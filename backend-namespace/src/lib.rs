@@ -20,7 +20,8 @@
 //!   emptied capability sets and `no_new_privs`;
 //! * [`process`]: [`process::NamespaceProcess`], the Process boundary: seals a run
 //!   (workspace handover to the run's identity, cgroups, mount plan, a probe inside
-//!   with a timeout), spawns commands in it with tokio streams, time, memory, open
+//!   with a timeout), spawns commands in it with tokio streams (or a
+//!   pseudo-terminal, `tty = true`), time, memory, open
 //!   file and file size limits, and tears it down with a leak report — also a run
 //!   sealed by another, dead instance (crash recovery, by the run's cgroups).
 //!

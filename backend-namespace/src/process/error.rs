@@ -79,9 +79,15 @@ pub enum ProcessError {
         /// The cwd as given.
         cwd: String,
     },
-    /// A pseudo-terminal was asked for; this boundary gives pipes only.
-    #[error("tty is not supported by this process boundary yet")]
-    TtyUnsupported,
+    /// Allocating or setting up the pseudo-terminal of a command with `tty = true`
+    /// failed.
+    #[error("the command's pseudo-terminal: {step}: {source}")]
+    Pty {
+        /// What was being done.
+        step: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
     /// The probe inside the sealed boundary did not run as expected.
     #[error("boundary probe: {message}")]
     Probe {

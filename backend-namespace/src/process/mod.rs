@@ -29,6 +29,22 @@
 //!   pipes turned into tokio streams. A bare program name is looked up in the run's
 //!   `PATH` inside the run, as `execvp` does; one with a `/` is relative to `cwd`.
 //!   `cwd` is relative to the workspace root, without `..`.
+//! * **terminal** (`CommandSpec::tty = true`): the command's stdin, stdout and
+//!   stderr are the slave of a pseudo-terminal allocated by the runner before the
+//!   clone ([`PTY_WINDOW_SIZE`], 80x24), and the command makes it its controlling
+//!   terminal after `setsid`, so `/dev/tty` inside is that terminal. The
+//!   execution's stdout reads the master and its stdin writes to it; **stderr is
+//!   merged**: everything the command writes arrives on stdout, and the stderr
+//!   stream is empty (it ends at once). The line discipline is in between: output
+//!   lines end in `\r\n`, input is echoed to stdout, and closing stdin does *not*
+//!   end the command's input (send `^D`, `0x04`, at the start of a line). When
+//!   the command's tree has ended, the master's `EIO` is the end of the stdout
+//!   stream, not an error. The slave belongs to the host's devpts instance, which
+//!   the run cannot name: `isatty`, `stty` and `/dev/tty` work inside, but
+//!   `ttyname` fails (`tty` prints `not a tty`, `ps` shows `?`). Every run has a
+//!   devpts instance of its own at `/dev/pts` (`newinstance`, `ptmxmode=0666`,
+//!   `/dev/ptmx` a link into it) for terminals it opens itself; no host terminal
+//!   is visible there.
 //! * **wait** honours the smaller of `timeout_ms` and the run's wall-time limit:
 //!   the command's pid namespace is killed and the record says
 //!   [`KillCause::Timeout`]. When the run's memory cgroup counted an OOM kill while
@@ -42,8 +58,10 @@
 //!   hierarchy, [`RunCgroup::adopt`]), everything in them is killed, and they are
 //!   removed. No cgroup left is a clean report. Idempotent.
 //!
-//! Not yet: PTYs, port/cache leases, networks other than loopback, a disk quota on
-//! the workspace itself (`limits.disk` caps only the size of each file a process
+//! Not yet: resizing a command's terminal (the window stays [`PTY_WINDOW_SIZE`]), a
+//! terminal allocated in the run's own devpts instance (so that `ttyname` works
+//! inside), port/cache leases, networks other than loopback, a disk quota on the
+//! workspace itself (`limits.disk` caps only the size of each file a process
 //! writes, through `RLIMIT_FSIZE`).
 //!
 //! [`MountPlan`]: workspace_core::mount_plan::MountPlan
@@ -55,18 +73,20 @@ mod execution;
 mod handover;
 mod host;
 pub mod observe;
+mod pty;
 mod seal;
 mod workspace;
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use workspace_core::RunId;
 use workspace_core::boundary::{
-    BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary, ProcessBoundary,
-    ProcessCapabilities, RunContext, SealPlan,
+    BoundaryError, CommandSpec, Execution, InputStream, LeakReport, ObservedBoundary, OutputStream,
+    ProcessBoundary, ProcessCapabilities, RunContext, SealPlan,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 use workspace_core::mount_plan::HostLayout;
@@ -75,10 +95,12 @@ pub use error::ProcessError;
 pub use execution::NamespaceExecution;
 pub use handover::{HandoverOutcome, MAX_OPEN_DIRS, hand_over};
 pub use host::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
+pub use pty::PTY_WINDOW_SIZE;
 pub use workspace::{PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
 
 use crate::cgroup::{CgroupLayout, RunCgroup, leaked_paths};
 use execution::{OomCounter, Parts};
+use pty::{Pty, PtyReader, PtyWriter};
 use seal::{RunSpec, Sealed};
 
 /// The host id that id 0 inside a run maps to; id `n` maps to base + `n`.
@@ -321,50 +343,112 @@ async fn spawn_command(
     command: &CommandSpec,
 ) -> Result<Box<dyn Execution>, ProcessError> {
     let spec = spec?;
-    if command.tty {
-        return Err(ProcessError::TtyUnsupported);
-    }
     command.argv.first().ok_or(ProcessError::EmptyArgv)?;
     let cwd = workdir(&spec.plan.workdir, &command.cwd)?;
-    let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
-    let (stdout_read, stdout_write) = seal::pipe("the command's stdout pipe")?;
-    let (stderr_read, stderr_write) = seal::pipe("the command's stderr pipe")?;
     let mut request = spec.request(command.argv.clone());
     request.cwd = cwd;
-    request.stdin = Some(stdin_read);
-    request.stdout = Some(stdout_write);
-    request.stderr = Some(stderr_write);
+    let streams = if command.tty {
+        let pty = Pty::open()?;
+        let slave = |what| {
+            pty.slave
+                .try_clone()
+                .map_err(|source| ProcessError::Pty { step: what, source })
+        };
+        request.stdin = Some(slave("duplicating the slave for stdin")?);
+        request.stdout = Some(slave("duplicating the slave for stdout")?);
+        request.stderr = Some(pty.slave);
+        request.controlling_terminal = true;
+        Streams::Pty(pty.master)
+    } else {
+        let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
+        let (stdout_read, stdout_write) = seal::pipe("the command's stdout pipe")?;
+        let (stderr_read, stderr_write) = seal::pipe("the command's stderr pipe")?;
+        request.stdin = Some(stdin_read);
+        request.stdout = Some(stdout_write);
+        request.stderr = Some(stderr_write);
+        Streams::Pipes {
+            stdin: stdin_write,
+            stdout: stdout_read,
+            stderr: stderr_read,
+        }
+    };
     let oom = spec.oom_file.clone().map(OomCounter::start);
     let child = blocking("starting the command", move || {
         let child = crate::spawn::spawn(&request);
-        drop(request); // the parent's copies of the child's ends
+        // The parent's copies of the child's ends (pipe ends or the pty's slave):
+        // the command's output ends when the command's tree has closed them all.
+        drop(request);
         child.map_err(|source| ProcessError::Spawn {
             step: "starting the command",
             source,
         })
     })
     .await?;
-    let pipe_err = |step| move |source| ProcessError::Pipe { step, source };
-    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_write)
-        .map_err(pipe_err("registering the command's stdin"))?;
-    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_read)
-        .map_err(pipe_err("registering the command's stdout"))?;
-    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_read)
-        .map_err(pipe_err("registering the command's stderr"))?;
+    let (stdin, stdout, stderr) = streams.register()?;
     let timeout = match (command.timeout_ms, spec.wall_time_ms) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    tracing::info!(run_id = %run.run_id, argv = ?command.argv, pid = child.pid(), "command started");
+    tracing::info!(run_id = %run.run_id, argv = ?command.argv, tty = command.tty,
+        pid = child.pid(), "command started");
     Ok(Box::new(NamespaceExecution::new(Parts {
         run_id: run.run_id.clone(),
         child,
-        stdin: Box::pin(stdin),
-        stdout: Box::pin(stdout),
-        stderr: Box::pin(stderr),
+        stdin,
+        stdout,
+        stderr,
         timeout: timeout.map(Duration::from_millis),
         oom,
     })))
+}
+
+/// The parent's ends of a command's stdio, before they are registered with tokio.
+enum Streams {
+    /// Three pipes.
+    Pipes {
+        stdin: OwnedFd,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+    },
+    /// The master of the command's pseudo-terminal: stdout reads it, stdin
+    /// writes it, stderr is empty (the command's stderr is the same terminal).
+    Pty(OwnedFd),
+}
+
+impl Streams {
+    fn register(self) -> Result<(InputStream, OutputStream, OutputStream), ProcessError> {
+        let pipe_err = |step| move |source| ProcessError::Pipe { step, source };
+        match self {
+            Self::Pipes {
+                stdin,
+                stdout,
+                stderr,
+            } => {
+                let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin)
+                    .map_err(pipe_err("registering the command's stdin"))?;
+                let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)
+                    .map_err(pipe_err("registering the command's stdout"))?;
+                let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr)
+                    .map_err(pipe_err("registering the command's stderr"))?;
+                Ok((Box::pin(stdin), Box::pin(stdout), Box::pin(stderr)))
+            }
+            Self::Pty(master) => {
+                let pty_err = |step| move |source| ProcessError::Pty { step, source };
+                let input = master
+                    .try_clone()
+                    .map_err(pty_err("duplicating the master for stdin"))?;
+                let stdin =
+                    PtyWriter::new(input).map_err(pty_err("registering the master for stdin"))?;
+                let stdout =
+                    PtyReader::new(master).map_err(pty_err("registering the master for stdout"))?;
+                Ok((
+                    Box::pin(stdin),
+                    Box::pin(stdout),
+                    Box::pin(tokio::io::empty()),
+                ))
+            }
+        }
+    }
 }
 
 /// `root` joined with the workspace-relative `cwd` (`"."` is the root).

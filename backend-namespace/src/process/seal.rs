@@ -132,7 +132,9 @@ pub(crate) fn prepare(
         identity,
         host: &options.host,
         excluded: &excluded,
-        pty: false,
+        // Every run gets a devpts instance of its own, so a command may ask for a
+        // terminal (`tty = true`) and a run may open terminals of its own.
+        pty: true,
     })
     .map_err(|problems| ProcessError::Plan {
         problems: problems.to_string(),

@@ -177,10 +177,13 @@ pub enum ChildStage {
     Exec = 24,
     /// Setting the resource limits (`prlimit64`).
     Rlimits = 25,
+    /// Making stdin (a pseudo-terminal) the command's controlling terminal
+    /// (`ioctl(0, TIOCSCTTY, 0)` after `setsid`).
+    ControllingTerminal = 26,
 }
 
 impl ChildStage {
-    const ALL: [ChildStage; 25] = [
+    const ALL: [ChildStage; 26] = [
         Self::Signals,
         Self::Descriptors,
         Self::Go,
@@ -206,6 +209,7 @@ impl ChildStage {
         Self::Seccomp,
         Self::Exec,
         Self::Rlimits,
+        Self::ControllingTerminal,
     ];
 
     pub(crate) fn from_u32(value: u32) -> Option<Self> {
@@ -241,6 +245,7 @@ impl fmt::Display for ChildStage {
             Self::Seccomp => "installing the seccomp filter",
             Self::Exec => "execve",
             Self::Rlimits => "setting the resource limits",
+            Self::ControllingTerminal => "making the pseudo-terminal the controlling terminal",
         };
         f.write_str(text)
     }

@@ -8,6 +8,12 @@
 //! exits) and exits. So the whole tree ends when the command ends, and the host's
 //! `waitpid` on pid 1 returns only after the namespace is empty.
 //!
+//! The command starts a session of its own (`setsid`), so it never shares the
+//! runner's controlling terminal; with [`SpawnRequest::controlling_terminal`] it
+//! then makes its stdin (a pseudo-terminal's slave) its controlling terminal.
+//!
+//! [`SpawnRequest::controlling_terminal`]: super::SpawnRequest::controlling_terminal
+//!
 //! Signals stay blocked in pid 1 (`waitpid` does not need `SIGCHLD` delivered), so
 //! nothing inside can disturb it: inside its namespace, init receives only signals
 //! it has handlers for, and it has none. The host kills it with `SIGKILL`.
@@ -86,13 +92,20 @@ fn report(stage: ChildStage, errno: raw::Errno) -> Report {
     }
 }
 
-/// The command's side: new session, signals unblocked, `execve` (the seccomp filter
-/// is inherited from pid 1).
+/// The command's side: new session, the controlling terminal when asked for,
+/// signals unblocked, `execve` (the seccomp filter is inherited from pid 1).
 /// Returns only on failure.
 fn exec_command(p: &Prepared) -> Report {
     // SAFETY: setsid has no memory arguments.
     if unsafe { libc::setsid() } < 0 {
         return report(ChildStage::Session, raw::errno());
+    }
+    // A session leader without a controlling terminal acquires stdin (the slave of
+    // the command's pseudo-terminal, which no other session has) with argument 0:
+    // no capability is needed or used to steal a terminal from another session.
+    // SAFETY: TIOCSCTTY takes an integer argument; fd 0 is the command's stdin.
+    if p.controlling_terminal && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0 as libc::c_int) } < 0 {
+        return report(ChildStage::ControllingTerminal, raw::errno());
     }
     // SAFETY: `sigset_t` is plain data; sigemptyset initialises it and the empty
     // mask is installed for this process only.

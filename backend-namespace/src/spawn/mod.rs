@@ -81,7 +81,9 @@
 //!   returns [`SpawnError::SetupTimeout`]; a child that cannot die at once (a
 //!   frozen v1 cgroup holds even `SIGKILL` until thawed) is reaped by a detached
 //!   thread when it does;
-//! * no PTY, no network other than `lo`;
+//! * no PTY of its own: a caller passes the slave of a pseudo-terminal it opened as
+//!   stdio and sets [`SpawnRequest::controlling_terminal`] (the process boundary
+//!   does, for `tty = true`); no network other than `lo`;
 //! * the overlay step (layered checkouts) is covered through `NamespaceProcess` in
 //!   `tests/handover.rs`; its lower layer must be owned by the mapped host id;
 //! * what the plan creates in the new tmpfs mounts (mount points, `/etc` files) is
@@ -143,6 +145,12 @@ pub struct SpawnRequest {
     pub stdout: Option<OwnedFd>,
     /// Standard error (duplicated; `None` is `/dev/null`).
     pub stderr: Option<OwnedFd>,
+    /// Make standard input the command's controlling terminal: right after its
+    /// `setsid`, the command calls `ioctl(0, TIOCSCTTY, 0)`, so `/dev/tty` inside is
+    /// that terminal and job control signals come from it. Set it when `stdin` is
+    /// the slave of a pseudo-terminal (a failure is [`ChildStage::ControllingTerminal`];
+    /// `stdin` that is not a terminal fails with `ENOTTY`).
+    pub controlling_terminal: bool,
     /// The seccomp filter of the run, installed in pid 1 right before it forks the
     /// command (which inherits it). `None` (the default) is the filter of
     /// [`SeccompPolicy::default()`](crate::seccomp::SeccompPolicy::default), built by [`spawn`]; set a filter to relax or
@@ -188,6 +196,7 @@ impl SpawnRequest {
             stdin: None,
             stdout: None,
             stderr: None,
+            controlling_terminal: false,
             seccomp: None,
             danger_no_seccomp: false,
             cgroup_procs: Vec::new(),

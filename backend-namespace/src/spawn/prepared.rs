@@ -105,6 +105,9 @@ pub(crate) struct Prepared {
     _envp: Vec<CString>,
     pub envp: Vec<*const c_char>,
     pub cwd: CString,
+    /// Whether the command makes its stdin its controlling terminal
+    /// ([`SpawnRequest::controlling_terminal`]).
+    pub controlling_terminal: bool,
     pub hostname: Vec<u8>,
     pub root_data: CString,
     pub steps: Vec<PreparedStep>,
@@ -192,6 +195,7 @@ impl Prepared {
             envp: pointers(&envp_owned),
             _envp: envp_owned,
             cwd,
+            controlling_terminal: request.controlling_terminal,
             hostname,
             root_data,
             steps,

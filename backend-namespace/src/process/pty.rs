@@ -1,0 +1,221 @@
+//! The pseudo-terminal of a command spawned with `tty = true`.
+//!
+//! The parent allocates the pair before `clone` ([`Pty::open`]): the master
+//! (close-on-exec, non-blocking) stays with the runner and becomes the
+//! execution's stdout ([`PtyReader`]) and stdin ([`PtyWriter`]); the slave
+//! (close-on-exec, `O_NOCTTY`, so it never becomes the *runner's* controlling
+//! terminal) is the command's stdin, stdout and stderr, and the command makes it
+//! its controlling terminal after `setsid`
+//! ([`SpawnRequest::controlling_terminal`](crate::spawn::SpawnRequest::controlling_terminal)).
+//!
+//! The pair is opened on the host's devpts (`/dev/ptmx`), so the slave is
+//! `/dev/pts/N` of the *host's* instance, which the run cannot reach by name:
+//! inside, `/proc/self/fd/0` names a host path the run's mount namespace does not
+//! have, `ttyname` fails and `tty` prints `not a tty`, while `isatty`, `stty` and
+//! `/dev/tty` work (see the [module docs](super)).
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::libc;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::error::ProcessError;
+
+/// The window size (rows, columns) of every command's pseudo-terminal: the
+/// classic 80x24, set with `TIOCSWINSZ` on the master before the command starts
+/// (what `stty size` prints inside is `24 80`). Resizing is not offered yet.
+pub const PTY_WINDOW_SIZE: (u16, u16) = (24, 80);
+
+/// A freshly allocated pseudo-terminal pair.
+#[derive(Debug)]
+pub(crate) struct Pty {
+    /// The runner's side: close-on-exec and non-blocking.
+    pub(crate) master: OwnedFd,
+    /// The command's side: close-on-exec (the child `dup3`s it onto 0..=2).
+    pub(crate) slave: OwnedFd,
+}
+
+fn error(step: &'static str) -> impl Fn(Errno) -> ProcessError {
+    move |errno| ProcessError::Pty {
+        step,
+        source: io::Error::from(errno),
+    }
+}
+
+impl Pty {
+    /// Opens a pair on the host's `/dev/ptmx` with a [`PTY_WINDOW_SIZE`] window.
+    ///
+    /// # Ambient authority
+    /// Opens the host's `/dev/ptmx` (a new terminal of the host's devpts instance).
+    pub(crate) fn open() -> Result<Self, ProcessError> {
+        // O_CLOEXEC at once: another thread may fork and exec at any moment.
+        let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+            .map_err(error("opening /dev/ptmx"))?;
+        nix::pty::grantpt(&master).map_err(error("grantpt"))?;
+        nix::pty::unlockpt(&master).map_err(error("unlockpt"))?;
+        // SAFETY: `into_raw_fd` gives up the descriptor `master` owned; the OwnedFd
+        // is its only owner from here.
+        let master = unsafe { OwnedFd::from_raw_fd(master.into_raw_fd()) };
+        let slave = open_slave(&master)?;
+        let (rows, cols) = PTY_WINDOW_SIZE;
+        let size = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads a `struct winsize`, which `size` is.
+        Errno::result(unsafe {
+            libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &raw const size)
+        })
+        .map_err(error("setting the window size (TIOCSWINSZ)"))?;
+        // Non-blocking for tokio; the flag belongs to the master's open file only,
+        // the slave stays blocking for the command.
+        let flags =
+            OFlag::from_bits_retain(fcntl(&master, FcntlArg::F_GETFL).map_err(error("F_GETFL"))?);
+        fcntl(&master, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))
+            .map_err(error("making the master non-blocking"))?;
+        Ok(Self { master, slave })
+    }
+}
+
+/// The slave of `master`: `TIOCGPTPEER` (Linux 4.13+, no path lookup), else by
+/// the name `ptsname_r` gives.
+fn open_slave(master: &OwnedFd) -> Result<OwnedFd, ProcessError> {
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: TIOCGPTPEER takes the open flags as an integer and returns a new
+    // descriptor.
+    let fd = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) };
+    if fd >= 0 {
+        // SAFETY: a new descriptor nothing else owns.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    let errno = Errno::last();
+    if !matches!(errno, Errno::EINVAL | Errno::ENOTTY) {
+        return Err(error("opening the slave (TIOCGPTPEER)")(errno));
+    }
+    let mut name = [0 as libc::c_char; 64];
+    // SAFETY: the buffer and its length are valid; ptsname_r NUL-terminates.
+    let ret = unsafe { libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len()) };
+    if ret != 0 {
+        return Err(error("ptsname_r")(Errno::from_raw(ret)));
+    }
+    // SAFETY: `name` was NUL-terminated by ptsname_r.
+    let fd = unsafe { libc::open(name.as_ptr(), flags) };
+    Errno::result(fd).map_err(error("opening the slave by name"))?;
+    // SAFETY: a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The command's output, read from the master. `EIO`, which a master returns once
+/// every slave descriptor is closed (the command's whole tree ended), is the end
+/// of the stream, as is every read after it.
+#[derive(Debug)]
+pub(crate) struct PtyReader {
+    fd: AsyncFd<OwnedFd>,
+    done: bool,
+}
+
+impl PtyReader {
+    /// Registers `master` (non-blocking) with the tokio reactor.
+    pub(crate) fn new(master: OwnedFd) -> io::Result<Self> {
+        Ok(Self {
+            // SAFETY: an OwnedFd always returns the same open descriptor, which
+            // stays open until the OwnedFd (owned by the AsyncFd) is dropped.
+            fd: unsafe { AsyncFd::register_with_interest(master, tokio::io::Interest::READABLE) }?,
+            done: false,
+        })
+    }
+}
+
+impl AsyncRead for PtyReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.done || buf.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            let mut guard = ready!(this.fd.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            match guard
+                .try_io(|fd| nix::unistd::read(fd.as_fd(), unfilled).map_err(io::Error::from))
+            {
+                Ok(Ok(n)) => {
+                    if n == 0 {
+                        this.done = true;
+                    }
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => {
+                    this.done = true;
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// The command's input, written to the master (a duplicate of the reader's
+/// descriptor). The terminal's line discipline sees it as typed: it is echoed to
+/// the output, and closing this stream does not end the input: send `^D` (`0x04`)
+/// at the start of a line for end-of-file.
+#[derive(Debug)]
+pub(crate) struct PtyWriter {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl PtyWriter {
+    /// Registers `master` (non-blocking) with the tokio reactor.
+    pub(crate) fn new(master: OwnedFd) -> io::Result<Self> {
+        Ok(Self {
+            // SAFETY: an OwnedFd always returns the same open descriptor, which
+            // stays open until the OwnedFd (owned by the AsyncFd) is dropped.
+            fd: unsafe { AsyncFd::register_with_interest(master, tokio::io::Interest::WRITABLE) }?,
+        })
+    }
+}
+
+impl AsyncWrite for PtyWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        loop {
+            let mut guard = ready!(this.fd.poll_write_ready(cx))?;
+            match guard.try_io(|fd| nix::unistd::write(fd.get_ref(), data).map_err(io::Error::from))
+            {
+                // The command's side is gone: like a pipe without a reader.
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => {
+                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::BrokenPipe)));
+                }
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(result) => return Poll::Ready(result),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
