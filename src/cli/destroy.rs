@@ -6,7 +6,7 @@ use clap::Args;
 use workspace_core::runner::CreateOptions;
 
 use super::host::HostArgs;
-use super::session::{bad_input, block_on, run_id, runner};
+use super::session::on_run;
 use super::summary::{print_summary, report_run_error};
 
 #[derive(Debug, Args)]
@@ -22,15 +22,7 @@ pub(crate) struct DestroyArgs {
 /// exported and sealed, then its checkout is removed. Exit 0 when the evidence
 /// was sealed and the run cleaned up, 1 otherwise.
 pub(crate) fn run(args: DestroyArgs, host: &HostArgs) -> ExitCode {
-    let run_id = match run_id(&args.run) {
-        Ok(id) => id,
-        Err(bad) => return bad_input(bad),
-    };
-    block_on(async move {
-        let runner = match runner(host, None) {
-            Ok(runner) => runner,
-            Err(code) => return code,
-        };
+    on_run(host, &args.run, |runner, run_id| async move {
         let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
             Ok(workspace) => workspace,
             Err(error) => return report_run_error(&error),

@@ -7,7 +7,7 @@ use workspace_core::boundary::CommandSpec;
 use workspace_core::runner::{CommandIo, CreateOptions};
 
 use super::host::HostArgs;
-use super::session::{bad_input, block_on, cancel_on_ctrl_c, run_id, runner};
+use super::session::{cancel_on_ctrl_c, on_run};
 use super::summary::report_run_error;
 use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
@@ -28,10 +28,6 @@ pub(crate) struct ExecArgs {
 /// command with its output passed through and recorded, and suspends the run
 /// again. Exits with the command's status.
 pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
-    let run_id = match run_id(&args.run) {
-        Ok(id) => id,
-        Err(bad) => return bad_input(bad),
-    };
     if args.timeout == Some(0) {
         eprintln!("agent-workspace: --timeout 0: the timeout must be at least 1 second");
         return ExitCode::from(EXIT_BAD_INPUT);
@@ -42,11 +38,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         timeout_ms: args.timeout.map(|secs| secs.saturating_mul(1000)),
         tty: false,
     };
-    block_on(async move {
-        let runner = match runner(host, None) {
-            Ok(runner) => runner,
-            Err(code) => return code,
-        };
+    on_run(host, &args.run, |runner, run_id| async move {
         let options = CreateOptions {
             run_id: None,
             cancel: Some(cancel_on_ctrl_c()),

@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::EXIT_RUNNER_FAILED;
 use super::host::HostArgs;
-use super::session::{bad_input, block_on, run_id, runner};
+use super::session::on_run;
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
@@ -24,15 +24,7 @@ pub(crate) struct ExportArgs {
 /// accepts, and their sha256 (the digest checks and approvals are bound to) on
 /// stderr. The run stays suspended.
 pub(crate) fn run(args: ExportArgs, host: &HostArgs) -> ExitCode {
-    let run_id = match run_id(&args.run) {
-        Ok(id) => id,
-        Err(bad) => return bad_input(bad),
-    };
-    block_on(async move {
-        let runner = match runner(host, None) {
-            Ok(runner) => runner,
-            Err(code) => return code,
-        };
+    on_run(host, &args.run, |runner, run_id| async move {
         let patch = match runner.export_patch(&run_id).await {
             Ok(patch) => patch,
             Err(error) => return report_run_error(&error),

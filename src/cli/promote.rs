@@ -9,7 +9,7 @@ use workspace_core::runner::{CreateOptions, FinishOptions, PromotionOutcome};
 
 use super::EXIT_RUNNER_FAILED;
 use super::host::HostArgs;
-use super::session::{bad_input, block_on, run_id, runner};
+use super::session::on_run;
 use super::summary::{print_summary, report_run_error};
 
 #[derive(Debug, Args)]
@@ -33,10 +33,6 @@ pub(crate) struct PromoteArgs {
 /// the contract's target (a patch, or a draft review branch) if the checks and
 /// approvals satisfy its rules. Exit 0 when promoted, 1 when refused.
 pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
-    let run_id = match run_id(&args.run) {
-        Ok(id) => id,
-        Err(bad) => return bad_input(bad),
-    };
     let at_unix_ms = unix_ms_now();
     let approvals: Vec<ApprovalRecord> = args
         .approved_by
@@ -47,11 +43,7 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
             at_unix_ms,
         })
         .collect();
-    block_on(async move {
-        let runner = match runner(host, None) {
-            Ok(runner) => runner,
-            Err(code) => return code,
-        };
+    on_run(host, &args.run, |runner, run_id| async move {
         let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
             Ok(workspace) => workspace,
             Err(error) => return report_run_error(&error),

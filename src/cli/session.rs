@@ -59,8 +59,27 @@ pub(crate) fn cancel_on_ctrl_c() -> CancellationToken {
     cancel
 }
 
+/// Runs `body` with a runner over the host's directories and the run named on
+/// the command line (`RUN`): the shape of every subcommand on a created run.
+pub(crate) fn on_run<F, Fut>(host: &HostArgs, run: &str, body: F) -> ExitCode
+where
+    F: FnOnce(Runner, RunId) -> Fut,
+    Fut: Future<Output = ExitCode>,
+{
+    let run_id = match run_id(run) {
+        Ok(id) => id,
+        Err(bad) => return bad_input(bad),
+    };
+    block_on(async move {
+        match runner(host, None) {
+            Ok(runner) => body(runner, run_id).await,
+            Err(code) => code,
+        }
+    })
+}
+
 /// A run id given on the command line.
-pub(crate) fn run_id(text: &str) -> Result<RunId, BadInput> {
+fn run_id(text: &str) -> Result<RunId, BadInput> {
     RunId::new(text).map_err(|e| BadInput(format!("RUN {text:?}: {e}")))
 }
 

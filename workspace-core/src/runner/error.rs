@@ -25,6 +25,17 @@ pub struct RunError {
     pub kind: Box<RunErrorKind>,
 }
 
+impl RunError {
+    /// A run refused before anything of it was created or changed.
+    pub fn refused(run_id: &RunId, kind: RunErrorKind) -> Self {
+        Self {
+            run_id: run_id.clone(),
+            evidence: None,
+            kind: Box::new(kind),
+        }
+    }
+}
+
 /// What went wrong with a run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -60,7 +60,7 @@ use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
 use crate::capacity::Capacity;
 use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
-use crate::lifecycle::{Lifecycle, State, Timeouts, TransitionObserver};
+use crate::lifecycle::{Lifecycle, Timeouts, TransitionObserver};
 use crate::recovery::{RecoveryError, RecoveryReport, recover};
 
 /// Where a runner keeps runs, and how long their transient states may last.
@@ -178,9 +178,8 @@ impl Runner {
     ) -> Result<Workspace, RunError> {
         let run_id = options.run_id.unwrap_or_else(RunId::generate);
         let refuse = |kind: RunErrorKind, evidence: Option<PathBuf>| RunError {
-            run_id: run_id.clone(),
             evidence,
-            kind: Box::new(kind),
+            ..RunError::refused(&run_id, kind)
         };
         self.check(&contract).map_err(|kind| refuse(kind, None))?;
         let config = &self.inner.config;
@@ -244,17 +243,7 @@ impl Runner {
         };
         match workspace.bring_up().await {
             Ok(()) => Ok(workspace),
-            Err(kind) => {
-                workspace.fail(kind.failure_cause());
-                let error = workspace.error(kind);
-                match workspace.conclude(Vec::new(), None).await {
-                    Ok(report) => tracing::info!(run_id = %report.run_id, cleaned = report.cleaned,
-                        "a run that failed before it was sealed was concluded"),
-                    Err(e) => tracing::error!(error = %crate::error_chain(&e),
-                        "a run that failed before it was sealed could not be concluded"),
-                }
-                Err(error)
-            }
+            Err(kind) => Err(workspace.abort(kind).await),
         }
     }
 
@@ -268,30 +257,15 @@ impl Runner {
         run_id: &RunId,
         options: CreateOptions,
     ) -> Result<Workspace, RunError> {
-        let refuse = |kind: RunErrorKind| RunError {
-            run_id: run_id.clone(),
-            evidence: None,
-            kind: Box::new(kind),
-        };
-        let config = &self.inner.config;
-        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
-        let (mut life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
-            .map_err(|e| refuse(e.into()))?;
-        if life.state() != &State::Suspended {
-            return Err(refuse(RunErrorKind::NotSuspended {
-                state: life.state().name(),
-            }));
-        }
+        let resume::Parked {
+            paths,
+            mut life,
+            stored,
+            run,
+        } = resume::Parked::take(&self.inner.config, run_id)?;
         if let Some(observer) = options.observer {
             life.observe(observer);
         }
-        let stored = resume::Stored::read(&paths).map_err(refuse)?;
-        let run = RunContext {
-            run_id: run_id.clone(),
-            contract: Arc::new(stored.contract),
-            run_dir: paths.run_dir.clone(),
-            runtime_dir: config.runtime_dir.clone(),
-        };
         let mut workspace = Workspace {
             runner: self.clone(),
             run,
@@ -312,15 +286,7 @@ impl Runner {
         };
         match workspace.bring_back().await {
             Ok(()) => Ok(workspace),
-            Err(kind) => {
-                workspace.fail(kind.failure_cause());
-                let error = workspace.error(kind);
-                if let Err(e) = workspace.conclude(Vec::new(), None).await {
-                    tracing::error!(error = %crate::error_chain(&e),
-                        "a run that failed to resume could not be concluded");
-                }
-                Err(error)
-            }
+            Err(kind) => Err(workspace.abort(kind).await),
         }
     }
 
@@ -328,35 +294,15 @@ impl Runner {
     /// without resuming it: the run stays suspended (its journal is held only
     /// while the patch is taken, so no `exec` changes the checkout meanwhile).
     pub async fn export_patch(&self, run_id: &RunId) -> Result<PatchExport, RunError> {
-        let refuse = |kind: RunErrorKind| RunError {
-            run_id: run_id.clone(),
-            evidence: None,
-            kind: Box::new(kind),
-        };
-        let config = &self.inner.config;
-        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
-        let (life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
-            .map_err(|e| refuse(e.into()))?;
-        if life.state() != &State::Suspended {
-            return Err(refuse(RunErrorKind::NotSuspended {
-                state: life.state().name(),
-            }));
-        }
-        let stored = resume::Stored::read(&paths).map_err(refuse)?;
-        let run = RunContext {
-            run_id: run_id.clone(),
-            contract: Arc::new(stored.contract),
-            run_dir: paths.run_dir.clone(),
-            runtime_dir: config.runtime_dir.clone(),
-        };
+        let parked = resume::Parked::take(&self.inner.config, run_id)?;
         let patch = self
             .inner
             .stack
             .promotion
-            .export(&run, &stored.source)
+            .export(&parked.run, &parked.stored.source)
             .await
-            .map_err(|e| refuse(e.into()))?;
-        drop(life);
+            .map_err(|e| RunError::refused(run_id, e.into()))?;
+        drop(parked); // releases the journal
         Ok(patch)
     }
 

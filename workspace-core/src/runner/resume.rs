@@ -4,12 +4,55 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
-use super::RunErrorKind;
+use std::sync::Arc;
+
 use super::outcome::CommandOutcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::{RunError, RunErrorKind, RunnerConfig};
+use crate::RunId;
+use crate::boundary::RunContext;
 use crate::boundary::{ExitRecord, FilesystemRecord, SourceRecord};
 use crate::contract::Contract;
 use crate::evidence::{COMMANDS_DIR, CommandRecord, EvidenceFile, EvidenceWriter};
+use crate::lifecycle::{Lifecycle, State};
+
+/// A suspended run taken over by this process: its journal locked, its records
+/// read back. Dropping it releases the journal.
+pub(super) struct Parked {
+    pub paths: RunPaths,
+    pub life: Lifecycle,
+    pub stored: Stored,
+    pub run: RunContext,
+}
+
+impl Parked {
+    /// Locks the journal of `run_id` and reads its records; refuses a run that is
+    /// not suspended (and leaves it as it is).
+    pub(super) fn take(config: &RunnerConfig, run_id: &RunId) -> Result<Self, RunError> {
+        let refuse = |kind| RunError::refused(run_id, kind);
+        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
+        let (life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
+            .map_err(|e| refuse(e.into()))?;
+        if life.state() != &State::Suspended {
+            return Err(refuse(RunErrorKind::NotSuspended {
+                state: life.state().name(),
+            }));
+        }
+        let stored = Stored::read(&paths).map_err(refuse)?;
+        let run = RunContext {
+            run_id: run_id.clone(),
+            contract: Arc::new(stored.contract.clone()),
+            run_dir: paths.run_dir.clone(),
+            runtime_dir: config.runtime_dir.clone(),
+        };
+        Ok(Self {
+            paths,
+            life,
+            stored,
+            run,
+        })
+    }
+}
 
 /// A suspended run's records: the contract and source from its evidence, its
 /// filesystem grants from its private state, the commands it ran so far.

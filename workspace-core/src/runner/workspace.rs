@@ -253,12 +253,7 @@ impl Workspace {
             let kind = RunErrorKind::Failed(FailureCause::Runner {
                 message: format!("suspend: {message}"),
             });
-            self.fail(kind.failure_cause());
-            let error = self.error(kind);
-            if let Err(e) = self.conclude(Vec::new(), None).await {
-                tracing::error!(error = %crate::error_chain(&e), "a run that could not be suspended could not be concluded");
-            }
-            return Err(error);
+            return Err(self.abort(kind).await);
         }
         self.sealing = false;
         self.journal(|life| life.suspend().map(drop))?;
@@ -382,6 +377,20 @@ impl Workspace {
             self.errors
                 .push(format!("recording the failure: {}", crate::error_chain(&e)));
         }
+    }
+
+    /// Fails the run with `kind`'s cause, concludes it (stops, exports, cleans up)
+    /// and returns the error naming its evidence.
+    pub(super) async fn abort(mut self, kind: RunErrorKind) -> RunError {
+        self.fail(kind.failure_cause());
+        let error = self.error(kind);
+        match self.conclude(Vec::new(), None).await {
+            Ok(report) => tracing::info!(run_id = %report.run_id, cleaned = report.cleaned,
+                "a run that failed before it was sealed was concluded"),
+            Err(e) => tracing::error!(error = %crate::error_chain(&e),
+                "a run that failed before it was sealed could not be concluded"),
+        }
+        error
     }
 
     /// Applies one journaled lifecycle step, naming the run if it is refused.
