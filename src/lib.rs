@@ -24,6 +24,30 @@
 //! let toml = contract.to_toml().unwrap();
 //! assert!(toml.contains("mode = \"deny\""));
 //! ```
+//!
+//! One agent command in an isolated workspace, from a host application (as root
+//! on Linux; see `examples/quickstart.rs` for the whole program):
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use agent_workspace::core::boundary::CommandSpec;
+//! use agent_workspace::core::capacity::{Capacity, Resources};
+//! use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};
+//! use agent_workspace::core::runner::{CommandIo, CreateOptions, Runner, RunnerConfig};
+//!
+//! let dirs = agent_workspace::HostDirs::from_env();
+//! let runner = Runner::new(
+//!     agent_workspace::namespace_stack(agent_workspace::DEFAULT_CGROUP_PARENT)?,
+//!     RunnerConfig::new(dirs.runtime, dirs.evidence),
+//!     Arc::new(Capacity::new(Resources { cpu_millis: 8_000, memory_bytes: 16 << 30, disk_bytes: u64::MAX, slots: 8 })),
+//! );
+//! let contract = Contract::preset(TaskShape::NarrowFix, "fix the test", SourceSection::new("/src/service", "HEAD"));
+//! let command = CommandSpec { argv: vec!["cargo".into(), "test".into()], cwd: ".".into(), timeout_ms: None, tty: false };
+//! let report = runner.run(contract, &command, CommandIo::captured(), CreateOptions::default()).await?;
+//! println!("exit {:?}, evidence in {}", report.last_command().map(|c| c.shell_status()), report.evidence.display());
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

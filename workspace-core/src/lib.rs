@@ -41,8 +41,9 @@
 //! their validation), [`boundary`] (the traits backends implement and the
 //! [`boundary::Stack`] that composes them), [`capacity`] and [`lease`] (admission and
 //! host-wide unique resources), [`lifecycle`] and [`journal`] (the state machine and
-//! its durable record), [`evidence`] (the bundle a reviewer trusts) and [`recovery`]
-//! (finishing runs whose runner died).
+//! its durable record), [`evidence`] (the bundle a reviewer trusts), [`recovery`]
+//! (finishing runs whose runner died) and [`runner`], which drives a run through
+//! all of them over a [`boundary::Stack`].
 //!
 //! This crate has no backend, no Linux-only code and no `unsafe`.
 #![forbid(unsafe_code)]
