@@ -4,159 +4,13 @@
 //! Needs root, user namespaces and cgroups (as every namespace-backend test).
 #![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod support;
 
-use backend_namespace::cgroup::{CgroupLayout, remove_parent};
+use std::path::PathBuf;
+use std::process::Output;
 
-/// One test's own runtime dir, evidence dir, state home, cgroup parent and a git
-/// repository with one commit.
-struct Fixture {
-    dir: tempfile::TempDir,
-    cgroup_parent: String,
-}
-
-impl Fixture {
-    fn new(test: &str) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // The run's mapped uid must traverse to its checkout under the runtime dir.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-        let fixture = Self {
-            dir,
-            cgroup_parent: format!("aw-cli-{test}-{}", std::process::id()),
-        };
-        let repo = fixture.repo();
-        std::fs::create_dir(&repo).expect("mkdir repo");
-        git(&repo, &["init", "-q", "-b", "main"]);
-        std::fs::write(repo.join("README.md"), "# demo\n").expect("write");
-        std::fs::write(repo.join("lib.txt"), "one\ntwo\n").expect("write");
-        git(&repo, &["add", "."]);
-        git(&repo, &["commit", "-q", "-m", "initial"]);
-        fixture
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn repo(&self) -> PathBuf {
-        self.path().join("repo")
-    }
-
-    fn runtime(&self) -> PathBuf {
-        self.path().join("runtime")
-    }
-
-    fn evidence(&self) -> PathBuf {
-        self.path().join("evidence")
-    }
-
-    /// `XDG_STATE_HOME`: where evidence would go without `--evidence`.
-    fn state_home(&self) -> PathBuf {
-        self.path().join("state")
-    }
-
-    fn command(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-workspace"));
-        command
-            .current_dir(self.path())
-            .env("AGENT_WORKSPACE_RUNTIME_DIR", self.runtime())
-            .env("AGENT_WORKSPACE_CGROUP_PARENT", &self.cgroup_parent)
-            .env("XDG_STATE_HOME", self.state_home());
-        command
-    }
-
-    fn agent_workspace(&self, args: &[&str]) -> Output {
-        self.command()
-            .args(args)
-            .output()
-            .expect("run agent-workspace")
-    }
-
-    /// `run --repo <repo> --evidence <evidence> ARGS`.
-    fn run(&self, args: &[&str]) -> Output {
-        let repo = self.repo();
-        let evidence = self.evidence();
-        let mut all = vec![
-            "run",
-            "--repo",
-            repo.to_str().unwrap(),
-            "--evidence",
-            evidence.to_str().unwrap(),
-        ];
-        all.extend_from_slice(args);
-        self.agent_workspace(&all)
-    }
-
-    /// Every entry under `dir`, recursively (none if it does not exist).
-    fn entries(dir: &Path) -> Vec<PathBuf> {
-        let mut found = Vec::new();
-        let Ok(read) = std::fs::read_dir(dir) else {
-            return found;
-        };
-        for entry in read {
-            let path = entry.expect("entry").path();
-            if path.is_dir() {
-                found.extend(Self::entries(&path));
-            }
-            found.push(path);
-        }
-        found
-    }
-
-    /// Asserts that no run left anything: no journal, no checkout, no evidence.
-    fn assert_nothing_left(&self) {
-        for dir in [self.runtime(), self.evidence(), self.state_home()] {
-            let left = Self::entries(&dir);
-            assert!(
-                left.is_empty(),
-                "left behind in {}: {left:?}",
-                dir.display()
-            );
-        }
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let removed = CgroupLayout::detect()
-            .map_err(|e| e.to_string())
-            .and_then(|layout| {
-                remove_parent(&layout, &self.cgroup_parent).map_err(|e| e.to_string())
-            });
-        if let Err(e) = removed
-            && !std::thread::panicking()
-        {
-            panic!("cannot remove cgroup parent {}: {e}", self.cgroup_parent);
-        }
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) -> Output {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use support::cli::{CliFixture, text};
+use support::git;
 
 /// The summary line (the last line on stderr) and the evidence directory it names.
 fn summary(out: &Output) -> (String, PathBuf) {
@@ -173,7 +27,7 @@ fn summary(out: &Output) -> (String, PathBuf) {
 /// Runs `args`, expects `status`, a summary line saying so, and a sealed
 /// evidence bundle that `verify` accepts.
 fn expect_exit(test: &str, args: &[&str], status: i32, says: &str) {
-    let fixture = Fixture::new(test);
+    let fixture = CliFixture::new(test);
     let out = fixture.run(args);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(status), "{stderr}");
@@ -181,13 +35,7 @@ fn expect_exit(test: &str, args: &[&str], status: i32, says: &str) {
     assert!(line.contains(says), "{line}");
     assert!(evidence.starts_with(fixture.evidence()), "{line}");
     assert!(evidence.join("manifest.json").is_file(), "{line}");
-    let verified = fixture.agent_workspace(&["verify", evidence.to_str().unwrap()]);
-    assert_eq!(
-        verified.status.code(),
-        Some(0),
-        "{}",
-        text(&verified.stdout)
-    );
+    fixture.assert_verifies(&evidence);
 }
 
 #[test]
@@ -234,7 +82,7 @@ fn exit_137_after_sigkill() {
 
 #[test]
 fn stdout_and_stderr_pass_through_byte_for_byte() {
-    let fixture = Fixture::new("passthrough");
+    let fixture = CliFixture::new("passthrough");
     let out = fixture.run(&[
         "--",
         "/bin/sh",
@@ -252,7 +100,7 @@ fn stdout_and_stderr_pass_through_byte_for_byte() {
 
 #[test]
 fn the_summary_names_the_change_and_the_evidence_which_verifies() {
-    let fixture = Fixture::new("summary");
+    let fixture = CliFixture::new("summary");
     let out = fixture.run(&["--", "/bin/sh", "-c", "echo hi > x"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -270,15 +118,13 @@ fn the_summary_names_the_change_and_the_evidence_which_verifies() {
     assert!(line.contains(" s; evidence "), "{line}");
     assert_eq!(evidence, fixture.evidence().join(&run_id), "{line}");
     assert!(evidence.is_dir());
-    let verified = fixture.agent_workspace(&["verify", evidence.to_str().unwrap()]);
-    let stdout = text(&verified.stdout);
-    assert_eq!(verified.status.code(), Some(0), "{stdout}");
+    let stdout = fixture.assert_verifies(&evidence);
     assert!(stdout.contains(": intact ("), "{stdout}");
 }
 
 #[test]
 fn json_gives_a_parseable_summary_on_stdout() {
-    let fixture = Fixture::new("json");
+    let fixture = CliFixture::new("json");
     let out = fixture.run(&["--json", "--", "/bin/sh", "-c", "echo out; echo hi > x"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -296,7 +142,7 @@ fn json_gives_a_parseable_summary_on_stdout() {
 
 #[test]
 fn the_readme_example_exports_a_patch_that_applies_to_a_clean_clone() {
-    let fixture = Fixture::new("readme");
+    let fixture = CliFixture::new("readme");
     let repo = fixture.repo();
     let out = fixture.agent_workspace(&[
         "run",
@@ -335,7 +181,7 @@ fn the_readme_example_exports_a_patch_that_applies_to_a_clean_clone() {
 
 /// Runs `args` and expects exit 2, one line on stderr containing `names`, and
 /// nothing created.
-fn expect_bad_input(fixture: &Fixture, args: &[&str], names: &str) {
+fn expect_bad_input(fixture: &CliFixture, args: &[&str], names: &str) {
     let out = fixture.agent_workspace(args);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
@@ -351,7 +197,7 @@ fn expect_bad_input(fixture: &Fixture, args: &[&str], names: &str) {
 
 #[test]
 fn bad_input_exits_2_with_one_line_and_leaves_nothing_behind() {
-    let fixture = Fixture::new("badinput");
+    let fixture = CliFixture::new("badinput");
     let repo = fixture.repo();
     let repo = repo.to_str().unwrap();
     let evidence = fixture.evidence();

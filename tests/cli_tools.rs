@@ -4,142 +4,23 @@
 //! Needs root, user namespaces and cgroups (as every namespace-backend test).
 #![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use backend_namespace::cgroup::{CgroupLayout, remove_parent};
-
-/// One test's own runtime dir, evidence dir, state home, cgroup parent and a git
-/// repository with one commit.
-struct Fixture {
-    dir: tempfile::TempDir,
-    cgroup_parent: String,
-}
-
-impl Fixture {
-    fn new(test: &str) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // The run's mapped uid must traverse to its checkout under the runtime dir.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-        let fixture = Self {
-            dir,
-            cgroup_parent: format!("aw-cli-{test}-{}", std::process::id()),
-        };
-        let repo = fixture.repo();
-        std::fs::create_dir(&repo).expect("mkdir repo");
-        git(&repo, &["init", "-q", "-b", "main"]);
-        std::fs::write(repo.join("README.md"), "# demo\n").expect("write");
-        std::fs::write(repo.join("lib.txt"), "one\ntwo\n").expect("write");
-        git(&repo, &["add", "."]);
-        git(&repo, &["commit", "-q", "-m", "initial"]);
-        fixture
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn repo(&self) -> PathBuf {
-        self.path().join("repo")
-    }
-
-    fn runtime(&self) -> PathBuf {
-        self.path().join("runtime")
-    }
-
-    fn evidence(&self) -> PathBuf {
-        self.path().join("evidence")
-    }
-
-    /// `XDG_STATE_HOME`: where evidence would go without `--evidence`.
-    fn state_home(&self) -> PathBuf {
-        self.path().join("state")
-    }
-
-    fn command(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-workspace"));
-        command
-            .current_dir(self.path())
-            .env("AGENT_WORKSPACE_RUNTIME_DIR", self.runtime())
-            .env("AGENT_WORKSPACE_CGROUP_PARENT", &self.cgroup_parent)
-            .env("XDG_STATE_HOME", self.state_home());
-        command
-    }
-
-    fn agent_workspace(&self, args: &[&str]) -> Output {
-        self.command()
-            .args(args)
-            .output()
-            .expect("run agent-workspace")
-    }
-
-    /// `run --repo <repo> --evidence <evidence> ARGS`.
-    fn run(&self, args: &[&str]) -> Output {
-        let repo = self.repo();
-        let evidence = self.evidence();
-        let mut all = vec![
-            "run",
-            "--repo",
-            repo.to_str().unwrap(),
-            "--evidence",
-            evidence.to_str().unwrap(),
-        ];
-        all.extend_from_slice(args);
-        self.agent_workspace(&all)
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let removed = CgroupLayout::detect()
-            .map_err(|e| e.to_string())
-            .and_then(|layout| {
-                remove_parent(&layout, &self.cgroup_parent).map_err(|e| e.to_string())
-            });
-        if let Err(e) = removed
-            && !std::thread::panicking()
-        {
-            panic!("cannot remove cgroup parent {}: {e}", self.cgroup_parent);
-        }
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) -> Output {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.invalid",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use support::cli::{CliFixture, text};
 
 /// Runs `echo hi > x` and returns its evidence directory.
-fn one_run(fixture: &Fixture) -> PathBuf {
+fn one_run(fixture: &CliFixture) -> PathBuf {
     let out = fixture.run(&["--json", "--", "/bin/sh", "-c", "echo hi > x"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
     PathBuf::from(summary["evidence"].as_str().expect("evidence"))
 }
 
-fn ls_json(fixture: &Fixture, all: bool) -> Vec<serde_json::Value> {
+fn ls_json(fixture: &CliFixture, all: bool) -> Vec<serde_json::Value> {
     let mut args = vec!["ls", "--json"];
     if all {
         args.push("--all");
@@ -152,7 +33,7 @@ fn ls_json(fixture: &Fixture, all: bool) -> Vec<serde_json::Value> {
 
 #[test]
 fn verify_accepts_a_real_bundle_and_names_every_tampered_file() {
-    let fixture = Fixture::new("verify");
+    let fixture = CliFixture::new("verify");
     let evidence = one_run(&fixture);
     let dir = evidence.to_str().unwrap();
     let out = fixture.agent_workspace(&["verify", dir]);
@@ -199,7 +80,7 @@ fn verify_accepts_a_real_bundle_and_names_every_tampered_file() {
 
 #[test]
 fn ls_shows_nothing_after_runs_finished_and_all_lists_them() {
-    let fixture = Fixture::new("ls");
+    let fixture = CliFixture::new("ls");
     let first = one_run(&fixture);
     let second = one_run(&fixture);
     let ids: Vec<String> = [&first, &second]
@@ -238,7 +119,7 @@ fn ls_shows_nothing_after_runs_finished_and_all_lists_them() {
 
 #[test]
 fn recover_on_an_empty_runtime_dir_exits_0() {
-    let fixture = Fixture::new("recover-empty");
+    let fixture = CliFixture::new("recover-empty");
     let out = fixture.agent_workspace(&["recover"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
@@ -250,7 +131,7 @@ fn recover_on_an_empty_runtime_dir_exits_0() {
 
 #[test]
 fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
-    let fixture = Fixture::new("recover-lost");
+    let fixture = CliFixture::new("recover-lost");
     let repo = fixture.repo();
     let evidence = fixture.evidence();
     let mut runner = fixture
@@ -298,13 +179,7 @@ fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
         "{stdout}"
     );
     assert!(ls_json(&fixture, false).is_empty());
-    let verified = fixture.agent_workspace(&["verify", evidence.join(&run_id).to_str().unwrap()]);
-    assert_eq!(
-        verified.status.code(),
-        Some(0),
-        "{}",
-        text(&verified.stdout)
-    );
+    fixture.assert_verifies(&evidence.join(&run_id));
     // Recovering again finds nothing to do.
     let out = fixture.agent_workspace(&["recover", "--evidence", evidence.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
@@ -313,7 +188,7 @@ fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
 
 #[test]
 fn check_host_lists_every_finding_and_exits_0_here() {
-    let fixture = Fixture::new("check-host");
+    let fixture = CliFixture::new("check-host");
     let out = fixture.agent_workspace(&["check-host"]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
@@ -349,7 +224,7 @@ fn check_host_lists_every_finding_and_exits_0_here() {
 
 #[test]
 fn probe_prints_the_observed_facts_and_finishes_the_run() {
-    let fixture = Fixture::new("probe");
+    let fixture = CliFixture::new("probe");
     let repo = fixture.repo();
     let evidence = fixture.evidence();
     let out = fixture.agent_workspace(&[
@@ -375,13 +250,7 @@ fn probe_prints_the_observed_facts_and_finishes_the_run() {
     let rows = ls_json(&fixture, true);
     assert_eq!(rows.len(), 1, "{rows:?}");
     let bundle = evidence.join(rows[0]["run_id"].as_str().unwrap());
-    let verified = fixture.agent_workspace(&["verify", bundle.to_str().unwrap()]);
-    assert_eq!(
-        verified.status.code(),
-        Some(0),
-        "{}",
-        text(&verified.stdout)
-    );
+    fixture.assert_verifies(&bundle);
 
     let out = fixture.agent_workspace(&[
         "probe",

@@ -11,6 +11,8 @@
 //! yet, so there is nothing to collide.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
+mod support;
+
 use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,7 @@ use agent_workspace::core::contract::{ByteSize, Contract, SourceSection, TaskSha
 use agent_workspace::core::evidence::{EvidenceFile, verify};
 use agent_workspace::core::runner::{CommandIo, CreateOptions, RunReport, Runner, RunnerConfig};
 use agent_workspace::namespace::cgroup::{CgroupLayout, remove_parent};
+use support::command_lines_with;
 
 /// How many runs are started at once.
 const RUNS: usize = 200;
@@ -118,33 +121,6 @@ fn cgroups_left_under(parent: &str) -> Vec<PathBuf> {
         }
     }
     left
-}
-
-/// Host pids of processes whose command line contains `tag`.
-fn processes_with(tag: &str) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap() {
-        let entry = entry.unwrap();
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue; // this test's own command line may name the test, not the tag
-        }
-        // A process may end between read_dir and the read: that is not a survivor.
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(tag) {
-            found.push((pid, cmdline));
-        }
-    }
-    found
 }
 
 /// Mount points at or under `dir` in this process's mount table.
@@ -381,7 +357,7 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
     assert!(left.is_empty(), "run directories left: {left:?}");
     assert_eq!(mounts_under(&runtime), Vec::<String>::new());
     assert_eq!(cgroups_left_under(&parent), Vec::<PathBuf>::new());
-    assert_eq!(processes_with(&tag), Vec::<(u32, String)>::new());
+    assert_eq!(command_lines_with(&tag), Vec::<(u32, String)>::new());
     let layout = CgroupLayout::detect().unwrap();
     remove_parent(&layout, &parent).unwrap();
     for mount in cgroup_mounts() {

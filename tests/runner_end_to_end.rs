@@ -9,12 +9,12 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{
-    Fixture, HELLO, assert_intact, git, journal_states, list_tree, marker, read_json, read_outcome,
-    shell, wait_for_process,
+    Fixture, HELLO, assert_has_files, assert_intact, git, journal_states, list_tree, marker,
+    read_json, read_outcome, shell, wait_for_process,
 };
 use tokio_util::sync::CancellationToken;
 use workspace_core::boundary::{BoundaryKind, KillCause};
-use workspace_core::contract::{ByteSize, DurationSpec, RequiredCheck};
+use workspace_core::contract::{ByteSize, Contract, DurationSpec, RequiredCheck};
 use workspace_core::digest::sha256_hex;
 use workspace_core::evidence::{ExitStatusRecord, Tamper, verify};
 use workspace_core::lifecycle::{FailureCause, State, StateName};
@@ -33,20 +33,17 @@ fn assert_concluded(fx: &Fixture, report: &RunReport, markers: &[&str]) {
     let paths = fx.paths(&report.run_id);
     assert_eq!(report.evidence, paths.evidence);
     assert_intact(&report.evidence);
-    for file in [
-        "contract.json",
-        "checks.json",
-        "approvals.json",
-        "journal.jsonl",
-        "outcome.json",
-        "manifest.json",
-    ] {
-        assert!(
-            report.evidence.join(file).is_file(),
-            "{file} missing: {:?}",
-            list_tree(&report.evidence)
-        );
-    }
+    assert_has_files(
+        &report.evidence,
+        &[
+            "contract.json",
+            "checks.json",
+            "approvals.json",
+            "journal.jsonl",
+            "outcome.json",
+            "manifest.json",
+        ],
+    );
     assert_eq!(read_outcome(&report.evidence), report.outcome);
     assert_eq!(report.outcome.run_id, report.run_id);
     assert!(
@@ -61,13 +58,24 @@ fn assert_concluded(fx: &Fixture, report: &RunReport, markers: &[&str]) {
 
 /// The files of a sealed run that got as far as its checkout.
 fn assert_sealed_run_files(report: &RunReport) {
-    for file in ["source.json", "observed.json", "diff.patch", "changes.json"] {
-        assert!(
-            report.evidence.join(file).is_file(),
-            "{file} missing: {:?}",
-            list_tree(&report.evidence)
-        );
-    }
+    assert_has_files(
+        &report.evidence,
+        &["source.json", "observed.json", "diff.patch", "changes.json"],
+    );
+}
+
+/// Runs `script` (with `mark` as `$0`) as the one command of a run under
+/// `contract`, its output captured, and returns the run's report.
+async fn run_shell(fx: &Fixture, contract: Contract, script: &str, mark: &str) -> RunReport {
+    fx.runner()
+        .run(
+            contract,
+            &shell(script, mark),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap()
 }
 
 fn read_evidence(report: &RunReport, rel: &str) -> String {
@@ -78,16 +86,13 @@ fn read_evidence(report: &RunReport, rel: &str) -> String {
 async fn a_successful_command_exports_a_patch_that_applies_to_the_base_commit() {
     let fx = Fixture::new("success");
     let mark = marker("success");
-    let report = fx
-        .runner()
-        .run(
-            fx.contract(),
-            &shell("echo hi > x; echo to-stdout; echo to-stderr >&2", &mark),
-            CommandIo::captured(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap();
+    let report = run_shell(
+        &fx,
+        fx.contract(),
+        "echo hi > x; echo to-stdout; echo to-stderr >&2",
+        &mark,
+    )
+    .await;
     assert_concluded(&fx, &report, &[&mark]);
     assert_sealed_run_files(&report);
 
@@ -160,16 +165,7 @@ async fn a_successful_command_exports_a_patch_that_applies_to_the_base_commit() 
 async fn a_non_zero_exit_is_recorded_and_the_run_still_exported_and_cleaned() {
     let fx = Fixture::new("exit3");
     let mark = marker("exit3");
-    let report = fx
-        .runner()
-        .run(
-            fx.contract(),
-            &shell("echo partial > y; exit 3", &mark),
-            CommandIo::captured(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap();
+    let report = run_shell(&fx, fx.contract(), "echo partial > y; exit 3", &mark).await;
     assert_concluded(&fx, &report, &[&mark]);
     assert_sealed_run_files(&report);
     let last = report.last_command().unwrap();
@@ -199,16 +195,7 @@ async fn a_command_over_the_wall_time_is_killed_with_its_setsid_children() {
         std::thread::spawn(move || wait_for_process(&inner, Duration::from_secs(20)))
     };
     let started = Instant::now();
-    let report = fx
-        .runner()
-        .run(
-            contract,
-            &shell(&script, &outer),
-            CommandIo::captured(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap();
+    let report = run_shell(&fx, contract, &script, &outer).await;
     let took = started.elapsed();
     assert!(
         watcher.join().unwrap(),
@@ -387,16 +374,7 @@ async fn a_source_revision_that_does_not_exist_fails_with_sealed_evidence() {
 async fn changing_one_byte_of_a_commands_output_is_found_by_verify() {
     let fx = Fixture::new("tamper");
     let mark = marker("tamper");
-    let report = fx
-        .runner()
-        .run(
-            fx.contract(),
-            &shell("echo the-original-output", &mark),
-            CommandIo::captured(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap();
+    let report = run_shell(&fx, fx.contract(), "echo the-original-output", &mark).await;
     assert_concluded(&fx, &report, &[&mark]);
     let stdout = report.evidence.join("commands/0001/stdout");
     let mut bytes = std::fs::read(&stdout).unwrap();
@@ -434,16 +412,7 @@ async fn required_checks_run_before_export_and_are_bound_to_the_patch_digest() {
             timeout: Some(DurationSpec::from_secs(30)),
         },
     ];
-    let report = fx
-        .runner()
-        .run(
-            contract,
-            &shell("echo hi > x", &mark),
-            CommandIo::captured(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap();
+    let report = run_shell(&fx, contract, "echo hi > x", &mark).await;
     assert_concluded(&fx, &report, &[&mark]);
     let digest = report.outcome.patch_sha256.clone().expect("a patch digest");
     let patch = std::fs::read(report.evidence.join("diff.patch")).unwrap();

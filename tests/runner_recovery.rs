@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use backend_namespace::cgroup::{CgroupLayout, leaked_paths};
 use support::crash::{Target, spawn_child, wait_ready};
 use support::{
-    Fixture, assert_intact, git_stdout, journal_states, list_tree, marker, read_outcome,
-    wait_until_gone,
+    Fixture, assert_has_files, assert_intact, git_stdout, journal_states, list_tree, marker,
+    read_outcome, wait_until_gone,
 };
 use workspace_core::RunId;
 use workspace_core::boundary::SourceRecord;
@@ -222,18 +222,15 @@ async fn crash_and_recover(target: Target) {
 
     // The evidence exists, is sealed and intact, and says how the run ended.
     assert_intact(&paths.evidence);
-    for file in [
-        "contract.json",
-        "journal.jsonl",
-        "outcome.json",
-        "checks.json",
-    ] {
-        assert!(
-            paths.evidence.join(file).is_file(),
-            "{file} missing: {:?}",
-            list_tree(&paths.evidence)
-        );
-    }
+    assert_has_files(
+        &paths.evidence,
+        &[
+            "contract.json",
+            "journal.jsonl",
+            "outcome.json",
+            "checks.json",
+        ],
+    );
     let outcome = read_outcome(&paths.evidence);
     assert_eq!(outcome.run_id, run_id);
     if target.sealed_before_crash() {
@@ -259,31 +256,21 @@ async fn crash_and_recover(target: Target) {
     );
     if recorded_checkout {
         // What the checkout held was exported before it was removed.
-        assert!(paths.evidence.join("source.json").is_file());
-        assert!(
-            paths.evidence.join("diff.patch").is_file(),
-            "{:?}",
-            list_tree(&paths.evidence)
-        );
+        assert_has_files(&paths.evidence, &["source.json", "diff.patch"]);
     }
     if target == Target::Running {
-        let stdout = std::fs::read_to_string(paths.evidence.join("commands/0001/stdout"));
-        assert_eq!(stdout.unwrap(), "running\n");
+        assert_first_stdout(&paths.evidence, "running\n");
     }
     if matches!(
         target,
         Target::Draining | Target::Failed | Target::Exporting | Target::CleaningUp
     ) {
-        let stdout = std::fs::read_to_string(paths.evidence.join("commands/0001/stdout"));
-        assert_eq!(stdout.unwrap(), "started\n");
-        let patch = std::fs::read_to_string(paths.evidence.join("diff.patch")).unwrap();
-        assert!(patch.contains("+changed-by-the-run"), "{patch}");
+        assert_change_exported(&paths.evidence);
     }
 
     // The journal ends in `cleaned`, after a failure with cause RunnerLost when
     // the run had not failed already.
-    let states = journal_states(&paths.journal);
-    assert_eq!(states.last(), Some(&State::Cleaned), "{states:?}");
+    let states = states_ending_cleaned(&paths.journal);
     if target != Target::Failed {
         assert!(
             states.iter().any(|s| matches!(
@@ -378,12 +365,8 @@ async fn crash_while_suspended() {
     assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
     assert_eq!(outcome.commands.len(), 1, "{outcome:?}");
     assert_eq!(outcome.changed_paths, 1, "{outcome:?}");
-    let stdout = std::fs::read_to_string(paths.evidence.join("commands/0001/stdout"));
-    assert_eq!(stdout.unwrap(), "started\n");
-    let patch = std::fs::read_to_string(paths.evidence.join("diff.patch")).unwrap();
-    assert!(patch.contains("+changed-by-the-run"), "{patch}");
-    let states = journal_states(&paths.journal);
-    assert_eq!(states.last(), Some(&State::Cleaned), "{states:?}");
+    assert_change_exported(&paths.evidence);
+    let states = states_ending_cleaned(&paths.journal);
     assert!(states.contains(&State::Suspended), "{states:?}");
     assert!(
         !states.iter().any(|s| matches!(s, State::Failed { .. })),
@@ -396,6 +379,28 @@ async fn crash_while_suspended() {
     assert_eq!(again.finished, vec![run_id.clone()], "{again:?}");
     assert!(again.suspended.is_empty(), "{again:?}");
     assert!(again.recovered.is_empty(), "{again:?}");
+}
+
+/// Asserts that the first command of the bundle in `evidence` wrote `expected`
+/// to its stdout.
+fn assert_first_stdout(evidence: &Path, expected: &str) {
+    let stdout = std::fs::read_to_string(evidence.join("commands/0001/stdout"));
+    assert_eq!(stdout.unwrap(), expected);
+}
+
+/// Asserts that the child's change command ran first and that the bundle in
+/// `evidence` exported its change.
+fn assert_change_exported(evidence: &Path) {
+    assert_first_stdout(evidence, "started\n");
+    let patch = std::fs::read_to_string(evidence.join("diff.patch")).unwrap();
+    assert!(patch.contains("+changed-by-the-run"), "{patch}");
+}
+
+/// Every state the journal at `path` went through, asserted to end in `cleaned`.
+fn states_ending_cleaned(journal: &Path) -> Vec<State> {
+    let states = journal_states(journal);
+    assert_eq!(states.last(), Some(&State::Cleaned), "{states:?}");
+    states
 }
 
 /// The cgroup directories of run `run_id` that exist.

@@ -15,6 +15,7 @@ use workspace_core::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
 use workspace_core::lifecycle::{Lifecycle, Origin, StateName, Timeouts};
 use workspace_core::runner::{
     CommandIo, CreateOptions, FILESYSTEM_STATE_FILE, Outcome, RunPaths, Runner, RunnerConfig,
+    Workspace,
 };
 
 use super::crash::{ENV_BASE, ENV_CGROUP, ENV_MARKER, ENV_RUN_ID, ENV_STATE, READY_FILE, Target};
@@ -105,6 +106,23 @@ impl ChildRun {
         )
     }
 
+    /// The run, created by `runner` and sealed.
+    async fn create(&self, runner: &Runner) -> Workspace {
+        runner
+            .create(self.contract(), self.options())
+            .await
+            .unwrap()
+    }
+
+    /// The run, created by `runner`, after [`Self::change`] ran in it.
+    async fn changed(&self, runner: &Runner) -> Workspace {
+        let mut ws = self.create(runner).await;
+        ws.exec(&self.change(), CommandIo::captured())
+            .await
+            .unwrap();
+        ws
+    }
+
     async fn run(self) {
         let runner = Runner::new(
             self.gated_stack(),
@@ -120,19 +138,13 @@ impl ChildRun {
                 let _ = runner.create(self.contract(), self.options()).await;
             }
             Target::Sealed => {
-                let ws = runner
-                    .create(self.contract(), self.options())
-                    .await
-                    .unwrap();
+                let ws = self.create(&runner).await;
                 self.ready();
                 std::future::pending::<()>().await;
                 drop(ws);
             }
             Target::Running => {
-                let mut ws = runner
-                    .create(self.contract(), self.options())
-                    .await
-                    .unwrap();
+                let mut ws = self.create(&runner).await;
                 let marker = self.marker.clone();
                 let ready = self.base.join(READY_FILE);
                 std::thread::spawn(move || {
@@ -148,33 +160,15 @@ impl ChildRun {
                     .await;
             }
             Target::Draining | Target::Exporting | Target::CleaningUp => {
-                let mut ws = runner
-                    .create(self.contract(), self.options())
-                    .await
-                    .unwrap();
-                ws.exec(&self.change(), CommandIo::captured())
-                    .await
-                    .unwrap();
+                let ws = self.changed(&runner).await;
                 let _ = ws.finish().await; // held in teardown, export or release
             }
             Target::Failed => {
-                let mut ws = runner
-                    .create(self.contract(), self.options())
-                    .await
-                    .unwrap();
-                ws.exec(&self.change(), CommandIo::captured())
-                    .await
-                    .unwrap();
+                let ws = self.changed(&runner).await;
                 let _ = ws.cancel().await; // held in teardown
             }
             Target::Suspended => {
-                let mut ws = runner
-                    .create(self.contract(), self.options())
-                    .await
-                    .unwrap();
-                ws.exec(&self.change(), CommandIo::captured())
-                    .await
-                    .unwrap();
+                let ws = self.changed(&runner).await;
                 let parked = ws.suspend().await.unwrap();
                 assert_eq!(parked.run_id, self.run_id);
                 self.ready();

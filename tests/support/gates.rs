@@ -3,7 +3,7 @@
 //! A process holding a run there is what the crash-recovery tests SIGKILL.
 //!
 //! The facade does not depend on `async-trait`, so the boundary traits are
-//! implemented with the signatures that macro expands to.
+//! implemented with the signatures that macro expands to (`boundary_method!`).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -55,6 +55,52 @@ impl Gate {
             std::future::pending::<()>().await;
         }
     }
+
+    /// The future of the real boundary call `call`, held at `before` before the
+    /// call is even made and at `after` once it succeeded (each, as in
+    /// [`Self::hold`], only if it is this gate's point).
+    pub fn around<'a, T, F>(
+        &'a self,
+        before: Option<Hold>,
+        call: F,
+        after: Option<Hold>,
+    ) -> BoxFuture<'a, Result<T, BoundaryError>>
+    where
+        F: FnOnce() -> BoxFuture<'a, Result<T, BoundaryError>> + Send + 'a,
+        T: Send + 'a,
+    {
+        Box::pin(async move {
+            if let Some(point) = before {
+                self.hold(point).await;
+            }
+            let value = call().await?;
+            if let Some(point) = after {
+                self.hold(point).await;
+            }
+            Ok(value)
+        })
+    }
+}
+
+/// One async method of a boundary trait, with the signature `#[async_trait]`
+/// expands it to: a lifetime for `self` and one per reference argument (named
+/// by the caller, as in the trait), each outliving the returned future's. The
+/// body returns that future.
+macro_rules! boundary_method {
+    (
+        fn $name:ident(&$self:ident $(, $arg:ident: &$life:lifetime $ty:ty)+ $(,)?)
+            -> $out:ty $body:block
+    ) => {
+        fn $name<'life0, $($life,)+ 'async_trait>(
+            &'life0 $self,
+            $($arg: &$life $ty,)+
+        ) -> BoxFuture<'async_trait, Result<$out, BoundaryError>>
+        where
+            'life0: 'async_trait,
+            $($life: 'async_trait,)+
+            Self: 'async_trait,
+        $body
+    };
 }
 
 /// Writes the ready file `path`.
@@ -65,15 +111,15 @@ pub fn signal_ready(path: &Path) {
 /// `plain` with its source, process and promotion boundaries behind `gate`.
 pub fn gated(plain: Stack, gate: Arc<Gate>) -> Stack {
     Stack {
-        source: Arc::new(GatedSource {
+        source: Arc::new(Gated {
             inner: plain.source.clone(),
             gate: gate.clone(),
         }),
-        process: Arc::new(GatedProcess {
+        process: Arc::new(Gated {
             inner: plain.process.clone(),
             gate: gate.clone(),
         }),
-        promotion: Arc::new(GatedPromotion {
+        promotion: Arc::new(Gated {
             inner: plain.promotion.clone(),
             gate,
         }),
@@ -81,15 +127,17 @@ pub fn gated(plain: Stack, gate: Arc<Gate>) -> Stack {
     }
 }
 
-/// A source boundary that holds at [`Hold::BeforeProvision`],
-/// [`Hold::AfterProvision`] and [`Hold::Release`].
+/// A real boundary behind a gate: it delegates every call, holding at the gate's
+/// points.
 #[derive(Debug)]
-pub struct GatedSource {
-    inner: Arc<dyn SourceBoundary>,
+pub struct Gated<B: ?Sized> {
+    inner: Arc<B>,
     gate: Arc<Gate>,
 }
 
-impl SourceBoundary for GatedSource {
+/// Holds at [`Hold::BeforeProvision`], [`Hold::AfterProvision`] and
+/// [`Hold::Release`].
+impl SourceBoundary for Gated<dyn SourceBoundary> {
     fn capabilities(&self) -> SourceCapabilities {
         self.inner.capabilities()
     }
@@ -98,79 +146,50 @@ impl SourceBoundary for GatedSource {
         self.inner.name()
     }
 
-    fn provision<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-    ) -> BoxFuture<'async_trait, Result<SourceRecord, BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            self.gate.hold(Hold::BeforeProvision).await;
-            let record = self.inner.provision(run).await?;
-            self.gate.hold(Hold::AfterProvision).await;
-            Ok(record)
-        })
+    boundary_method! {
+        fn provision(&self, run: &'life1 RunContext) -> SourceRecord {
+            self.gate.around(
+                Some(Hold::BeforeProvision),
+                || self.inner.provision(run),
+                Some(Hold::AfterProvision),
+            )
+        }
     }
 
-    fn verify<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-        record: &'life2 SourceRecord,
-    ) -> BoxFuture<'async_trait, Result<(), BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        self.inner.verify(run, record)
+    boundary_method! {
+        fn verify(&self, run: &'life1 RunContext, record: &'life2 SourceRecord) -> () {
+            self.inner.verify(run, record)
+        }
     }
 
-    fn release<'life0, 'life1, 'life2, 'life3, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-        record: &'life2 SourceRecord,
-        permit: &'life3 CleanupPermit,
-    ) -> BoxFuture<'async_trait, Result<(), BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        'life3: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            self.gate.hold(Hold::Release).await;
-            self.inner.release(run, record, permit).await
-        })
+    boundary_method! {
+        fn release(
+            &self,
+            run: &'life1 RunContext,
+            record: &'life2 SourceRecord,
+            permit: &'life3 CleanupPermit,
+        ) -> () {
+            self.gate.around(
+                Some(Hold::Release),
+                || self.inner.release(run, record, permit),
+                None,
+            )
+        }
     }
 
-    fn release_unrecorded<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-        permit: &'life2 CleanupPermit,
-    ) -> BoxFuture<'async_trait, Result<(), BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        self.inner.release_unrecorded(run, permit)
+    boundary_method! {
+        fn release_unrecorded(
+            &self,
+            run: &'life1 RunContext,
+            permit: &'life2 CleanupPermit,
+        ) -> () {
+            self.inner.release_unrecorded(run, permit)
+        }
     }
 }
 
-/// A process boundary that holds at [`Hold::AfterSeal`] and [`Hold::Teardown`].
-#[derive(Debug)]
-pub struct GatedProcess {
-    inner: Arc<dyn ProcessBoundary>,
-    gate: Arc<Gate>,
-}
-
-impl ProcessBoundary for GatedProcess {
+/// Holds at [`Hold::AfterSeal`] and [`Hold::Teardown`].
+impl ProcessBoundary for Gated<dyn ProcessBoundary> {
     fn capabilities(&self) -> ProcessCapabilities {
         self.inner.capabilities()
     }
@@ -179,62 +198,31 @@ impl ProcessBoundary for GatedProcess {
         self.inner.name()
     }
 
-    fn seal<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-        plan: &'life2 SealPlan,
-    ) -> BoxFuture<'async_trait, Result<ObservedBoundary, BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let observed = self.inner.seal(run, plan).await?;
-            self.gate.hold(Hold::AfterSeal).await;
-            Ok(observed)
-        })
+    boundary_method! {
+        fn seal(&self, run: &'life1 RunContext, plan: &'life2 SealPlan) -> ObservedBoundary {
+            self.gate.around(None, || self.inner.seal(run, plan), Some(Hold::AfterSeal))
+        }
     }
 
-    fn spawn<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-        command: &'life2 CommandSpec,
-    ) -> BoxFuture<'async_trait, Result<Box<dyn Execution>, BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        self.inner.spawn(run, command)
+    boundary_method! {
+        fn spawn(
+            &self,
+            run: &'life1 RunContext,
+            command: &'life2 CommandSpec,
+        ) -> Box<dyn Execution> {
+            self.inner.spawn(run, command)
+        }
     }
 
-    fn teardown<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-    ) -> BoxFuture<'async_trait, Result<LeakReport, BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            self.gate.hold(Hold::Teardown).await;
-            self.inner.teardown(run).await
-        })
+    boundary_method! {
+        fn teardown(&self, run: &'life1 RunContext) -> LeakReport {
+            self.gate.around(Some(Hold::Teardown), || self.inner.teardown(run), None)
+        }
     }
 }
 
-/// A promotion boundary that holds at [`Hold::Export`].
-#[derive(Debug)]
-pub struct GatedPromotion {
-    inner: Arc<dyn PromotionBoundary>,
-    gate: Arc<Gate>,
-}
-
-impl PromotionBoundary for GatedPromotion {
+/// Holds at [`Hold::Export`].
+impl PromotionBoundary for Gated<dyn PromotionBoundary> {
     fn capabilities(&self) -> PromotionCapabilities {
         self.inner.capabilities()
     }
@@ -243,36 +231,20 @@ impl PromotionBoundary for GatedPromotion {
         self.inner.name()
     }
 
-    fn export<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-        source: &'life2 SourceRecord,
-    ) -> BoxFuture<'async_trait, Result<PatchExport, BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            self.gate.hold(Hold::Export).await;
-            self.inner.export(run, source).await
-        })
+    boundary_method! {
+        fn export(&self, run: &'life1 RunContext, source: &'life2 SourceRecord) -> PatchExport {
+            self.gate.around(Some(Hold::Export), || self.inner.export(run, source), None)
+        }
     }
 
-    fn promote<'life0, 'life1, 'life2, 'life3, 'async_trait>(
-        &'life0 self,
-        run: &'life1 RunContext,
-        source: &'life2 SourceRecord,
-        request: &'life3 PromotionRequest,
-    ) -> BoxFuture<'async_trait, Result<PromotionRecord, BoundaryError>>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        'life3: 'async_trait,
-        Self: 'async_trait,
-    {
-        self.inner.promote(run, source, request)
+    boundary_method! {
+        fn promote(
+            &self,
+            run: &'life1 RunContext,
+            source: &'life2 SourceRecord,
+            request: &'life3 PromotionRequest,
+        ) -> PromotionRecord {
+            self.inner.promote(run, source, request)
+        }
     }
 }

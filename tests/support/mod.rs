@@ -3,9 +3,10 @@
 //! test's own, and the checks that a run left nothing behind. The crash-recovery
 //! tests add [`gates`] (boundaries that hold a run at one point), [`crash`] (the
 //! states a run is lost in, and the parent's side) and [`crash_child`] (the runner
-//! they kill).
+//! they kill). The CLI tests use [`cli`] (the binary run on a fixture).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test support: panicking is how a test fails
 
+pub mod cli;
 pub mod crash;
 pub mod crash_child;
 pub mod gates;
@@ -233,6 +234,15 @@ pub fn marker(what: &str) -> String {
 
 /// The pids (host view) of processes whose command line contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<u32> {
+    command_lines_with(marker)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// The pids (host view) and command lines (NULs as spaces) of processes, but
+/// this one, whose command line contains `marker`.
+pub fn command_lines_with(marker: &str) -> Vec<(u32, String)> {
     let me = std::process::id();
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -249,12 +259,14 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
         if pid == me {
             continue;
         }
+        // A process may end between read_dir and the read: that is not a survivor.
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         // A zombie has an empty command line and holds nothing.
-        if String::from_utf8_lossy(&cmdline).contains(marker) && !is_zombie(pid) {
-            found.push(pid);
+        if cmdline.contains(marker) && !is_zombie(pid) {
+            found.push((pid, cmdline));
         }
     }
     found
@@ -310,6 +322,17 @@ pub fn assert_intact(dir: &Path) {
         report.problems
     );
     assert!(report.files_checked > 0);
+}
+
+/// Asserts that each of `files` (paths relative to `dir`) is a file.
+pub fn assert_has_files(dir: &Path, files: &[&str]) {
+    for file in files {
+        assert!(
+            dir.join(file).is_file(),
+            "{file} missing: {:?}",
+            list_tree(dir)
+        );
+    }
 }
 
 /// `outcome.json` of the bundle in `dir`.
