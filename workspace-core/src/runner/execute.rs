@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::RunErrorKind;
 use super::outcome::CommandOutcome;
+use super::scrub::Scrubber;
 use crate::boundary::{
     CommandSpec, ExitRecord, KillCause, OutputStream, ProcessBoundary, RunContext,
 };
@@ -73,7 +74,7 @@ pub(super) async fn execute(
     evidence: &EvidenceWriter,
     spec: &CommandSpec,
     io: CommandIo,
-    cancel: &CancellationToken,
+    (cancel, scrubber): (&CancellationToken, &Scrubber),
 ) -> Result<CommandOutcome, RunErrorKind> {
     let mut recorder = evidence.start_command(CommandStart::now(spec.argv.clone(), &spec.cwd))?;
     let seq = recorder.seq();
@@ -132,10 +133,12 @@ pub(super) async fn execute(
     let stderr_file = to_file(recorder.stderr_writer())?;
     let mut pumps = Vec::new();
     if let Some(stream) = execution.take_stdout() {
-        pumps.push(tokio::spawn(tee(stream, stdout_file, io.stdout)));
+        let scrubber = scrubber.clone();
+        pumps.push(tokio::spawn(tee(stream, stdout_file, io.stdout, scrubber)));
     }
     if let Some(stream) = execution.take_stderr() {
-        pumps.push(tokio::spawn(tee(stream, stderr_file, io.stderr)));
+        let scrubber = scrubber.clone();
+        pumps.push(tokio::spawn(tee(stream, stderr_file, io.stderr, scrubber)));
     }
     let feeder = match (execution.take_stdin(), io.stdin) {
         (Some(mut sink), Some(mut source)) => Some(tokio::spawn(async move {
@@ -192,24 +195,31 @@ pub(super) async fn execute(
     Ok(outcome(exit, error))
 }
 
-/// Copies `stream` to the evidence `file` and, while it accepts writes, to `sink`.
-/// A sink that fails (a closed pipe) is dropped; the evidence keeps everything.
+/// Copies `stream`, with credential values redacted, to the evidence `file` and,
+/// while it accepts writes, to `sink`. A sink that fails (a closed pipe) is
+/// dropped; the evidence keeps everything.
 async fn tee(
     mut stream: OutputStream,
     mut file: tokio::fs::File,
     mut sink: Option<OutputSink>,
+    mut scrubber: Scrubber,
 ) -> std::io::Result<()> {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         let read = stream.read(&mut buffer).await?;
-        if read == 0 {
-            break;
-        }
-        file.write_all(&buffer[..read]).await?;
+        let data = if read == 0 {
+            scrubber.finish()
+        } else {
+            scrubber.feed(&buffer[..read])
+        };
+        file.write_all(&data).await?;
         if let Some(out) = sink.as_mut()
-            && out.write_all(&buffer[..read]).await.is_err()
+            && out.write_all(&data).await.is_err()
         {
             sink = None;
+        }
+        if read == 0 {
+            break;
         }
     }
     if let Some(out) = sink.as_mut() {

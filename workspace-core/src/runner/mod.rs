@@ -37,6 +37,7 @@ mod outcome;
 mod paths;
 mod recovery;
 mod resume;
+mod scrub;
 mod workspace;
 
 use std::path::PathBuf;
@@ -53,6 +54,7 @@ pub use observed::{AppliedEnvironment, ObservedRecord};
 pub use outcome::{CommandOutcome, Outcome, RunReport};
 pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use recovery::StackRecovery;
+pub use scrub::{MIN_REDACTED_LEN, Scrubber};
 pub use workspace::{SuspendedRun, Workspace};
 
 use crate::RunId;
@@ -239,6 +241,7 @@ impl Runner {
             started,
             started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
+            scrubber: Scrubber::default(),
             concluded: false,
         };
         match workspace.bring_up().await {
@@ -282,6 +285,7 @@ impl Runner {
             started: Instant::now(),
             started_unix_ms: stored.started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
+            scrubber: Scrubber::default(),
             concluded: false,
         };
         match workspace.bring_back().await {

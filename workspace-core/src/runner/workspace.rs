@@ -13,6 +13,7 @@ use super::leases::{LEASES_STATE_FILE, LeasedNames, RunLeases};
 use super::observed::{AppliedEnvironment, ObservedRecord};
 use super::outcome::{CommandOutcome, Outcome, RunReport};
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::scrub::Scrubber;
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
     ApprovalRecord, CommandSpec, EnvironmentPlan, FilesystemRecord, LeakReport, RunContext,
@@ -48,6 +49,8 @@ pub struct Workspace {
     pub(super) started: Instant,
     pub(super) started_unix_ms: u64,
     pub(super) cancel: CancellationToken,
+    /// Redacts the run's credential values from command output.
+    pub(super) scrubber: Scrubber,
     pub(super) concluded: bool,
 }
 
@@ -199,6 +202,7 @@ impl Workspace {
         };
         self.life.start_services()?;
         let identity = stack.identity.prepare(&self.run).await?;
+        self.scrubber = Scrubber::new(&identity.credentials);
         let plan = SealPlan {
             source,
             filesystem: filesystem.clone(),
@@ -310,7 +314,7 @@ impl Workspace {
             &self.evidence,
             command,
             io,
-            &self.cancel,
+            (&self.cancel, &self.scrubber),
         )
         .await?;
         self.life.finish()?;

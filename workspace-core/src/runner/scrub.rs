@@ -1,0 +1,149 @@
+//! Credential values taken out of a command's output before it is recorded or
+//! passed on.
+//!
+//! A run's credentials are injected into its environment; an agent that prints its
+//! environment (or a tool that logs a request with its token) would otherwise copy
+//! them into the evidence, which is meant to be shared with reviewers. Each value
+//! becomes `[redacted:NAME]`. The output arrives in chunks, so a value cut by a
+//! chunk boundary is held back until the next chunk decides it.
+
+use crate::boundary::IssuedCredential;
+
+/// Values shorter than this are not redacted: they would match ordinary output.
+pub const MIN_REDACTED_LEN: usize = 8;
+
+/// Redacts the values of a run's credentials from one output stream.
+#[derive(Clone, Default)]
+pub struct Scrubber {
+    /// (value, replacement), longest value first so a value containing another
+    /// is replaced whole.
+    secrets: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Bytes that may be the start of a value, held until more output decides.
+    pending: Vec<u8>,
+}
+
+impl std::fmt::Debug for Scrubber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrubber")
+            .field("secrets", &self.secrets.len())
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+impl Scrubber {
+    /// A scrubber for `credentials` (values shorter than [`MIN_REDACTED_LEN`] are
+    /// left alone).
+    pub fn new(credentials: &[IssuedCredential]) -> Self {
+        let mut secrets: Vec<(Vec<u8>, Vec<u8>)> = credentials
+            .iter()
+            .filter(|c| c.expose_value().len() >= MIN_REDACTED_LEN)
+            .map(|c| {
+                (
+                    c.expose_value().as_bytes().to_vec(),
+                    format!("[redacted:{}]", c.name).into_bytes(),
+                )
+            })
+            .collect();
+        secrets.sort_by_key(|(value, _)| std::cmp::Reverse(value.len()));
+        Self {
+            secrets,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Whether there is nothing to redact.
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+
+    /// The next chunk of output, redacted; bytes that may begin a value are kept
+    /// for the next call.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        if self.secrets.is_empty() {
+            return chunk.to_vec();
+        }
+        self.pending.extend_from_slice(chunk);
+        let mut out = Vec::with_capacity(self.pending.len());
+        let mut at = 0;
+        'scan: while at < self.pending.len() {
+            let rest = &self.pending[at..];
+            for (value, replacement) in &self.secrets {
+                if rest.starts_with(value) {
+                    out.extend_from_slice(replacement);
+                    at += value.len();
+                    continue 'scan;
+                }
+            }
+            if self
+                .secrets
+                .iter()
+                .any(|(value, _)| value.starts_with(rest))
+            {
+                break; // a value may be cut here: wait for more output
+            }
+            out.push(rest[0]);
+            at += 1;
+        }
+        self.pending.drain(..at);
+        out
+    }
+
+    /// What is still held back, at the end of the stream (a strict prefix of a
+    /// value, not a value).
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrubber() -> Scrubber {
+        Scrubber::new(&[
+            IssuedCredential::new("TOKEN", "tok-1234567890", 0),
+            IssuedCredential::new("SHORT", "abc", 0),
+        ])
+    }
+
+    fn run(s: &mut Scrubber, chunks: &[&str]) -> String {
+        let mut out = Vec::new();
+        for chunk in chunks {
+            out.extend(s.feed(chunk.as_bytes()));
+        }
+        out.extend(s.finish());
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_value_is_redacted_whole_or_cut_across_chunks() {
+        assert_eq!(
+            run(&mut scrubber(), &["TOKEN=tok-1234567890\n"]),
+            "TOKEN=[redacted:TOKEN]\n"
+        );
+        assert_eq!(
+            run(
+                &mut scrubber(),
+                &["x tok-12", "3456", "7890 y tok-1234567890"]
+            ),
+            "x [redacted:TOKEN] y [redacted:TOKEN]"
+        );
+        // A prefix at the very end is not a value: it is passed on as it is.
+        assert_eq!(
+            run(&mut scrubber(), &["ends with tok-123"]),
+            "ends with tok-123"
+        );
+        // Short values would match ordinary output: left alone.
+        assert_eq!(run(&mut scrubber(), &["abc"]), "abc");
+    }
+
+    #[test]
+    fn output_without_values_passes_unchanged_and_in_order() {
+        let text = "tttt tok- tok-1 plain text\n";
+        assert_eq!(run(&mut scrubber(), &[text]), text);
+        let mut none = Scrubber::new(&[]);
+        assert!(none.is_empty());
+        assert_eq!(run(&mut none, &["tok-1234567890"]), "tok-1234567890");
+    }
+}
