@@ -244,33 +244,10 @@ async fn layered_fixture(test: &str, cache_dir: &Path) -> Fixture {
     fixture(test, Some(WorktreeSource::with_layered_cache(cache)), true).await
 }
 
-/// What the investigation found: overlayfs (mounted in the run's user namespace
-/// with `userxattr`) checks permissions against the lower file's owner, which for
-/// backend-worktree's cache is host root, unmapped in the run: every tracked file
-/// is `nobody`'s and read-only. The seal refuses with a typed error naming that,
-/// and hands nothing over.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_layered_checkout_over_a_root_owned_lower_layer_is_refused_with_the_reason() {
-    let cache_dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let f = layered_fixture("layered-refused", cache_dir.path()).await;
-    let layers = f.plan.source.layers.clone().unwrap();
-    assert_eq!(owner(&layers.lower), (0, 0));
-    let err = f.process.seal(&f.run, &f.plan).await.unwrap_err();
-    let text = format!("{err} {:?} {}", err.source, err.source);
-    assert!(text.contains("LowerLayerNotMapped"), "{text}");
-    assert!(text.contains("does not map"), "{text}");
-    assert_eq!(
-        owner(&layers.upper),
-        (0, 0),
-        "nothing handed over on refusal"
-    );
-    assert_eq!(owner(&layers.work), (0, 0));
-    teardown_is_clean(&f).await;
-}
-
-/// With the lower layer owned by the run's mapped id (the test changes the owner of
-/// its own cache), upper and work are handed over and overlayfs copy-up works in the
-/// run's user namespace: a tracked file is edited, a new one made, git sees both.
+/// With the lower layer owned by the run's mapped id already (the test changes the
+/// owner of its own cache), no idmapped mount is made (`spawn/idmapped.rs`): upper
+/// and work are handed over and overlayfs copy-up works in the run's user namespace
+/// over the plain lower. The usual case, a root-owned cache, is in `tests/layered.rs`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_layered_checkout_hands_over_upper_and_work_and_the_run_edits_tracked_files() {
     let cache_dir = tempfile::tempdir_in("/var/tmp").unwrap();

@@ -119,30 +119,6 @@ pub enum ProcessError {
         /// The error (`ESTALE`: the tree changed while it was walked).
         source: std::io::Error,
     },
-    /// A layered checkout whose lower layer is owned by an id the run's user
-    /// namespace does not map (e.g. host root, as backend-worktree's tree cache
-    /// makes it). overlayfs checks permissions against, and copies up with, the
-    /// lower file's owner: every tracked file would show up as `nobody` and be
-    /// read-only to the run, so the seal refuses instead of handing over a workspace
-    /// that only half works. The lower layer must be owned by the mapped host ids.
-    #[error(
-        "layered checkout: the lower layer {} is owned by {owner_uid}:{owner_gid}, \
-         which the run's user namespace does not map (only {host_uid}:{host_gid} is); \
-         overlayfs would show every tracked file as nobody's and refuse writes to it",
-        lower.display()
-    )]
-    LowerLayerNotMapped {
-        /// The lower layer on the host.
-        lower: PathBuf,
-        /// Its owner's host uid.
-        owner_uid: u32,
-        /// Its owner's host gid.
-        owner_gid: u32,
-        /// The host uid the run's uid maps to.
-        host_uid: u32,
-        /// The host gid the run's gid maps to.
-        host_gid: u32,
-    },
     /// The boundary probe did not finish within [`PROBE_TIMEOUT`](super::PROBE_TIMEOUT);
     /// it was killed and the seal fails.
     #[error("the boundary probe did not finish within {after_ms} ms (killed)")]
@@ -166,7 +142,6 @@ impl ProcessError {
         let path = match &self {
             Self::Io { path, .. }
             | Self::Handover { path, .. }
-            | Self::LowerLayerNotMapped { lower: path, .. }
             | Self::NonUtf8Excluded { path } => Some(path.clone()),
             _ => None,
         };

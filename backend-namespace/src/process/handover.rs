@@ -9,8 +9,9 @@
 //! workspace (nor git's index, nor `.git/objects`). `seal` therefore changes the
 //! owner of what the run may write to the mapped host ids, once, before any command
 //! runs: the whole checkout for a standalone or linked one, the upper and work
-//! directories for a layered one (the lower layer is shared by every run of the
-//! commit and stays as it is).
+//! directories for a layered one. The lower layer is shared by every run of the
+//! commit and is never handed over: the run sees it through an idmapped mount
+//! that shows its owner as the run's mapped id (see `spawn/idmapped.rs`).
 //!
 //! # How (what an agent could have planted is never trusted)
 //!

@@ -6,9 +6,9 @@
 //! * **seal**: hands what the run may write over to the run's identity
 //!   ([`hand_over`]: the whole checkout of a standalone or linked source, the upper
 //!   and work directories of a layered one, owned by `host_id_base + uid/gid`,
-//!   without following links or crossing mounts; a layered checkout whose lower
-//!   layer the run's user namespace does not map is refused,
-//!   [`ProcessError::LowerLayerNotMapped`]); creates the run's cgroups under
+//!   without following links or crossing mounts; a layered checkout's shared lower
+//!   layer is never changed: each command sees it through an idmapped mount in
+//!   which its owner is the run's, see [`crate::spawn`]); creates the run's cgroups under
 //!   [`ProcessOptions::cgroup_parent`] with the plan's limits; finds the workspace paths `filesystem.excluded` (and
 //!   [`PROTECTED_EXCLUSIONS`]) match, walking the checkout (the lower and upper
 //!   layers of a layered one) without following links; reads the source object

@@ -95,12 +95,12 @@ pub(crate) fn prepare(
     let (host_uid, host_gid) = (host_id(identity.uid)?, host_id(identity.gid)?);
 
     // What the run may write becomes the run's own (see `handover.rs`): the whole
-    // checkout, or a layered checkout's upper and work directories only.
+    // checkout, or a layered checkout's upper and work directories only. The lower
+    // layer is shared by every run of the commit and stays exactly as it is: each
+    // command's spawn shows it through an idmapped mount in which its owner is the
+    // run's (`spawn/idmapped.rs`), so tracked files can be copied up.
     let writable: Vec<&Path> = match &plan.source.layers {
-        Some(layers) => {
-            lower_is_mapped(&layers.lower, host_uid, host_gid)?;
-            vec![layers.upper.as_path(), layers.work.as_path()]
-        }
+        Some(layers) => vec![layers.upper.as_path(), layers.work.as_path()],
         None => vec![plan.source.workspace.as_path()],
     };
     let mut handover = Vec::with_capacity(writable.len());
@@ -197,29 +197,6 @@ pub(crate) fn prepare(
         layout,
         handover,
     })
-}
-
-/// Refuses a lower layer whose root is not owned by the run's mapped host ids
-/// ([`ProcessError::LowerLayerNotMapped`] explains why). Only the root is looked
-/// at (not followed if a link): a file inside with another owner stays read-only
-/// to the run.
-fn lower_is_mapped(lower: &Path, host_uid: u32, host_gid: u32) -> Result<(), ProcessError> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(lower).map_err(|source| ProcessError::Io {
-        step: "inspecting the lower layer",
-        path: lower.to_path_buf(),
-        source,
-    })?;
-    if (meta.uid(), meta.gid()) != (host_uid, host_gid) {
-        return Err(ProcessError::LowerLayerNotMapped {
-            lower: lower.to_path_buf(),
-            owner_uid: meta.uid(),
-            owner_gid: meta.gid(),
-            host_uid,
-            host_gid,
-        });
-    }
-    Ok(())
 }
 
 /// The rlimit baseline of a run's commands: `RLIMIT_NOFILE` = `limits.open_files`,

@@ -391,7 +391,12 @@ fn build_root(p: &Prepared) -> Result<(), Report> {
     .map_err(&new_root)?;
     let root = open_dir(c"/newroot").map_err(&new_root)?;
 
-    mounts::apply(&p.steps, root.raw(), &p.source_fds)?;
+    let fds = mounts::StepFds {
+        slots: &p.source_fds,
+        lowers: FD_CGROUP + p.child_fds.cgroup_procs.len() as c_int,
+        how: &p.source_how,
+    };
+    mounts::apply(&p.steps, root.raw(), &fds)?;
 
     let top = open_dir(c"/newroot").map_err(fail(ChildStage::RootReadOnly, op::REOPEN))?;
     mounts::set_flags(&top, 0x1, 0, false).map_err(|(op, errno)| Report {

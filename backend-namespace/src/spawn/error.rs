@@ -68,6 +68,20 @@ pub enum SpawnError {
         #[source]
         source: Errno,
     },
+    /// The idmapped mount of an overlay's lower layer could not be made (see
+    /// `spawn/idmapped.rs`): the kernel (before 5.12) or the lower's file system
+    /// does not support idmapped mounts, the runner lacks `CAP_SYS_ADMIN`, or the
+    /// lower changed since it was inspected (`EXDEV`).
+    #[error("process boundary: idmapped lower layer {path}: {step} failed")]
+    IdmappedLower {
+        /// What was being done.
+        step: &'static str,
+        /// The lower layer on the host (or `-`).
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: Errno,
+    },
     /// Writing the child's id maps failed.
     #[error("process boundary: writing {path} failed")]
     IdMap {
@@ -265,6 +279,7 @@ pub(crate) mod op {
     pub const CLOSE: u32 = 9;
     pub const OPEN_SOURCE: u32 = 10;
     pub const VERIFY_SOURCE: u32 = 11;
+    pub const ATTACH_LOWER: u32 = 12;
 
     pub fn name(op: u32) -> &'static str {
         match op {
@@ -279,6 +294,7 @@ pub(crate) mod op {
             CLOSE => "close",
             OPEN_SOURCE => "opening the bind source without following symlinks",
             VERIFY_SOURCE => "checking the bind source is the file inspected before clone",
+            ATTACH_LOWER => "attaching the idmapped lower layer (move_mount)",
             _ => "the system call",
         }
     }

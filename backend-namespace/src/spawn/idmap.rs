@@ -39,7 +39,7 @@ pub(crate) fn write_maps(
 }
 
 /// One `write(2)` of the whole line, as the kernel requires for these files.
-fn write(path: &PathBuf, contents: &str) -> Result<(), SpawnError> {
+pub(crate) fn write(path: &PathBuf, contents: &str) -> Result<(), SpawnError> {
     std::fs::OpenOptions::new()
         .write(true)
         .open(path)

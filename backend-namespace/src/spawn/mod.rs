@@ -54,6 +54,18 @@
 //! inside *and* [`SpawnRequest::danger_map_root_to_host_root`]. Files the command must
 //! write (the workspace) must be owned by `host_uid` on the host.
 //!
+//! # The lower layer of an overlay
+//!
+//! A layered checkout's lower layer is shared by every run of a commit and owned
+//! by whoever made the cache (host root), which the run does not map. Before the
+//! clone the parent makes a detached, read-only, `nosuid`/`nodev` copy of the
+//! lower's mount with an id mapping attached (`open_tree` + `mount_setattr` with
+//! `MOUNT_ATTR_IDMAP`, the mapping being "lower's owner → `host_uid`/`host_gid`");
+//! the child puts it over the lower's path under the old root right before the
+//! overlay step. In the run every tracked file is then the run's own and
+//! overlayfs copies it up to the upper layer on the first write, while nothing on
+//! disk changes. Details and the helper user namespace: `idmapped.rs`.
+//!
 //! # Hooks for the other modules
 //!
 //! * [`SpawnRequest::seccomp`]: a [`SeccompFilter`] whose program is copied before
@@ -85,7 +97,9 @@
 //!   stdio and sets [`SpawnRequest::controlling_terminal`] (the process boundary
 //!   does, for `tty = true`); no network other than `lo`;
 //! * the overlay step (layered checkouts) is covered through `NamespaceProcess` in
-//!   `tests/handover.rs`; its lower layer must be owned by the mapped host id;
+//!   `tests/layered.rs`; a lower layer not owned by `host_uid`/`host_gid` is shown
+//!   through an idmapped mount (see [the lower layer](#the-lower-layer-of-an-overlay)),
+//!   which needs kernel ≥ 5.19 and a file system with idmapped mounts;
 //! * what the plan creates in the new tmpfs mounts (mount points, `/etc` files) is
 //!   owned by the run's uid (the only id mapped); the root tmpfs is read-only.
 
@@ -93,6 +107,7 @@ mod child;
 pub mod error;
 mod handle;
 mod idmap;
+mod idmapped;
 mod init;
 mod mounts;
 mod prepared;
@@ -214,7 +229,10 @@ impl SpawnRequest {
 ///
 /// # Ambient authority
 /// Reads the host paths the plan binds, creates namespaces, writes the child's
-/// `/proc/<pid>/{uid_map,gid_map,setgroups}` and joins the given cgroups.
+/// `/proc/<pid>/{uid_map,gid_map,setgroups}` and joins the given cgroups. For an
+/// overlay step whose lower layer is not owned by `host_uid`/`host_gid`, makes an
+/// idmapped mount of it (needs `CAP_SYS_ADMIN` on the host; a short-lived helper
+/// process holds the mapping's user namespace while it is made).
 pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
     if request.setup_timeout.is_zero() {
         return Err(SpawnError::InvalidRequest {

@@ -24,6 +24,7 @@ use std::ptr;
 use nix::libc;
 
 use super::error::{ChildStage, Report, op};
+use super::idmapped::IdmappedLower;
 use super::prepared::{PreparedStep, StepKind};
 use super::raw::{self, Errno, Fd, OpenHow, StackPath};
 
@@ -31,6 +32,8 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 
 /// `struct mount_attr` from `linux/mount.h`.
 #[repr(C)]
@@ -43,6 +46,38 @@ struct MountAttr {
 
 /// A failed operation within a step.
 type StepResult = Result<(), (u32, Errno)>;
+
+/// Puts the idmapped mount of an overlay's lower layer (a detached mount the
+/// parent made, see `idmapped.rs`) over the lower's own path under `/oldroot`, so
+/// the overlay's `lowerdir` resolves into it. That path is opened without
+/// following any symlink and must be the directory inspected before clone (else
+/// `EXDEV`). The mount exists only in this mount namespace, under the old root,
+/// which is detached after `pivot_root`: the run never sees it, only the overlay
+/// (which keeps a private reference to its layers).
+fn attach_lower(lower: &IdmappedLower, fds: &StepFds<'_>) -> StepResult {
+    let tree = fds.lowers + lower.slot as c_int;
+    let at = raw::open_no_symlinks(&lower.at, fds.how).map_err(|e| (op::RESOLVE, e))?;
+    if raw::dev_ino(&at).map_err(|e| (op::VERIFY_SOURCE, e))? != (lower.dev, lower.ino) {
+        return Err((op::VERIFY_SOURCE, libc::EXDEV));
+    }
+    // SAFETY: `tree` is the detached mount moved to this number by
+    // `keep_descriptors`, `at` an open directory; empty paths name both.
+    raw::check_long(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            at.raw(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+    .map_err(|e| (op::ATTACH_LOWER, e))?;
+    // SAFETY: the detached mount's descriptor is no longer needed (the mount is
+    // attached now and stays until the old root is detached).
+    unsafe { libc::close(tree) };
+    Ok(())
+}
 
 /// Opens every bind source (`O_PATH`) into its slot. Called in the child before its
 /// fs ids change, so host directories only root may search can still be bound; the
@@ -88,14 +123,20 @@ pub(crate) fn open_sources(
     Ok(())
 }
 
+/// Where the child finds what the steps need besides their own data.
+pub(crate) struct StepFds<'a> {
+    /// The bind sources' descriptors ([`open_sources`]).
+    pub slots: &'a [Cell<c_int>],
+    /// The descriptor number of the first idmapped lower layer (the others follow).
+    pub lowers: c_int,
+    /// How the lower layers' paths are resolved (no symlinks).
+    pub how: &'a OpenHow,
+}
+
 /// Applies every step beneath `root` (an `O_PATH` descriptor of the new root).
-pub(crate) fn apply(
-    steps: &[PreparedStep],
-    root: c_int,
-    slots: &[Cell<c_int>],
-) -> Result<(), Report> {
+pub(crate) fn apply(steps: &[PreparedStep], root: c_int, fds: &StepFds<'_>) -> Result<(), Report> {
     for (index, step) in steps.iter().enumerate() {
-        apply_step(root, step, slots).map_err(|(op, errno)| Report {
+        apply_step(root, step, fds).map_err(|(op, errno)| Report {
             stage: ChildStage::MountStep as u32,
             index: index as u32,
             op,
@@ -105,7 +146,8 @@ pub(crate) fn apply(
     Ok(())
 }
 
-fn apply_step(root: c_int, step: &PreparedStep, slots: &[Cell<c_int>]) -> StepResult {
+fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult {
+    let slots = fds.slots;
     let target = step.target.as_c_str();
     match &step.kind {
         StepKind::Bind {
@@ -150,7 +192,10 @@ fn apply_step(root: c_int, step: &PreparedStep, slots: &[Cell<c_int>]) -> StepRe
             let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
             set_flags(&top, set, 0, true)
         }
-        StepKind::Overlay { data } => {
+        StepKind::Overlay { data, lower } => {
+            if let Some(lower) = lower {
+                attach_lower(lower, fds)?;
+            }
             let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,

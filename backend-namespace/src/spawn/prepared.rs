@@ -13,10 +13,11 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::libc;
-use workspace_core::mount_plan::{MountAction, MountPlan, Reason};
+use workspace_core::mount_plan::{MountAction, Reason};
 
 use super::SpawnRequest;
 use super::error::SpawnError;
+use super::idmapped::{self, IdmappedLower};
 use super::raw::OpenHow;
 use super::rlimits::Rlimit64;
 use crate::seccomp::{SeccompFilter, SeccompPolicy};
@@ -54,8 +55,12 @@ pub(crate) enum StepKind {
         read_only: bool,
         device: bool,
     },
-    /// overlayfs with a prepared option string.
-    Overlay { data: CString },
+    /// overlayfs with a prepared option string; with `lower`, the lower layer is
+    /// first covered by its idmapped mount (see `idmapped.rs`).
+    Overlay {
+        data: CString,
+        lower: Option<IdmappedLower>,
+    },
     /// Bind the target onto itself.
     Rebind { read_only: bool },
     /// Read-only on the target's own mount.
@@ -84,6 +89,8 @@ pub(crate) struct ChildFds {
     pub error_write: OwnedFd,
     pub status_write: OwnedFd,
     pub cgroup_procs: Vec<OwnedFd>,
+    /// Detached idmapped mounts of overlay lower layers (`idmapped.rs`).
+    pub lowers: Vec<OwnedFd>,
 }
 
 /// The parent's ends of the pipes.
@@ -119,7 +126,7 @@ pub(crate) struct Prepared {
     pub child_fds: ChildFds,
     pub parent_fds: ParentFds,
     /// The raw numbers of every descriptor the child keeps, in their final order
-    /// (stdio, go, error, status, cgroup files, bind sources).
+    /// (stdio, go, error, status, cgroup files, idmapped lower layers).
     pub kept: Vec<c_int>,
     /// Scratch space the child fills while moving `kept` (no allocation there).
     pub moved: Vec<Cell<c_int>>,
@@ -179,7 +186,8 @@ impl Prepared {
         if request.cgroup_procs.len() > MAX_CGROUP_FILES {
             return Err(invalid("cgroup_procs", "more than 16 files"));
         }
-        let (steps, binds) = prepare_steps(&request.plan, request.uid, request.gid)?;
+        let mut lowers = Vec::new();
+        let (steps, binds) = prepare_steps(request, &mut lowers)?;
         let seccomp = seccomp_program(request)?;
         let root_data = cstring(
             "plan.root_size_bytes",
@@ -213,6 +221,7 @@ impl Prepared {
                 error_write,
                 status_write,
                 cgroup_procs: Vec::new(),
+                lowers,
             },
             parent_fds: ParentFds {
                 go_write,
@@ -244,6 +253,7 @@ impl Prepared {
             .iter()
             .chain([&fds.go_read, &fds.error_write, &fds.status_write])
             .chain(&fds.cgroup_procs)
+            .chain(&fds.lowers)
             .map(|fd| fd.as_raw_fd())
             .collect();
         prepared.moved = vec![Cell::new(-1); prepared.kept.len()];
@@ -300,11 +310,13 @@ fn check_ids(request: &SpawnRequest) -> Result<(), SpawnError> {
     Ok(())
 }
 
+/// The steps of `request.plan`; the idmapped mounts of overlay lower layers are
+/// made here and pushed to `lowers`.
 fn prepare_steps(
-    plan: &MountPlan,
-    uid: u32,
-    gid: u32,
+    request: &SpawnRequest,
+    lowers: &mut Vec<OwnedFd>,
 ) -> Result<(Vec<PreparedStep>, usize), SpawnError> {
+    let (plan, uid, gid) = (&request.plan, request.uid, request.gid);
     let mut out = Vec::with_capacity(plan.steps.len());
     let mut binds = 0;
     for (index, step) in plan.steps.iter().enumerate() {
@@ -344,6 +356,7 @@ fn prepare_steps(
             }
             MountAction::Overlay { lower, upper, work } => {
                 let mut data = String::new();
+                let probed = probe_source(index, &step.target, lower)?;
                 for (key, path) in [("lowerdir", lower), ("upperdir", upper), ("workdir", work)] {
                     // The kernel resolves the layer paths and follows links: refuse
                     // a layer with a symlink anywhere on its path.
@@ -358,8 +371,15 @@ fn prepare_steps(
                     data.push_str(&format!("{key}={OLD_ROOT}{text},"));
                 }
                 data.push_str("redirect_dir=nofollow,metacopy=off,userxattr");
+                let idmapped = idmapped::prepare(
+                    lower,
+                    (probed.dev, probed.ino),
+                    (request.host_uid, request.host_gid),
+                    lowers,
+                )?;
                 StepKind::Overlay {
                     data: cstring("plan.steps[].action.overlay", &data)?,
+                    lower: idmapped,
                 }
             }
             MountAction::Rebind { read_only } => StepKind::Rebind {

@@ -1,0 +1,303 @@
+//! An overlay's lower layer seen through an idmapped mount, prepared by the parent.
+//!
+//! # Why
+//!
+//! A layered checkout's lower layer is backend-worktree's cached base tree: made
+//! by the runner (host root), shared by every run of the commit, and never to be
+//! written. The run's user namespace maps one id, `uid` → `host_uid`; host root is
+//! not mapped there. overlayfs checks permissions against, and copies up with, the
+//! owner of the lower file, so over the plain lower every tracked file would be
+//! `nobody`'s and read-only. Changing the owner of the cache would change a tree
+//! shared with other runs (and other identities).
+//!
+//! Instead the parent makes a *private, detached* copy of the lower's mount with an
+//! id mapping attached (`open_tree(OPEN_TREE_CLONE)` + `mount_setattr` with
+//! `MOUNT_ATTR_IDMAP`, kernel ≥ 5.12; overlayfs accepts idmapped layers since 5.19):
+//! through it the lower root's owner (host root for the cache) appears as
+//! `host_uid`/`host_gid`, so in the run the tree is the run's own and copy-up works.
+//! Nothing on disk changes: the mapping is a property of that one mount, which
+//! exists only in the child's mount namespace (the child attaches it over the
+//! lower's path under `/oldroot` right before the overlay step, see `mounts.rs`,
+//! and the old root is detached after `pivot_root`). The mount is also read-only,
+//! `nosuid` and `nodev`, and not recursive (a mount below the lower is not part of
+//! it). overlayfs writes only to the upper layer; the lower is never written.
+//!
+//! Only the owner of the lower's root is mapped. A file inside with another owner
+//! stays unmapped (`nobody`) and read-only to the run. When the lower's root is
+//! owned by `host_uid`/`host_gid` already, no idmapped mount is made.
+//!
+//! # The mapping namespace
+//!
+//! `MOUNT_ATTR_IDMAP` takes a user namespace whose map is the mapping: on-disk id
+//! `owner` → host id `host_uid` needs a namespace with `"<owner> <host_uid> 1"`. The
+//! run's own namespace maps `uid` → `host_uid` instead, which is not it (and does
+//! not exist before the clone). So [`idmapped_lower`] clones a helper process into a
+//! new user namespace (a fork-style raw `clone`, like the run's child; the helper
+//! only closes its descriptors and sleeps in `ppoll` with every signal blocked),
+//! writes its maps, opens `/proc/<pid>/ns/user`, then kills and reaps it. The
+//! namespace lives on as long as the idmapped mount refers to it.
+//!
+//! # Ambient authority
+//!
+//! Creating an idmapped mount of a host file system needs `CAP_SYS_ADMIN` in the
+//! host's user namespace (the runner is host root), and the file system must
+//! support idmapped mounts (ext4, xfs, btrfs; tmpfs since 6.3). Otherwise the
+//! spawn fails with [`SpawnError::IdmappedLower`] naming the step.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr;
+
+use nix::errno::Errno;
+use nix::libc;
+
+use super::error::SpawnError;
+use super::idmap;
+use super::prepared::OLD_ROOT;
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+/// `struct mount_attr` from `linux/mount.h`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Where the child attaches the idmapped mount of an overlay's lower layer.
+#[derive(Debug)]
+pub(crate) struct IdmappedLower {
+    /// The lower's path under the old root (`/oldroot/<host path>`): the mount
+    /// goes over it, so the overlay's `lowerdir` resolves into it.
+    pub at: CString,
+    /// Index into the child's idmapped lower descriptors (kept right after the
+    /// cgroup files).
+    pub slot: usize,
+    /// `(dev, ino)` of the lower directory inspected before clone: the directory
+    /// the child opens at `at` must be it.
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// The overlay step's lower layer for the child: `None` when `lower` is owned by
+/// `host` already, else its idmapped mount ([`idmapped_lower`]), pushed to `lowers`.
+pub(crate) fn prepare(
+    lower: &Path,
+    (dev, ino): (u64, u64),
+    host: (u32, u32),
+    lowers: &mut Vec<OwnedFd>,
+) -> Result<Option<IdmappedLower>, SpawnError> {
+    let Some(fd) = idmapped_lower(lower, (dev, ino), host)? else {
+        return Ok(None);
+    };
+    let mut at = OLD_ROOT.as_bytes().to_vec();
+    at.extend_from_slice(lower.as_os_str().as_bytes());
+    let at = CString::new(at).map_err(|_| SpawnError::IdmappedLower {
+        step: "naming the lower layer",
+        path: lower.to_path_buf(),
+        source: Errno::EINVAL,
+    })?;
+    lowers.push(fd);
+    Ok(Some(IdmappedLower {
+        at,
+        slot: lowers.len() - 1,
+        dev,
+        ino,
+    }))
+}
+
+/// A detached mount of `lower` in which its root's owner appears as
+/// `host_uid`/`host_gid`, or `None` when the root is theirs already.
+///
+/// `expected` is the `(dev, ino)` of `lower` inspected before (no symlink on its
+/// path): the mount made must be of that directory, else `EXDEV`.
+///
+/// # Ambient authority
+/// `lower` is a host path; needs `CAP_SYS_ADMIN` on the host (see the module docs).
+pub(crate) fn idmapped_lower(
+    lower: &Path,
+    expected: (u64, u64),
+    (host_uid, host_gid): (u32, u32),
+) -> Result<Option<OwnedFd>, SpawnError> {
+    let fail = |step: &'static str| {
+        move |source: Errno| SpawnError::IdmappedLower {
+            step,
+            path: lower.to_path_buf(),
+            source,
+        }
+    };
+    let path = CString::new(lower.as_os_str().as_bytes())
+        .map_err(|_| fail("naming the lower layer")(Errno::EINVAL))?;
+    // SAFETY: a NUL-terminated path; the flags ask for a detached copy of the mount
+    // at `lower` (its subtree only, no submounts), close-on-exec.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE
+                | libc::O_CLOEXEC as libc::c_uint
+                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+        )
+    };
+    if tree < 0 {
+        return Err(fail("open_tree of the lower layer")(Errno::last()));
+    }
+    // SAFETY: a descriptor open_tree just returned, owned from here on.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as libc::c_int) };
+    let stat = nix::sys::stat::fstat(&tree).map_err(fail("inspecting the lower layer"))?;
+    if (stat.st_dev, stat.st_ino) != expected {
+        return Err(fail("checking the lower layer is the directory inspected")(
+            Errno::EXDEV,
+        ));
+    }
+    if (stat.st_uid, stat.st_gid) == (host_uid, host_gid) {
+        return Ok(None);
+    }
+    let userns = mapping_namespace((stat.st_uid, host_uid), (stat.st_gid, host_gid))?;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: `tree` is a detached mount; an empty path with AT_EMPTY_PATH names it;
+    // `attr` is a valid `struct mount_attr` of the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            ptr::from_ref(&attr),
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(fail("mount_setattr(MOUNT_ATTR_IDMAP) on the lower layer")(
+            Errno::last(),
+        ));
+    }
+    Ok(Some(tree))
+}
+
+/// A user namespace mapping exactly `uid.0` → `uid.1` and `gid.0` → `gid.1`.
+fn mapping_namespace(uid: (u32, u32), gid: (u32, u32)) -> Result<OwnedFd, SpawnError> {
+    let helper = Helper::start()?;
+    let dir = std::path::PathBuf::from(format!("/proc/{}", helper.0));
+    idmap::write(&dir.join("uid_map"), &format!("{} {} 1\n", uid.0, uid.1))?;
+    // The runner holds CAP_SETGID on the host (it must, to create idmapped mounts
+    // at all): a gid map needs no `setgroups` deny then. The helper never runs
+    // anything, so its groups do not matter.
+    idmap::write(&dir.join("gid_map"), &format!("{} {} 1\n", gid.0, gid.1))?;
+    let ns = dir.join("ns/user");
+    let fd = nix::fcntl::open(
+        &ns,
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|source| SpawnError::IdmappedLower {
+        step: "opening the mapping namespace",
+        path: ns,
+        source,
+    })?;
+    drop(helper);
+    Ok(fd)
+}
+
+/// A process in a new user namespace that does nothing; killed and reaped on drop.
+struct Helper(libc::pid_t);
+
+impl Helper {
+    fn start() -> Result<Self, SpawnError> {
+        // SAFETY: getpid cannot fail.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: `sigset_t` is plain data; sigfillset initialises it.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointers to local sigsets. Every signal stays blocked in the
+        // helper (no handler of the runner ever runs there); restored below.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        // SAFETY: a fork-style clone (NULL stack, no CLONE_VM) into a new user
+        // namespace. The child is a copy of a multi-threaded process: it performs
+        // only raw system calls (no allocation, no locks, nothing that can panic)
+        // and never returns from `helper_child`.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+                ptr::null_mut::<libc::c_void>(),
+                ptr::null_mut::<libc::c_void>(),
+                ptr::null_mut::<libc::c_void>(),
+                0usize,
+            )
+        };
+        if ret == 0 {
+            helper_child(parent);
+        }
+        let error = Errno::last();
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
+        if ret < 0 {
+            return Err(SpawnError::IdmappedLower {
+                step: "cloning the mapping namespace's helper",
+                path: "-".into(),
+                source: error,
+            });
+        }
+        Ok(Self(ret as libc::pid_t))
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        // SAFETY: our unreaped child (its pid cannot be reused before the wait).
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+        loop {
+            // SAFETY: waiting for our own child; no status wanted.
+            let ret = unsafe { libc::waitpid(self.0, ptr::null_mut(), libc::__WALL) };
+            if ret >= 0 || Errno::last() != Errno::EINTR {
+                break;
+            }
+        }
+    }
+}
+
+/// The helper: closes every descriptor it inherited (a copy of the runner's table
+/// could keep a lock or a pipe end alive), dies with its parent, and sleeps until
+/// it is killed (every signal is blocked; `SIGKILL` cannot be). `parent` is the
+/// runner's pid: if it is no longer the parent, the runner died before the
+/// death signal was armed, and the helper ends at once.
+fn helper_child(parent: libc::pid_t) -> ! {
+    // SAFETY: raw system calls only, on this process alone; none returns an error
+    // that matters (a failed close_range leaves descriptors open until SIGKILL).
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::syscall(libc::SYS_getppid) != libc::c_long::from(parent) {
+            libc::syscall(libc::SYS_exit_group, 0);
+        }
+        loop {
+            libc::syscall(
+                libc::SYS_ppoll,
+                ptr::null_mut::<libc::pollfd>(),
+                0usize,
+                ptr::null::<libc::timespec>(),
+                ptr::null::<libc::sigset_t>(),
+                0usize,
+            );
+        }
+    }
+}
