@@ -58,4 +58,6 @@ pub use workspace_core as core;
 
 mod stack;
 
-pub use stack::{DEFAULT_CGROUP_PARENT, HostDirs, namespace_stack};
+pub use stack::{
+    DEFAULT_CGROUP_PARENT, HostDirs, LayeredStackError, namespace_stack, namespace_stack_layered,
+};

@@ -8,6 +8,7 @@ use backend_namespace::environment::NamespaceEnvironment;
 use backend_namespace::identity::NamespaceIdentity;
 use backend_namespace::process::{NamespaceProcess, ProcessError, ProcessOptions};
 use backend_worktree::filesystem::WorktreeFilesystem;
+use backend_worktree::layered::cache::{CacheError, TreeCache};
 use backend_worktree::promotion::WorktreePromotion;
 use backend_worktree::source::WorktreeSource;
 use workspace_core::boundary::Stack;
@@ -26,9 +27,46 @@ pub const DEFAULT_CGROUP_PARENT: &str = "agent-workspace";
 /// # Ambient authority
 /// Looks at the host's root directory to find the base system passed into runs.
 pub fn namespace_stack(cgroup_parent: &str) -> Result<Stack, ProcessError> {
+    stack_over(WorktreeSource::new(), cgroup_parent)
+}
+
+/// [`namespace_stack`] with layered checkouts: a read-only base tree per commit,
+/// cached under `cache_root` (at most `cache_bytes` of tree content, least
+/// recently used trees evicted), and a per-run upper directory, mounted as
+/// overlayfs in the run (the base tree through an idmapped mount: it is never
+/// changed, and no repository file is copied per run). Contracts with
+/// `source.materialization = "auto"` (the presets' default) are then layered.
+///
+/// # Ambient authority
+/// Creates `cache_root` if needed; looks at the host's root directory.
+pub fn namespace_stack_layered(
+    cgroup_parent: &str,
+    cache_root: impl Into<PathBuf>,
+    cache_bytes: u64,
+) -> Result<Stack, LayeredStackError> {
+    let cache = TreeCache::open(cache_root, cache_bytes)?;
+    Ok(stack_over(
+        WorktreeSource::with_layered_cache(cache),
+        cgroup_parent,
+    )?)
+}
+
+/// Why a layered stack could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayeredStackError {
+    /// The base-tree cache could not be opened.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// The namespace backend could not look at the host.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
+fn stack_over(source: WorktreeSource, cgroup_parent: &str) -> Result<Stack, ProcessError> {
     let worktree_promotion = Arc::new(WorktreePromotion::new());
     Ok(Stack {
-        source: Arc::new(WorktreeSource::new()),
+        source: Arc::new(source),
         filesystem: Arc::new(WorktreeFilesystem::new()),
         process: Arc::new(NamespaceProcess::new(ProcessOptions::probe(cgroup_parent)?)),
         environment: Arc::new(NamespaceEnvironment::from_host()),

@@ -31,17 +31,27 @@ pub(crate) fn block_on(body: impl Future<Output = ExitCode>) -> ExitCode {
     code
 }
 
-/// A runner over the default stack, the host's directories (evidence under
-/// `evidence` when given) and the host's capacity.
+/// How much base-tree content the command's layered checkout cache keeps before
+/// it evicts the least recently used trees.
+pub(crate) const TREE_CACHE_BYTES: u64 = 10 << 30;
+
+/// A runner over the default stack with layered checkouts (base trees cached under
+/// `<runtime>/trees`), the host's directories (evidence under `evidence` when
+/// given) and the host's capacity.
 pub(crate) fn runner(host: &HostArgs, evidence: Option<PathBuf>) -> Result<Runner, ExitCode> {
-    let stack = agent_workspace::namespace_stack(&host.cgroup_parent).map_err(|e| {
+    let dirs = host.dirs();
+    let stack = agent_workspace::namespace_stack_layered(
+        &host.cgroup_parent,
+        dirs.runtime.join("trees"),
+        TREE_CACHE_BYTES,
+    )
+    .map_err(|e| {
         eprintln!(
             "agent-workspace: cannot set up the namespace backend: {}",
             workspace_core::error_chain(&e)
         );
         ExitCode::from(EXIT_RUNNER_FAILED)
     })?;
-    let dirs = host.dirs();
     let config = RunnerConfig::new(dirs.runtime, evidence.unwrap_or(dirs.evidence));
     Ok(Runner::new(stack, config, Arc::new(host_capacity())))
 }

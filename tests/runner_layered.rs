@@ -1,0 +1,109 @@
+//! A layered run end to end: the checkout is a shared base tree plus the run's
+//! upper directory, mounted as overlayfs in the run; the patch, the evidence and
+//! the cleanup are what a standalone run gives, the base tree is never changed,
+//! and a suspended layered run resumes.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod support;
+
+use support::{Fixture, assert_intact, git, read_outcome, shell};
+use workspace_core::contract::Materialization;
+use workspace_core::evidence::ExitStatusRecord;
+use workspace_core::runner::{CommandIo, CreateOptions};
+
+/// Every file under `dir` with its bytes, sorted: the base tree's fingerprint.
+fn tree(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            found.extend(tree(&path));
+        } else if kind.is_file() {
+            found.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_layered_run_edits_tracked_files_exports_a_patch_and_resumes() {
+    let f = Fixture::new("layered");
+    let cache = f.base.path().join("trees");
+    let stack =
+        agent_workspace::namespace_stack_layered(&f.cgroup_parent, &cache, 1 << 30).unwrap();
+    let runner = f.runner_with(stack);
+    let mut contract = f.contract();
+    contract.source.materialization = Materialization::Layered;
+
+    let mut ws = runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap();
+    let source = ws.source().unwrap().clone();
+    let layers = source
+        .layers
+        .clone()
+        .expect("a layered checkout records its layers");
+    let base_before = tree(&layers.lower);
+    let first = ws
+        .exec(
+            &shell(
+                "echo hi > x; echo more >> hello.txt; git status --porcelain",
+                "layered",
+            ),
+            CommandIo::captured(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.exit.status, ExitStatusRecord::Code(0));
+
+    // Parked and taken back: the upper directory is re-verified, sealed again.
+    let run_id = ws.run_id().clone();
+    ws.suspend().await.unwrap();
+    let mut ws = runner
+        .resume(&run_id, CreateOptions::default())
+        .await
+        .unwrap();
+    let second = ws
+        .exec(
+            &shell("cat x; rm src/lib.txt", "layered-2"),
+            CommandIo::captured(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.exit.status, ExitStatusRecord::Code(0));
+    let report = ws.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    assert_intact(&report.evidence);
+    assert_eq!(read_outcome(&report.evidence).changed_paths, 3);
+
+    let status = std::fs::read_to_string(report.evidence.join("commands/0001/stdout")).unwrap();
+    assert!(
+        status.contains(" M hello.txt") && status.contains("?? x"),
+        "{status}"
+    );
+    let patch = report.evidence.join("diff.patch");
+    let clone = f.base.path().join("clone");
+    let out = git(
+        f.base.path(),
+        &[
+            "clone",
+            "-q",
+            f.repo.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = git(&clone, &["apply", "--check", patch.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "the layered patch does not apply: {out:?}"
+    );
+
+    // The shared base tree is exactly what it was; the run left nothing else.
+    assert_eq!(tree(&layers.lower), base_before, "the base tree changed");
+    f.assert_nothing_left(&run_id, &[]);
+}
