@@ -28,6 +28,7 @@
 //! [`Stack`]: crate::boundary::Stack
 //! [`Capacity`]: crate::capacity::Capacity
 
+mod conclude;
 mod error;
 mod execute;
 mod export;
@@ -38,6 +39,7 @@ mod paths;
 mod recovery;
 mod resume;
 mod scrub;
+mod state_files;
 mod workspace;
 
 use std::path::PathBuf;

@@ -10,7 +10,7 @@ use super::RunnerConfig;
 use super::export::{ExportInputs, export_bundle};
 use super::outcome::Outcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
-use super::workspace::remove_private_state;
+use super::state_files::{read_required, read_state, remove_private_state};
 use crate::boundary::{
     BoundaryError, BoundaryKind, FilesystemRecord, RunContext, SourceRecord, Stack,
 };
@@ -154,28 +154,12 @@ impl RecoveryHooks for StackRecovery {
     }
 }
 
+/// A record of the lost run, or the boundary error recovery reports.
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, BoundaryError> {
-    read_optional(path)?.ok_or_else(|| {
-        BoundaryError::new(
-            BoundaryKind::Process,
-            "read run state",
-            std::io::Error::from(std::io::ErrorKind::NotFound),
-        )
-        .with_path(path)
-    })
+    read_required(path).map_err(|e| BoundaryError::new(BoundaryKind::Process, "read run state", e))
 }
 
+/// A record of the lost run that may not exist.
 fn read_optional<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, BoundaryError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(
-                BoundaryError::new(BoundaryKind::Process, "read run state", e).with_path(path),
-            );
-        }
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| BoundaryError::new(BoundaryKind::Process, "read run state", e).with_path(path))
+    read_state(path).map_err(|e| BoundaryError::new(BoundaryKind::Process, "read run state", e))
 }

@@ -2,12 +2,11 @@
 
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
-
 use std::sync::Arc;
 
 use super::outcome::CommandOutcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::state_files::read_required;
 use super::{RunError, RunErrorKind, RunnerConfig};
 use crate::RunId;
 use crate::boundary::RunContext;
@@ -68,9 +67,9 @@ pub(super) struct Stored {
 impl Stored {
     pub(super) fn read(paths: &RunPaths) -> Result<Self, RunErrorKind> {
         let evidence = EvidenceWriter::reopen(&paths.evidence)?;
-        let contract = read(&evidence.path_of(EvidenceFile::Contract))?;
-        let source = read(&evidence.path_of(EvidenceFile::Source))?;
-        let filesystem = read(&paths.run_dir.join(FILESYSTEM_STATE_FILE))?;
+        let contract = read_required(&evidence.path_of(EvidenceFile::Contract))?;
+        let source = read_required(&evidence.path_of(EvidenceFile::Source))?;
+        let filesystem = read_required(&paths.run_dir.join(FILESYSTEM_STATE_FILE))?;
         let commands = previous_commands(&paths.evidence.join(COMMANDS_DIR))?;
         let started_unix_ms = commands
             .first()
@@ -86,15 +85,6 @@ impl Stored {
             started_unix_ms,
         })
     }
-}
-
-fn read<T: DeserializeOwned>(path: &Path) -> Result<T, RunErrorKind> {
-    let io = |source| RunErrorKind::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let bytes = std::fs::read(path).map_err(io)?;
-    serde_json::from_slice(&bytes).map_err(|e| io(std::io::Error::other(e)))
 }
 
 /// The commands recorded so far, in order.
@@ -115,7 +105,8 @@ fn previous_commands(dir: &Path) -> Result<Vec<(CommandRecord, CommandOutcome)>,
             path: dir.to_path_buf(),
             source,
         })?;
-        let record: CommandRecord = read(&entry.path().join(crate::evidence::COMMAND_FILE))?;
+        let record: CommandRecord =
+            read_required(&entry.path().join(crate::evidence::COMMAND_FILE))?;
         let outcome = CommandOutcome {
             seq: record.seq,
             argv: record.argv.clone(),

@@ -8,19 +8,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::FinishOptions;
 use super::execute::{CommandIo, execute, millis};
-use super::export::{CheckRun, ExportInputs, export_bundle};
+use super::export::CheckRun;
 use super::leases::{LEASES_STATE_FILE, LeasedNames, RunLeases};
 use super::observed::{AppliedEnvironment, ObservedRecord};
-use super::outcome::{CommandOutcome, Outcome, RunReport};
+use super::outcome::{CommandOutcome, RunReport};
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::scrub::Scrubber;
+use super::state_files::{create_dir, read_state, write_state};
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
-    ApprovalRecord, CommandSpec, EnvironmentPlan, FilesystemRecord, LeakReport, RunContext,
-    SealPlan, SourceRecord,
+    CommandSpec, EnvironmentPlan, FilesystemRecord, RunContext, SealPlan, SourceRecord,
 };
 use crate::capacity::{Reservation, Resources};
-use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
+use crate::evidence::{EvidenceFile, EvidenceWriter};
 use crate::lifecycle::{FailureCause, Lifecycle, Origin, State, StateName};
 
 /// A run that is sealed (or failed on the way) and not yet cleaned up.
@@ -398,7 +398,7 @@ impl Workspace {
     }
 
     /// Applies one journaled lifecycle step, naming the run if it is refused.
-    fn journal<T>(
+    pub(super) fn journal<T>(
         &mut self,
         step: impl FnOnce(&mut Lifecycle) -> Result<T, crate::lifecycle::LifecycleError>,
     ) -> Result<T, RunError> {
@@ -411,123 +411,6 @@ impl Workspace {
             evidence: Some(self.evidence.dir().to_path_buf()),
             kind: Box::new(kind),
         }
-    }
-
-    /// Stops the processes, exports, cleans up: the common end of every run.
-    pub(super) async fn conclude(
-        mut self,
-        checks: Vec<CheckRun>,
-        promote: Option<Vec<ApprovalRecord>>,
-    ) -> Result<RunReport, RunError> {
-        self.concluded = true;
-        let stack = self.runner.stack().clone();
-        let ended_in = self.life.state().name();
-        let failure = match self.life.state() {
-            State::Failed { cause, .. } => Some(cause.clone()),
-            _ => None,
-        };
-        // Stop every process before the workspace is read: nothing may change it
-        // while its patch is taken, and nothing may be running when it is removed.
-        let leaks = if self.sealing {
-            match stack.process.teardown(&self.run).await {
-                Ok(report) => Some(report),
-                Err(e) => {
-                    self.errors
-                        .push(format!("teardown: {}", crate::error_chain(&e)));
-                    None
-                }
-            }
-        } else {
-            Some(LeakReport::default())
-        };
-        self.journal(|life| life.export().map(drop))?;
-        let mut outcome = Outcome {
-            run_id: self.run.run_id.clone(),
-            ended_in,
-            failure,
-            commands: self.commands.clone(),
-            leaks: leaks.clone(),
-            patch_sha256: None,
-            changed_paths: 0,
-            leases: self.leases.names.describe(),
-            started_unix_ms: self.started_unix_ms,
-            exported_unix_ms: unix_ms_now(),
-            errors: std::mem::take(&mut self.errors),
-        };
-        let exported = export_bundle(
-            stack.promotion.as_ref(),
-            &self.run,
-            &self.evidence,
-            ExportInputs {
-                source: self.source.as_ref(),
-                checks: &checks,
-                promote: promote.as_deref(),
-                journal: &self.paths.journal,
-            },
-            &mut outcome,
-        )
-        .await;
-        let promotion = exported.as_ref().ok().cloned().flatten();
-        match &exported {
-            Ok(_) => {
-                self.journal(|life| life.finish_export().map(drop))?;
-            }
-            Err(errors) => self.fail(FailureCause::Runner {
-                message: format!("export: {}", errors.join("; ")),
-            }),
-        }
-
-        let mut cleanup_errors = Vec::new();
-        let mut cleaned = false;
-        let stopped = leaks.as_ref().is_some_and(LeakReport::is_clean);
-        if !stopped {
-            // Removing files while a process or mount of the run may live could reach
-            // through that mount into the host: leave the run to recovery.
-            cleanup_errors.push(
-                "not cleaned up: teardown did not prove every process and mount gone; the run is left for recovery"
-                    .to_owned(),
-            );
-        } else {
-            let permit = self.journal(Lifecycle::clean_up)?;
-            if let Some(filesystem) = &self.filesystem
-                && let Err(e) = stack
-                    .filesystem
-                    .release(&self.run, filesystem, &permit)
-                    .await
-            {
-                cleanup_errors.push(format!("filesystem release: {}", crate::error_chain(&e)));
-            }
-            let released = match &self.source {
-                Some(source) => stack.source.release(&self.run, source, &permit).await,
-                // Provisioning failed before it made a record: remove what it left.
-                None => stack.source.release_unrecorded(&self.run, &permit).await,
-            };
-            if let Err(e) = released {
-                cleanup_errors.push(format!("source release: {}", crate::error_chain(&e)));
-            }
-            remove_private_state(&self.paths.run_dir, &mut cleanup_errors);
-            self.reservation = None;
-            self.leases = RunLeases::default();
-            if cleanup_errors.is_empty() {
-                self.journal(|life| life.finish_clean_up().map(drop))?;
-                cleaned = true;
-            } else {
-                self.fail(FailureCause::Runner {
-                    message: cleanup_errors.join("; "),
-                });
-            }
-        }
-        tracing::info!(run_id = %self.run.run_id, cleaned, "run concluded");
-        Ok(RunReport {
-            run_id: self.run.run_id.clone(),
-            evidence: self.evidence.dir().to_path_buf(),
-            evidence_sealed: self.evidence.is_sealed(),
-            outcome,
-            promotion,
-            cleaned,
-            cleanup_errors,
-            duration_ms: millis(self.started.elapsed()),
-        })
     }
 
     fn limit(&self, state: StateName) -> Option<Duration> {
@@ -584,59 +467,5 @@ async fn bounded<T>(
     tokio::select! {
         result = timed => result,
         () = cancel.cancelled() => Err(RunErrorKind::Failed(FailureCause::Cancelled)),
-    }
-}
-
-fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
-    std::fs::create_dir_all(path).map_err(|source| RunErrorKind::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Reads a run's private state file, `None` when it does not exist.
-fn read_state<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, RunErrorKind> {
-    let io = |source| RunErrorKind::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| io(std::io::Error::other(e))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io(e)),
-    }
-}
-
-/// Writes a run's private state file (JSON), replacing it.
-pub(super) fn write_state(path: &Path, value: &impl serde::Serialize) -> Result<(), RunErrorKind> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| RunErrorKind::Io {
-        path: path.to_path_buf(),
-        source: std::io::Error::other(e),
-    })?;
-    std::fs::write(path, bytes).map_err(|source| RunErrorKind::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Removes the runner's own files in the run directory, then the directory if it
-/// is empty. Anything a boundary left there is reported, never removed blindly.
-pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
-    for name in [FILESYSTEM_STATE_FILE, LEASES_STATE_FILE] {
-        match std::fs::remove_file(run_dir.join(name)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => errors.push(format!("removing {}: {e}", run_dir.join(name).display())),
-        }
-    }
-    match std::fs::remove_dir(run_dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => errors.push(format!(
-            "removing the run directory {}: {e}",
-            run_dir.display()
-        )),
     }
 }

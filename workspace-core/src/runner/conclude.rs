@@ -1,0 +1,130 @@
+//! The end every run goes through: stop, export, clean up.
+
+use super::execute::millis;
+use super::export::{CheckRun, ExportInputs, export_bundle};
+use super::leases::RunLeases;
+use super::outcome::{Outcome, RunReport};
+use super::state_files::remove_private_state;
+use super::{RunError, Workspace};
+use crate::boundary::{ApprovalRecord, LeakReport};
+use crate::evidence::unix_ms_now;
+use crate::lifecycle::{FailureCause, Lifecycle, State};
+
+impl Workspace {
+    /// Stops the processes, exports, cleans up: the common end of every run.
+    pub(super) async fn conclude(
+        mut self,
+        checks: Vec<CheckRun>,
+        promote: Option<Vec<ApprovalRecord>>,
+    ) -> Result<RunReport, RunError> {
+        self.concluded = true;
+        let stack = self.runner.stack().clone();
+        let ended_in = self.life.state().name();
+        let failure = match self.life.state() {
+            State::Failed { cause, .. } => Some(cause.clone()),
+            _ => None,
+        };
+        // Stop every process before the workspace is read: nothing may change it
+        // while its patch is taken, and nothing may be running when it is removed.
+        let leaks = if self.sealing {
+            match stack.process.teardown(&self.run).await {
+                Ok(report) => Some(report),
+                Err(e) => {
+                    self.errors
+                        .push(format!("teardown: {}", crate::error_chain(&e)));
+                    None
+                }
+            }
+        } else {
+            Some(LeakReport::default())
+        };
+        self.journal(|life| life.export().map(drop))?;
+        let mut outcome = Outcome {
+            run_id: self.run.run_id.clone(),
+            ended_in,
+            failure,
+            commands: self.commands.clone(),
+            leaks: leaks.clone(),
+            patch_sha256: None,
+            changed_paths: 0,
+            leases: self.leases.names.describe(),
+            started_unix_ms: self.started_unix_ms,
+            exported_unix_ms: unix_ms_now(),
+            errors: std::mem::take(&mut self.errors),
+        };
+        let exported = export_bundle(
+            stack.promotion.as_ref(),
+            &self.run,
+            &self.evidence,
+            ExportInputs {
+                source: self.source.as_ref(),
+                checks: &checks,
+                promote: promote.as_deref(),
+                journal: &self.paths.journal,
+            },
+            &mut outcome,
+        )
+        .await;
+        let promotion = exported.as_ref().ok().cloned().flatten();
+        match &exported {
+            Ok(_) => {
+                self.journal(|life| life.finish_export().map(drop))?;
+            }
+            Err(errors) => self.fail(FailureCause::Runner {
+                message: format!("export: {}", errors.join("; ")),
+            }),
+        }
+
+        let mut cleanup_errors = Vec::new();
+        let mut cleaned = false;
+        let stopped = leaks.as_ref().is_some_and(LeakReport::is_clean);
+        if !stopped {
+            // Removing files while a process or mount of the run may live could reach
+            // through that mount into the host: leave the run to recovery.
+            cleanup_errors.push(
+                "not cleaned up: teardown did not prove every process and mount gone; the run is left for recovery"
+                    .to_owned(),
+            );
+        } else {
+            let permit = self.journal(Lifecycle::clean_up)?;
+            if let Some(filesystem) = &self.filesystem
+                && let Err(e) = stack
+                    .filesystem
+                    .release(&self.run, filesystem, &permit)
+                    .await
+            {
+                cleanup_errors.push(format!("filesystem release: {}", crate::error_chain(&e)));
+            }
+            let released = match &self.source {
+                Some(source) => stack.source.release(&self.run, source, &permit).await,
+                // Provisioning failed before it made a record: remove what it left.
+                None => stack.source.release_unrecorded(&self.run, &permit).await,
+            };
+            if let Err(e) = released {
+                cleanup_errors.push(format!("source release: {}", crate::error_chain(&e)));
+            }
+            remove_private_state(&self.paths.run_dir, &mut cleanup_errors);
+            self.reservation = None;
+            self.leases = RunLeases::default();
+            if cleanup_errors.is_empty() {
+                self.journal(|life| life.finish_clean_up().map(drop))?;
+                cleaned = true;
+            } else {
+                self.fail(FailureCause::Runner {
+                    message: cleanup_errors.join("; "),
+                });
+            }
+        }
+        tracing::info!(run_id = %self.run.run_id, cleaned, "run concluded");
+        Ok(RunReport {
+            run_id: self.run.run_id.clone(),
+            evidence: self.evidence.dir().to_path_buf(),
+            evidence_sealed: self.evidence.is_sealed(),
+            outcome,
+            promotion,
+            cleaned,
+            cleanup_errors,
+            duration_ms: millis(self.started.elapsed()),
+        })
+    }
+}

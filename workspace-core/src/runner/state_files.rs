@@ -1,0 +1,73 @@
+//! The runner's own files in a run directory (`filesystem.json`, `leases.json`)
+//! and the records it reads back from the evidence.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::RunErrorKind;
+use super::leases::LEASES_STATE_FILE;
+use super::paths::FILESYSTEM_STATE_FILE;
+
+pub(super) fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
+    std::fs::create_dir_all(path).map_err(|source| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads a run's private state file, `None` when it does not exist.
+pub(super) fn read_state<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, RunErrorKind> {
+    let io = |source| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| io(std::io::Error::other(e))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// Reads a JSON record that must exist.
+pub(super) fn read_required<T: DeserializeOwned>(path: &Path) -> Result<T, RunErrorKind> {
+    read_state(path)?.ok_or_else(|| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::from(std::io::ErrorKind::NotFound),
+    })
+}
+
+/// Writes a run's private state file (JSON), replacing it.
+pub(super) fn write_state(path: &Path, value: &impl Serialize) -> Result<(), RunErrorKind> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    })?;
+    std::fs::write(path, bytes).map_err(|source| RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Removes the runner's own files in the run directory, then the directory if it
+/// is empty. Anything a boundary left there is reported, never removed blindly.
+pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
+    for name in [FILESYSTEM_STATE_FILE, LEASES_STATE_FILE] {
+        match std::fs::remove_file(run_dir.join(name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => errors.push(format!("removing {}: {e}", run_dir.join(name).display())),
+        }
+    }
+    match std::fs::remove_dir(run_dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => errors.push(format!(
+            "removing the run directory {}: {e}",
+            run_dir.display()
+        )),
+    }
+}
