@@ -20,6 +20,7 @@ use crate::boundary::{
     CommandSpec, EnvironmentPlan, FilesystemRecord, RunContext, SealPlan, SourceRecord,
 };
 use crate::capacity::{Reservation, Resources};
+use crate::contract::CheckoutOrigin;
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 use crate::lifecycle::{FailureCause, Lifecycle, Origin, State, StateName};
 
@@ -97,7 +98,13 @@ impl Workspace {
         let cancel = self.cancel.clone();
         self.life.admit()?;
         let environment = self.reserve().await?;
-        self.life.provision(Origin::Fresh)?;
+        // The journal records where the checkout comes from, as the contract asks.
+        let origin = match self.run.contract.source.origin {
+            CheckoutOrigin::Fresh => Origin::Fresh,
+            CheckoutOrigin::Resumed => Origin::Resumed,
+            CheckoutOrigin::Snapshot => Origin::Restored,
+        };
+        self.life.provision(origin)?;
         create_dir(&self.paths.run_dir)?;
         self.lease(None)?;
         let limit = self.limit(StateName::Provisioning);
