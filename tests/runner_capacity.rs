@@ -7,13 +7,20 @@
 //! evidence shows whose workspace each patch came from. Afterwards nothing of any
 //! run may be left: no checkout, no cgroup, no mount, no process.
 //!
-//! Not covered: cache prefixes and schema names. The runner does not lease them
-//! yet, so there is nothing to collide.
+//! No collision of names or ports either: every contract declares a cache prefix
+//! stem, a schema stem and one port. Each run records the cache prefix and schema
+//! name it was leased, and when its command started and ended; any two runs whose
+//! commands overlapped in time must hold different names (a name freed at cleanup
+//! may be leased again later). The port is not leased on the host, as each run has
+//! a network of its own: every command listens on that very port (held by the test
+//! on the host meanwhile) and connects to itself, with `perl` (Debian's essential
+//! `perl-base`), so overlapping runs listen on the same port at once.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
 mod support;
 
 use std::collections::HashSet;
+use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,6 +32,7 @@ use agent_workspace::core::boundary::{CommandSpec, SourceRecord};
 use agent_workspace::core::capacity::{Capacity, Resources};
 use agent_workspace::core::contract::{ByteSize, Contract, SourceSection, TaskShape};
 use agent_workspace::core::evidence::{EvidenceFile, verify};
+use agent_workspace::core::lease::Leases;
 use agent_workspace::core::runner::{CommandIo, CreateOptions, RunReport, Runner, RunnerConfig};
 use agent_workspace::namespace::cgroup::{CgroupLayout, remove_parent};
 use support::command_lines_with;
@@ -38,6 +46,31 @@ const RUN_CPU_MILLIS: u64 = 250;
 const RUN_MEMORY: u64 = 256 << 20;
 /// Generous: a deadlock fails the test instead of hanging it.
 const OUTER_TIMEOUT: Duration = Duration::from_secs(600);
+/// The stems every contract declares; runs get `cache-<n>` and `app_<n>`.
+const CACHE_STEM: &str = "cache";
+const SCHEMA_STEM: &str = "app";
+/// How long each command listens on the port (seconds): long enough that the
+/// commands of runs admitted at once overlap.
+const LISTEN_SECONDS: &str = "0.2";
+
+/// Each run's command. `$0` is the run's name, `$1` the port, `$2` how long to
+/// listen. The first marker line is `<name> <pid>`, the second
+/// `names <cache prefix> <schema> <port check> <start ns> <end ns>`.
+const SCRIPT: &str = r#"start=$(date +%s%N)
+port=$(perl -MIO::Socket::INET -e '
+my ($port, $hold) = @ARGV;
+my $server = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $port,
+    Proto => "tcp", Listen => 5) or die "cannot listen on port $port: $@\n";
+my $client = IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $port,
+    Proto => "tcp") or die "cannot connect to port $port: $@\n";
+$server->accept or die "cannot accept on port $port: $!\n";
+select(undef, undef, undef, $hold);
+print "listened-$port";
+' "$1" "$2") || exit 1
+end=$(date +%s%N)
+echo "$0 $$" > marker
+echo "names $AGENT_WORKSPACE_CACHE_PREFIX $AGENT_WORKSPACE_DB_SCHEMA $port $start $end" >> marker
+"#;
 
 /// Removes the test's parent cgroups when dropped (also when the test panics).
 struct ParentGuard(String);
@@ -196,8 +229,45 @@ fn small_contract(repo: &Path) -> Contract {
     contract
 }
 
-/// Checks one run's report and evidence; returns its checkout path from `source.json`.
-fn check_run(report: &RunReport, tag: &str, index: usize) -> PathBuf {
+/// What one run's command saw: its leased names and when it ran (host realtime).
+#[derive(Debug)]
+struct Seen {
+    index: usize,
+    cache_prefix: String,
+    schema: String,
+    start_ns: u128,
+    end_ns: u128,
+}
+
+impl Seen {
+    /// Whether the two commands ran at some instant at once.
+    fn overlaps(&self, other: &Self) -> bool {
+        self.start_ns <= other.end_ns && other.start_ns <= self.end_ns
+    }
+}
+
+/// Whether `name` is `<stem><separator><n>` with `n` a positive number.
+fn is_leased_form(name: &str, stem: &str, separator: char) -> bool {
+    name.strip_prefix(stem)
+        .and_then(|rest| rest.strip_prefix(separator))
+        .and_then(|n| n.parse::<u32>().ok())
+        .is_some_and(|n| n >= 1)
+}
+
+/// Fails with what to install when the command's listener cannot run.
+fn require_perl_sockets() {
+    let out = Command::new("perl")
+        .args(["-MIO::Socket::INET", "-e", "1"])
+        .output();
+    assert!(
+        out.as_ref().is_ok_and(|o| o.status.success()),
+        "each run listens on a port with perl's IO::Socket::INET; install perl-base: {out:?}"
+    );
+}
+
+/// Checks one run's report and evidence; returns its checkout path from
+/// `source.json` and what its command saw.
+fn check_run(report: &RunReport, tag: &str, index: usize, port: u16) -> (PathBuf, Seen) {
     let id = &report.run_id;
     assert_eq!(report.outcome.failure, None, "{id}: {report:?}");
     assert_eq!(report.outcome.commands.len(), 1, "{id}: {report:?}");
@@ -230,15 +300,88 @@ fn check_run(report: &RunReport, tag: &str, index: usize) -> PathBuf {
     assert_eq!(name, format!("{tag}-{index}"), "{id}: {patch}");
     assert!(pid.parse::<u32>().is_ok(), "{id}: {line}");
 
+    // `+names <cache prefix> <schema> listened-<port> <start> <end>`.
+    let names = patch
+        .lines()
+        .find_map(|l| l.strip_prefix("+names "))
+        .unwrap_or_else(|| panic!("{id}: no names line in {patch}"));
+    let fields: Vec<&str> = names.split(' ').collect();
+    let [cache_prefix, schema, listened, start, end] = fields[..] else {
+        panic!("{id}: a name is missing: {names:?}");
+    };
+    assert!(
+        is_leased_form(cache_prefix, CACHE_STEM, '-'),
+        "{id}: cache prefix {cache_prefix:?}"
+    );
+    assert!(
+        is_leased_form(schema, SCHEMA_STEM, '_'),
+        "{id}: schema {schema:?}"
+    );
+    assert_eq!(listened, format!("listened-{port}"), "{id}: {names}");
+    let start_ns: u128 = start.parse().unwrap();
+    let end_ns: u128 = end.parse().unwrap();
+    assert!(start_ns <= end_ns, "{id}: {names}");
+    // Exactly the two names, as the run saw them; no host port (its own network).
+    assert_eq!(
+        report.outcome.leases,
+        [
+            format!("cache prefix {cache_prefix}"),
+            format!("schema {schema}")
+        ],
+        "{id}"
+    );
+
     let source: SourceRecord = serde_json::from_slice(
         &std::fs::read(report.evidence.join(EvidenceFile::Source.file_name())).unwrap(),
     )
     .unwrap();
-    source.workspace
+    let seen = Seen {
+        index,
+        cache_prefix: cache_prefix.to_owned(),
+        schema: schema.to_owned(),
+        start_ns,
+        end_ns,
+    };
+    (source.workspace, seen)
+}
+
+/// Checks that no two runs whose commands overlapped held the same name; returns
+/// how many pairs overlapped and the most commands that ran at once.
+fn check_no_name_collision(seen: &[Seen]) -> (usize, usize) {
+    let mut overlapping = 0;
+    let mut most_at_once = 0;
+    for (i, a) in seen.iter().enumerate() {
+        let mut at_once = 1;
+        for b in &seen[i + 1..] {
+            if !a.overlaps(b) {
+                continue;
+            }
+            overlapping += 1;
+            assert_ne!(
+                a.cache_prefix, b.cache_prefix,
+                "runs {} and {} ran at once with one cache prefix: {a:?} {b:?}",
+                a.index, b.index
+            );
+            assert_ne!(
+                a.schema, b.schema,
+                "runs {} and {} ran at once with one schema: {a:?} {b:?}",
+                a.index, b.index
+            );
+        }
+        // Commands running at `a`'s start: the most at once is reached at some start.
+        for b in seen {
+            if b.index != a.index && b.start_ns <= a.start_ns && a.start_ns <= b.end_ns {
+                at_once += 1;
+            }
+        }
+        most_at_once = most_at_once.max(at_once);
+    }
+    (overlapping, most_at_once)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
+    require_perl_sockets();
     let started = Instant::now();
     let pid = std::process::id();
     let parent = format!("aw-cap-{pid}");
@@ -268,7 +411,14 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = tokio::spawn(sample(capacity.clone(), stop.clone()));
 
-    let contract = small_contract(&repo);
+    // Held on the host while the runs listen on the same port in their networks.
+    let host_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host_listener.local_addr().unwrap().port();
+
+    let mut contract = small_contract(&repo);
+    contract.process.cache_prefix = Some(CACHE_STEM.into());
+    contract.process.database_schema = Some(SCHEMA_STEM.into());
+    contract.process.ports = vec![port];
     let mut tasks = Vec::with_capacity(RUNS);
     for index in 0..RUNS {
         let runner = runner.clone();
@@ -278,8 +428,10 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
             argv: vec![
                 "/bin/sh".into(),
                 "-c".into(),
-                "echo \"$0 $$\" > marker; sleep 0.05".into(),
+                SCRIPT.into(),
                 format!("{tag}-{index}"),
+                port.to_string(),
+                LISTEN_SECONDS.into(),
             ],
             cwd: ".".into(),
             timeout_ms: None,
@@ -329,8 +481,10 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
     let mut run_ids = HashSet::new();
     let mut evidence_dirs = HashSet::new();
     let mut workspaces = HashSet::new();
+    let mut seen = Vec::with_capacity(RUNS);
     for (index, report) in reports.iter().enumerate() {
-        let workspace = check_run(report, &tag, index);
+        let (workspace, run_seen) = check_run(report, &tag, index, port);
+        seen.push(run_seen);
         assert!(
             run_ids.insert(report.run_id.clone()),
             "run id {} twice",
@@ -348,6 +502,26 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
         );
     }
     assert_eq!(workspaces.len(), RUNS);
+
+    // (e) No two runs at once shared a cache prefix or a schema name; the port
+    // every run listened on was held on the host all along.
+    let (overlapping, most_at_once) = check_no_name_collision(&seen);
+    // The control: the commands did run at once, so the check above had teeth.
+    assert!(
+        overlapping >= RUNS,
+        "only {overlapping} pairs of commands overlapped"
+    );
+    assert!(
+        most_at_once >= 2 && most_at_once <= SLOTS as usize,
+        "{most_at_once} commands at once"
+    );
+    assert_eq!(host_listener.local_addr().unwrap().port(), port);
+    drop(host_listener);
+    let leases = Leases::open(&runtime, 1..=u16::MAX).unwrap();
+    let held = leases.holders().unwrap();
+    assert!(held.is_empty(), "leases outlive their runs: {held:?}");
+    let distinct_prefixes: HashSet<_> = seen.iter().map(|s| &s.cache_prefix).collect();
+    let distinct_schemas: HashSet<_> = seen.iter().map(|s| &s.schema).collect();
 
     // (d) Nothing of any run is left.
     let runs_dir = runtime.join(agent_workspace::core::runner::RUNS_DIR);
@@ -367,11 +541,15 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
     drop(base); // 200 evidence bundles and journals: seconds on a loaded machine
     eprintln!(
         "{RUNS} runs, {SLOTS} slots: {:.1} s for the runs, {:.1} s in all; \
-         max holders {}, max waiters {}, {} samples",
+         max holders {}, max waiters {}, {} samples; {overlapping} overlapping \
+         command pairs checked, at most {most_at_once} commands at once, \
+         {} cache prefixes and {} schemas in use over all runs",
         runs_took.as_secs_f64(),
         started.elapsed().as_secs_f64(),
         observed.max_holders,
         observed.max_waiters,
         observed.samples,
+        distinct_prefixes.len(),
+        distinct_schemas.len(),
     );
 }
