@@ -6,19 +6,19 @@
 
 mod runs;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
 use backend_namespace::environment::NamespaceEnvironment;
 use backend_namespace::identity::NamespaceIdentity;
-use backend_namespace::process::{DEFAULT_HOST_ID_BASE, NamespaceProcess, ProcessOptions};
+use backend_namespace::process::{NamespaceProcess, ProcessOptions};
 use backend_worktree::layered::cache::TreeCache;
 use backend_worktree::source::WorktreeSource;
-use runs::{ParentGuard, command};
+use runs::ParentGuard;
+use runs::checkout::{RUN_HOST_ID, base_with_repo, owner, sh, teardown_is_clean};
 use tempfile::TempDir;
-use tokio::io::AsyncReadExt;
 use workspace_core::RunId;
 use workspace_core::boundary::{
     EnvironmentBoundary, FilesystemRecord, IdentityBoundary, ProcessBoundary, RunContext, SealPlan,
@@ -26,35 +26,6 @@ use workspace_core::boundary::{
 };
 use workspace_core::contract::{Contract, Materialization, SourceSection, TaskShape};
 use workspace_core::evidence::ExitStatusRecord;
-
-/// The host id the run's uid/gid 1000 map to.
-const RUN_HOST_ID: u32 = DEFAULT_HOST_ID_BASE + 1000;
-
-fn git(dir: &Path, args: &[&str]) {
-    let status = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .status()
-        .unwrap();
-    assert!(status.success(), "git {args:?}");
-}
-
-/// A repository with `README.md` and `src/lib.txt`, one commit, made with the
-/// git CLI under `base/source`.
-fn make_repo(base: &Path) -> PathBuf {
-    let repo = base.join("source");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README.md"), "readme\n").unwrap();
-    std::fs::create_dir(repo.join("src")).unwrap();
-    std::fs::write(repo.join("src/lib.txt"), "lib\n").unwrap();
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
-    repo
-}
 
 struct Fixture {
     base: TempDir,
@@ -67,11 +38,7 @@ struct Fixture {
 /// A real checkout of a fresh repository by `source`, with a narrow-fix contract
 /// asking for `materialization`, and the boundary.
 async fn fixture(test: &str, source: Option<WorktreeSource>, layered: bool) -> Fixture {
-    // Not under /tmp: the run gets a private /tmp, which would hide the source's
-    // object store (bound at its host path for the checkout's alternates).
-    let base = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let repo = make_repo(base.path());
+    let (base, repo) = base_with_repo();
     let mut section = SourceSection::new(repo.to_string_lossy(), "HEAD");
     section.materialization = if layered {
         Materialization::Layered
@@ -115,36 +82,6 @@ async fn fixture(test: &str, source: Option<WorktreeSource>, layered: bool) -> F
     }
 }
 
-/// Runs `script` with `/bin/sh -c` in the sealed run; (exit, stdout, stderr).
-async fn sh(f: &Fixture, script: &str) -> (ExitStatusRecord, String, String) {
-    let mut exec = f
-        .process
-        .spawn(&f.run, &command(&["/bin/sh", "-c", script], Some(60_000)))
-        .await
-        .unwrap();
-    drop(exec.take_stdin());
-    let (mut out, mut err) = (String::new(), String::new());
-    let mut stdout = exec.take_stdout().unwrap();
-    let mut stderr = exec.take_stderr().unwrap();
-    let (a, b) = tokio::join!(
-        stdout.read_to_string(&mut out),
-        stderr.read_to_string(&mut err)
-    );
-    a.unwrap();
-    b.unwrap();
-    (exec.wait().await.unwrap().status, out, err)
-}
-
-fn owner(path: &Path) -> (u32, u32) {
-    let meta = std::fs::symlink_metadata(path).unwrap();
-    (meta.uid(), meta.gid())
-}
-
-async fn teardown_is_clean(f: &Fixture) {
-    let report = f.process.teardown(&f.run).await.unwrap();
-    assert!(report.is_clean(), "{report:?}");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_root_owned_standalone_checkout_is_handed_over_and_git_works_inside() {
     let f = fixture("standalone", None, false).await;
@@ -170,7 +107,8 @@ async fn a_root_owned_standalone_checkout_is_handed_over_and_git_works_inside() 
     }
 
     let (status, out, err) = sh(
-        &f,
+        &f.process,
+        &f.run,
         "echo hi > x && git status --porcelain > status.txt && echo ok",
     )
     .await;
@@ -186,7 +124,7 @@ async fn a_root_owned_standalone_checkout_is_handed_over_and_git_works_inside() 
     let git_status = std::fs::read_to_string(workspace.join("status.txt")).unwrap();
     assert!(git_status.lines().any(|l| l == "?? x"), "{git_status:?}");
     assert_eq!(owner(&workspace.join("x")), (RUN_HOST_ID, RUN_HOST_ID));
-    teardown_is_clean(&f).await;
+    teardown_is_clean(&f.process, &f.run).await;
 }
 
 /// Attack: links planted in the checkout before the seal (to a host file and a
@@ -228,13 +166,13 @@ async fn the_handover_does_not_follow_a_planted_symlink() {
         (RUN_HOST_ID, RUN_HOST_ID)
     );
     // Positive control: the run writes its workspace.
-    let (status, _, err) = sh(&f, "echo hi > x").await;
+    let (status, _, err) = sh(&f.process, &f.run, "echo hi > x").await;
     assert_eq!(status, ExitStatusRecord::Code(0), "{err}");
     assert_eq!(
         std::fs::read_to_string(workspace.join("x")).unwrap(),
         "hi\n"
     );
-    teardown_is_clean(&f).await;
+    teardown_is_clean(&f.process, &f.run).await;
 }
 
 /// A layered run of a fresh repository, its tree cache kept in the test's own
@@ -271,7 +209,8 @@ async fn a_layered_checkout_hands_over_upper_and_work_and_the_run_edits_tracked_
     );
 
     let (status, out, err) = sh(
-        &f,
+        &f.process,
+        &f.run,
         "echo hi > x && echo more >> README.md && echo deep >> src/lib.txt \
          && git status --porcelain > status.txt && echo ok",
     )
@@ -306,5 +245,5 @@ async fn a_layered_checkout_hands_over_upper_and_work_and_the_run_edits_tracked_
         std::fs::read_to_string(layers.lower.join("README.md")).unwrap(),
         "readme\n"
     );
-    teardown_is_clean(&f).await;
+    teardown_is_clean(&f.process, &f.run).await;
 }

@@ -1,7 +1,9 @@
 //! `check_host` on the real host: everything the reference machine has is reported Ok.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
-use backend_namespace::host_check::{Check, Status, check_host};
+use std::time::Instant;
+
+use backend_namespace::host_check::{Check, Status, check_host, check_idmapped_mounts};
 
 #[test]
 fn every_check_is_ok_on_this_host() {
@@ -25,6 +27,35 @@ fn every_check_is_ok_on_this_host() {
         gaps.join("\n")
     );
     assert_eq!(report.is_ready_for(&Check::ALL), Ok(()));
+    assert_eq!(report.is_ready_for(&Check::REQUIRED_LAYERED), Ok(()));
     let landlock = report.finding(Check::Landlock).unwrap();
     assert!(landlock.detail.starts_with("Landlock ABI "), "{landlock}");
+}
+
+/// The reference host (root, kernel 6.18, ext4 root) makes the idmapped mount for
+/// real; a directory on another file system is probed the same way.
+#[test]
+fn idmapped_mounts_are_probed_for_real() {
+    let report = check_host();
+    let finding = report.finding(Check::IdmappedMounts).unwrap();
+    assert_eq!(finding.status, Status::Ok, "{finding}");
+    assert!(
+        finding
+            .detail
+            .contains("made a detached idmapped mount of / in a probe"),
+        "{finding}"
+    );
+
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let start = Instant::now();
+    let at = check_idmapped_mounts(dir.path());
+    println!("{at} ({} us)", start.elapsed().as_micros());
+    assert_eq!(at.status, Status::Ok, "{at}");
+
+    // Not there: open_tree fails, and the finding says which step and why.
+    let gone = check_idmapped_mounts(&dir.path().join("absent"));
+    assert_eq!(gone.status, Status::Missing, "{gone}");
+    assert!(gone.detail.contains("open_tree(OPEN_TREE_CLONE)"), "{gone}");
+    assert!(gone.detail.contains("ENOENT"), "{gone}");
+    assert!(!gone.remediation.is_empty(), "{gone}");
 }

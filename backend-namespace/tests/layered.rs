@@ -10,9 +10,8 @@
 mod runs;
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use backend_namespace::environment::NamespaceEnvironment;
@@ -20,9 +19,9 @@ use backend_namespace::identity::NamespaceIdentity;
 use backend_namespace::process::{DEFAULT_HOST_ID_BASE, NamespaceProcess, ProcessOptions};
 use backend_worktree::layered::cache::TreeCache;
 use backend_worktree::source::WorktreeSource;
-use runs::{ParentGuard, command};
+use runs::ParentGuard;
+use runs::checkout::{RUN_HOST_ID, base_with_repo, owner, sh, teardown_is_clean};
 use tempfile::TempDir;
-use tokio::io::AsyncReadExt;
 use workspace_core::RunId;
 use workspace_core::boundary::{
     EnvironmentBoundary, FilesystemRecord, IdentityBoundary, LayersRecord, ProcessBoundary,
@@ -30,46 +29,6 @@ use workspace_core::boundary::{
 };
 use workspace_core::contract::{Contract, Materialization, SourceSection, TaskShape, UserClass};
 use workspace_core::evidence::ExitStatusRecord;
-
-/// The host id an unprivileged run's uid/gid 1000 map to.
-const RUN_HOST_ID: u32 = DEFAULT_HOST_ID_BASE + 1000;
-
-fn git(dir: &Path, args: &[&str]) {
-    let status = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .status()
-        .unwrap();
-    assert!(status.success(), "git {args:?}");
-}
-
-/// A repository with `README.md`, `src/lib.txt` and an executable `bin/hello.sh`,
-/// one commit, made with the git CLI under `base/source`.
-fn make_repo(base: &Path) -> PathBuf {
-    let repo = base.join("source");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README.md"), "readme\n").unwrap();
-    std::fs::create_dir(repo.join("src")).unwrap();
-    std::fs::write(repo.join("src/lib.txt"), "lib\n").unwrap();
-    std::fs::create_dir(repo.join("bin")).unwrap();
-    std::fs::write(
-        repo.join("bin/hello.sh"),
-        "#!/bin/sh\necho hello from bin\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        repo.join("bin/hello.sh"),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
-    repo
-}
 
 /// One repository, one base-tree cache, one process boundary: the runs of a test.
 struct Shared {
@@ -88,11 +47,7 @@ struct Run {
 }
 
 async fn shared(test: &str) -> Shared {
-    // Not under /tmp: the run gets a private /tmp, which would hide the source's
-    // object store (bound at its host path for the checkout's alternates).
-    let base = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let repo = make_repo(base.path());
+    let (base, repo) = base_with_repo();
     let cache = TreeCache::open(base.path().join("cache"), u64::MAX).unwrap();
     let parent = format!("agent-workspace-test-{}-layered-{test}", std::process::id());
     Shared {
@@ -138,43 +93,15 @@ async fn layered_run(shared: &Shared, name: &str, user: UserClass) -> Run {
     Run { run, plan, layers }
 }
 
-/// Runs `script` with `/bin/sh -c` in the sealed run; (exit, stdout, stderr).
-async fn sh(
-    process: &NamespaceProcess,
-    r: &Run,
-    script: &str,
-) -> (ExitStatusRecord, String, String) {
-    let mut exec = process
-        .spawn(&r.run, &command(&["/bin/sh", "-c", script], Some(60_000)))
-        .await
-        .unwrap();
-    drop(exec.take_stdin());
-    let (mut out, mut err) = (String::new(), String::new());
-    let mut stdout = exec.take_stdout().unwrap();
-    let mut stderr = exec.take_stderr().unwrap();
-    let (a, b) = tokio::join!(
-        stdout.read_to_string(&mut out),
-        stderr.read_to_string(&mut err)
-    );
-    a.unwrap();
-    b.unwrap();
-    (exec.wait().await.unwrap().status, out, err)
-}
-
-/// Like [`sh`], asserting exit 0; stdout.
+/// Like [`sh`] in run `r`, asserting exit 0; stdout.
 async fn sh_ok(process: &NamespaceProcess, r: &Run, script: &str) -> String {
-    let (status, out, err) = sh(process, r, script).await;
+    let (status, out, err) = sh(process, &r.run, script).await;
     assert_eq!(
         status,
         ExitStatusRecord::Code(0),
         "{script}: stdout {out:?} stderr {err:?}"
     );
     out
-}
-
-fn owner(path: &Path) -> (u32, u32) {
-    let meta = std::fs::symlink_metadata(path).unwrap();
-    (meta.uid(), meta.gid())
 }
 
 /// Everything about every entry under `root` that a write could change: type,
@@ -225,11 +152,6 @@ fn host_mount_points() -> Vec<String> {
         .lines()
         .filter_map(|line| line.split(' ').nth(4).map(str::to_owned))
         .collect()
-}
-
-async fn teardown_is_clean(process: &NamespaceProcess, r: &Run) {
-    let report = process.teardown(&r.run).await.unwrap();
-    assert!(report.is_clean(), "{report:?}");
 }
 
 /// The issue's case: a root-owned cached base tree as lower layer. The run edits
@@ -306,7 +228,7 @@ async fn a_layered_run_edits_tracked_files_and_only_its_upper_layer_changes() {
     }
     // ... and the shared lower layer is byte-for-byte what it was.
     assert_eq!(fingerprint(&lower), before);
-    teardown_is_clean(&s.process, &r).await;
+    teardown_is_clean(&s.process, &r.run).await;
     assert_eq!(fingerprint(&lower), before);
 }
 
@@ -381,8 +303,8 @@ async fn two_concurrent_runs_on_one_base_tree_see_only_their_own_changes() {
         "readme\nb\n"
     );
     assert_eq!(fingerprint(&lower), before);
-    teardown_is_clean(&s.process, &a).await;
-    teardown_is_clean(&s.process, &b).await;
+    teardown_is_clean(&s.process, &a.run).await;
+    teardown_is_clean(&s.process, &b.run).await;
     assert_eq!(fingerprint(&lower), before);
 }
 
@@ -441,7 +363,7 @@ async fn a_run_can_neither_reach_nor_change_the_shared_lower_layer() {
     //    dropped anyway). Each step may fail; none may reach the lower.
     let (status, out, err) = sh(
         &s.process,
-        &r,
+        &r.run,
         "echo overwritten > README.md; : > src/lib.txt; chmod 777 bin/hello.sh; \
          touch -d '2000-01-01' bin/hello.sh; chown 0:0 src; \
          ln README.md hard-link; mv src moved-src; rm -rf bin; \
@@ -477,6 +399,6 @@ async fn a_run_can_neither_reach_nor_change_the_shared_lower_layer() {
         std::fs::read_to_string(lower.join("README.md")).unwrap(),
         "readme\n"
     );
-    teardown_is_clean(&s.process, &r).await;
+    teardown_is_clean(&s.process, &r.run).await;
     assert_eq!(fingerprint(&lower), before);
 }

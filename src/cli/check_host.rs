@@ -13,24 +13,11 @@ pub(crate) struct CheckHostArgs {
     json: bool,
 }
 
-/// What the namespace backend cannot run without: every namespace a run enters
-/// (the cgroup namespace included), the cgroup controllers its limits use,
-/// seccomp, and (for a non-root caller) subordinate ids. Overlayfs and Landlock
-/// are reported but not needed.
-const REQUIRED: [Check; 12] = [
-    Check::UserNamespaces,
-    Check::MountNamespace,
-    Check::PidNamespace,
-    Check::NetNamespace,
-    Check::UtsNamespace,
-    Check::IpcNamespace,
-    Check::CgroupNamespace,
-    Check::CgroupMemory,
-    Check::CgroupPids,
-    Check::CgroupCpu,
-    Check::Seccomp,
-    Check::SubordinateIds,
-];
+/// What the command's runs cannot do without: they make layered checkouts, so
+/// besides every namespace, the cgroup controllers, seccomp and (for a non-root
+/// caller) subordinate ids, overlayfs and idmapped mounts too. Landlock is
+/// reported but not needed.
+const REQUIRED: [Check; 14] = Check::REQUIRED_LAYERED;
 
 /// What `--json` prints.
 #[derive(Debug, Serialize)]

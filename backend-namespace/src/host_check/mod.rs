@@ -24,21 +24,24 @@
 //! | cgroup memory / pids / cpu | v1: a `cgroup` mount in `/proc/self/mountinfo` whose options name the controller; v2: `cgroup.controllers` at each `cgroup2` mount point lists it |
 //! | seccomp | `/proc/self/status` has `Seccomp:` (`CONFIG_SECCOMP`) and `Seccomp_filters:`, or `seccomp(SECCOMP_GET_ACTION_AVAIL, RET_ERRNO)` succeeds (filter mode) |
 //! | overlayfs | `/proc/filesystems` lists `overlay` |
+//! | idmapped mounts | `/proc/sys/kernel/osrelease` ≥ 5.19 (overlayfs over an idmapped lower layer) **and** a real probe of the root directory's file system: one forked child makes a detached copy of its mount (`open_tree(OPEN_TREE_CLONE)`), gets a user namespace from a grandchild cloned into one with `CLONE_FILES` (it opens `/proc/self/ns/user` into the shared descriptor table and exits), and sets `MOUNT_ATTR_IDMAP` on the copy, as `spawn/idmapped.rs` does; the copy is never attached and goes with the child. The child reports over a pipe, running only raw syscalls and `_exit`. [`check_idmapped_mounts`] probes another directory (the base-tree cache's). Required for layered checkouts only ([`Check::REQUIRED_LAYERED`]). |
 //! | Landlock | `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` returns the ABI |
 //! | subordinate ids | as root: nothing needed; otherwise `/etc/subuid` and `/etc/subgid` give the user (by name or uid) at least 65,536 ids each |
 //!
 //! # Cost
 //!
 //! Measured on the reference host (Debian 12, kernel 6.18, 2 cores, debug build):
-//! 1.6 to 2.3 ms over five runs, most of it the namespace-creation probe (one fork,
-//! seven `unshare`s); far inside the 500 ms budget. Tests do not assert it. Every
+//! 2.5 to 3.3 ms over five runs, most of it the two probes (two forks and a clone, seven `unshare`s, one
+//! `open_tree` and one `mount_setattr`); far inside the 500 ms budget. Tests do not assert it. Every
 //! call logs its duration with `tracing` (`elapsed_us`) and records it in
 //! [`HostReport::elapsed_us`].
 //!
 //! # Ambient authority
 //!
 //! [`check_host`] reads host files under `/proc`, `/sys` and `/etc`, queries the
-//! caller's identity and forks one short-lived child. It changes nothing on the host.
+//! caller's identity and forks two short-lived children (one of which clones a
+//! grandchild). It changes nothing on the host: the idmapped mount it makes is
+//! detached and freed when the probe child exits.
 
 mod parse;
 mod probe;
@@ -79,6 +82,9 @@ pub enum Check {
     Seccomp,
     /// The overlay filesystem.
     Overlayfs,
+    /// Idmapped mounts under an overlay (kernel >= 5.19), for a layered checkout's
+    /// lower layer.
+    IdmappedMounts,
     /// Landlock (any ABI version).
     Landlock,
     /// Subordinate uids and gids for a non-root caller.
@@ -87,7 +93,7 @@ pub enum Check {
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 14] = [
+    pub const ALL: [Check; 15] = [
         Check::UserNamespaces,
         Check::MountNamespace,
         Check::PidNamespace,
@@ -100,9 +106,55 @@ impl Check {
         Check::CgroupCpu,
         Check::Seccomp,
         Check::Overlayfs,
+        Check::IdmappedMounts,
         Check::Landlock,
         Check::SubordinateIds,
     ];
+
+    /// What a run over a standalone checkout cannot do without: every namespace a
+    /// run enters (the cgroup namespace included), the cgroup controllers its limits
+    /// use, seccomp, and (for a non-root caller) subordinate ids. Overlayfs,
+    /// idmapped mounts and Landlock are optional for it.
+    pub const REQUIRED_STANDALONE: [Check; 12] =
+        Check::all_but(&[Check::Overlayfs, Check::IdmappedMounts, Check::Landlock]);
+
+    /// What a run over a layered checkout cannot do without:
+    /// [`Check::REQUIRED_STANDALONE`], overlayfs and idmapped mounts (the shared
+    /// base tree is the overlay's lower layer, seen through an idmapped mount).
+    pub const REQUIRED_LAYERED: [Check; 14] = Check::all_but(&[Check::Landlock]);
+
+    /// [`Check::ALL`] without `skip`, in its order; `N` must be the count left
+    /// (checked at compile time where a const uses it).
+    const fn all_but<const N: usize>(skip: &[Check]) -> [Check; N] {
+        let mut out = [Check::UserNamespaces; N];
+        let (mut i, mut n) = (0, 0);
+        while i < Check::ALL.len() {
+            let check = Check::ALL[i];
+            let mut skipped = false;
+            let mut j = 0;
+            while j < skip.len() {
+                skipped |= skip[j] as u8 == check as u8;
+                j += 1;
+            }
+            if !skipped {
+                out[n] = check;
+                n += 1;
+            }
+            i += 1;
+        }
+        assert!(n == N, "N is not the number of checks left");
+        out
+    }
+
+    /// Whether a run needs this check `Ok`: [`Check::REQUIRED_LAYERED`] for a
+    /// layered checkout, else [`Check::REQUIRED_STANDALONE`].
+    pub fn is_required(self, layered: bool) -> bool {
+        if layered {
+            Check::REQUIRED_LAYERED.contains(&self)
+        } else {
+            Check::REQUIRED_STANDALONE.contains(&self)
+        }
+    }
 
     /// The snake-case name, as serialized.
     pub fn name(self) -> &'static str {
@@ -119,6 +171,7 @@ impl Check {
             Check::CgroupCpu => "cgroup_cpu",
             Check::Seccomp => "seccomp",
             Check::Overlayfs => "overlayfs",
+            Check::IdmappedMounts => "idmapped_mounts",
             Check::Landlock => "landlock",
             Check::SubordinateIds => "subordinate_ids",
         }
@@ -234,7 +287,8 @@ impl HostReport {
 /// # Ambient authority
 ///
 /// Reads `/proc`, `/sys/fs/cgroup`, `/etc/subuid`, `/etc/subgid` and the caller's
-/// identity, and forks one child that creates (and drops) namespaces.
+/// identity, and forks two children: one creates (and drops) namespaces, one makes
+/// (and drops) a detached idmapped mount of `/`.
 pub fn check_host() -> HostReport {
     let start = Instant::now();
     let findings = probe::run_all();
@@ -245,4 +299,15 @@ pub fn check_host() -> HostReport {
         findings,
         elapsed_us,
     }
+}
+
+/// The [`Check::IdmappedMounts`] finding for the file system of `dir` (say, a
+/// layered stack's base-tree cache root), probed as [`check_host`] probes `/`.
+///
+/// # Ambient authority
+///
+/// Reads `/proc/sys/kernel/osrelease` and forks one child that makes (and drops) a
+/// detached idmapped mount of `dir`.
+pub fn check_idmapped_mounts(dir: &std::path::Path) -> Finding {
+    probe::idmapped_mounts(dir, nix::unistd::geteuid().is_root())
 }

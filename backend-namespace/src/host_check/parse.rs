@@ -392,3 +392,131 @@ pub(crate) fn subordinate_ids(
         ),
     )
 }
+
+/// The step of the idmapped-mount probe that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IdmapStep {
+    /// `open_tree(OPEN_TREE_CLONE)` of the probed directory.
+    OpenTree,
+    /// Creating the mapping user namespace (`clone(CLONE_NEWUSER)`).
+    UserNamespace,
+    /// `mount_setattr(MOUNT_ATTR_IDMAP)` on the detached copy.
+    SetAttr,
+}
+
+/// `(major, minor)` of a kernel release such as `6.18.44-fc-v669`.
+pub(crate) fn kernel_version(osrelease: &str) -> Option<(u32, u32)> {
+    let mut parts = osrelease.trim().split(['.', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Overlayfs accepts idmapped layers since this kernel.
+pub(crate) const OVERLAY_IDMAPPED_LOWER: (u32, u32) = (5, 19);
+
+/// What a layered checkout can do instead of fixing the host.
+const OR_STANDALONE: &str = "or use standalone checkouts (source.materialization = \"standalone\"), \
+     which need no idmapped mount";
+
+/// Idmapped mounts, as a layered checkout's overlay lower needs them: `osrelease`
+/// is `/proc/sys/kernel/osrelease`; `probe` the outcome of `open_tree` +
+/// `mount_setattr(MOUNT_ATTR_IDMAP)` on `dir` in a probe child (`None`: not run).
+pub(crate) fn idmapped_mounts(
+    dir: &str,
+    osrelease: Option<&str>,
+    probe: Option<Result<(), (IdmapStep, i32)>>,
+    is_root: bool,
+) -> Finding {
+    use nix::libc::{EACCES, EINVAL, ENOENT, ENOSYS, ENOTDIR, EPERM};
+    let check = Check::IdmappedMounts;
+    let version = osrelease.and_then(kernel_version);
+    let kernel = match (osrelease, version) {
+        (_, Some((major, minor))) => format!("kernel {major}.{minor}"),
+        (Some(raw), None) => format!("kernel release {:?} (unparsed)", raw.trim()),
+        (None, None) => "kernel release unreadable".to_owned(),
+    };
+    let new_kernel = format!(
+        "use a kernel >= {}.{} (idmapped mounts since 5.12, overlayfs over an idmapped lower since 5.19), {OR_STANDALONE}",
+        OVERLAY_IDMAPPED_LOWER.0, OVERLAY_IDMAPPED_LOWER.1
+    );
+    if let Some(v) = version
+        && v < OVERLAY_IDMAPPED_LOWER
+    {
+        return Finding::gap(
+            check,
+            Status::Missing,
+            format!("{kernel}: overlayfs accepts an idmapped lower layer only since 5.19"),
+            new_kernel,
+        );
+    }
+    let Some(probe) = probe else {
+        return Finding::ok(
+            check,
+            format!("{kernel}; idmapped mount not probed (fork failed)"),
+        );
+    };
+    let (step, errno) = match probe {
+        Ok(()) => {
+            return Finding::ok(
+                check,
+                format!("{kernel}; made a detached idmapped mount of {dir} in a probe"),
+            );
+        }
+        Err(e) => e,
+    };
+    let what = match step {
+        IdmapStep::OpenTree => "open_tree(OPEN_TREE_CLONE)",
+        IdmapStep::UserNamespace => "creating the mapping user namespace",
+        IdmapStep::SetAttr => "mount_setattr(MOUNT_ATTR_IDMAP)",
+    };
+    let detail = format!(
+        "{kernel}; {what} of {dir} failed with {} in a probe child",
+        nix::errno::Errno::from_raw(errno)
+    );
+    match (step, errno) {
+        (IdmapStep::OpenTree | IdmapStep::SetAttr, ENOSYS) => {
+            Finding::gap(check, Status::Missing, detail, new_kernel)
+        }
+        (IdmapStep::OpenTree | IdmapStep::SetAttr, EPERM) if !is_root => Finding::gap(
+            check,
+            Status::Restricted,
+            detail,
+            format!(
+                "idmapped mounts of a host file system need CAP_SYS_ADMIN on the host: run the runner as root, {OR_STANDALONE}"
+            ),
+        ),
+        (IdmapStep::OpenTree, ENOENT | ENOTDIR | EACCES) => Finding::gap(
+            check,
+            Status::Missing,
+            detail,
+            format!(
+                "{dir} cannot be opened: probe an existing directory (the base-tree cache's root)"
+            ),
+        ),
+        (IdmapStep::SetAttr, EINVAL) => Finding::gap(
+            check,
+            Status::Missing,
+            detail,
+            format!(
+                "the file system at {dir} does not support idmapped mounts: keep the base-tree cache on ext4, xfs \
+                 or btrfs (tmpfs since 6.3), {OR_STANDALONE}"
+            ),
+        ),
+        (IdmapStep::UserNamespace, _) => Finding::gap(
+            check,
+            Status::Restricted,
+            detail,
+            "the idmapping is a user namespace: make user namespaces available (see user_namespaces)",
+        ),
+        _ => Finding::gap(
+            check,
+            Status::Restricted,
+            detail,
+            format!(
+                "something outside the kernel version refuses the mount API (an enclosing container's seccomp \
+                 filter or LSM, or a missing CAP_SYS_ADMIN): run the runner as root on the host, {OR_STANDALONE}"
+            ),
+        ),
+    }
+}

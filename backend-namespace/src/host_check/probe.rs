@@ -1,13 +1,16 @@
 //! The host side of the checks: reading files, raw syscalls and the forked
 //! namespace-creation probe. Everything here feeds [`super::parse`].
 
+use std::ffi::CString;
 use std::fs;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::libc;
 
 use super::Finding;
-use super::parse::{self, NS_KINDS, UserNsInputs};
+use super::parse::{self, IdmapStep, NS_KINDS, UserNsInputs};
 
 fn read(path: impl AsRef<Path>) -> Option<String> {
     fs::read_to_string(path).ok()
@@ -59,6 +62,20 @@ fn probe_creation() -> Option<Created> {
     if pid < 0 {
         return None;
     }
+    let failed = wait_exit(pid)?;
+    let mut kinds = [false; 6];
+    for (i, k) in kinds.iter_mut().enumerate() {
+        *k = failed & (1 << (i + 1)) == 0;
+    }
+    Some(Created {
+        user: failed & 1 == 0,
+        kinds,
+    })
+}
+
+/// The exit code of our child `pid`; `None` when the wait failed or the child did
+/// not exit normally.
+fn wait_exit(pid: libc::pid_t) -> Option<libc::c_int> {
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: waiting for our own child with a valid pointer to a local.
@@ -71,18 +88,194 @@ fn probe_creation() -> Option<Created> {
         }
         return None;
     }
-    if !libc::WIFEXITED(status) {
+    libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status))
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+/// `struct mount_attr` from `linux/mount.h`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// The probe child's report on the pipe: step (0: none failed, else
+/// `1 + IdmapStep` in declaration order) and errno.
+type IdmapReport = [libc::c_int; 2];
+
+/// Fork one child that makes a detached idmapped mount of `dir`, as the spawn code
+/// does for an overlay's lower layer (`spawn/idmapped.rs`), and reports the first
+/// step that failed over a pipe. The mount is never attached anywhere and goes
+/// away with the child. `None` when the fork, the pipe or the wait failed.
+pub(crate) fn probe_idmapped_mount(dir: &Path) -> Option<Result<(), (IdmapStep, i32)>> {
+    let path = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+    // SAFETY: after fork the child runs only raw system calls on data prepared
+    // before the fork (no allocation, no locks, nothing that can panic) and
+    // `_exit`s, so this is sound even when the caller is multi-threaded.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        idmap_child(path.as_ptr(), write_end.as_raw_fd());
+    }
+    drop(write_end);
+    if pid < 0 {
         return None;
     }
-    let failed = libc::WEXITSTATUS(status);
-    let mut kinds = [false; 6];
-    for (i, k) in kinds.iter_mut().enumerate() {
-        *k = failed & (1 << (i + 1)) == 0;
+    let mut report: IdmapReport = [0; 2];
+    let mut bytes = [0u8; std::mem::size_of::<IdmapReport>()];
+    let read = nix::unistd::read(&read_end, &mut bytes);
+    let exited = wait_exit(pid);
+    if read.ok()? != bytes.len() || exited != Some(0) {
+        return None;
     }
-    Some(Created {
-        user: failed & 1 == 0,
-        kinds,
-    })
+    for (value, chunk) in report.iter_mut().zip(bytes.chunks_exact(4)) {
+        *value = libc::c_int::from_ne_bytes(chunk.try_into().ok()?);
+    }
+    let step = match report[0] {
+        0 => return Some(Ok(())),
+        1 => IdmapStep::OpenTree,
+        2 => IdmapStep::UserNamespace,
+        _ => IdmapStep::SetAttr,
+    };
+    Some(Err((step, report[1])))
+}
+
+/// The forked probe child: `open_tree(OPEN_TREE_CLONE)` of `path`, a user
+/// namespace from a grandchild that shares this child's descriptor table
+/// (`CLONE_FILES`: it opens `/proc/self/ns/user` into it and exits), then
+/// `mount_setattr(MOUNT_ATTR_IDMAP)` of the detached copy with that namespace.
+fn idmap_child(path: *const libc::c_char, report_fd: libc::c_int) -> ! {
+    let report = |step: libc::c_int, errno: libc::c_int| -> ! {
+        let [a, b] = [step.to_ne_bytes(), errno.to_ne_bytes()];
+        let bytes = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
+        // SAFETY: a write of a local buffer to our pipe, then the child ends
+        // without running the parent's atexit handlers or destructors.
+        unsafe {
+            libc::write(report_fd, bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(0)
+        }
+    };
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    };
+    // SAFETY: a NUL-terminated path made before the fork; a detached copy of the
+    // mount at `path` (no submounts), close-on-exec.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path,
+            OPEN_TREE_CLONE
+                | libc::O_CLOEXEC as libc::c_uint
+                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+        )
+    };
+    if tree < 0 {
+        report(1, errno());
+    }
+    let tree = tree as libc::c_int;
+    // The slot the grandchild puts the namespace descriptor in: above both of ours.
+    let userns = tree.max(report_fd) + 1;
+    // SAFETY: a fork-style clone (NULL stack, no CLONE_VM) into a new user namespace,
+    // sharing this child's descriptor table; the grandchild runs only raw system
+    // calls on constants and exits with 0 or the errno that stopped it.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWUSER | libc::CLONE_FILES | libc::SIGCHLD) as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+            0usize,
+        )
+    };
+    if pid == 0 {
+        // The namespace gets a map (kernels refuse an idmapping without one): its
+        // root is host root, the only id this process may map itself.
+        for (file, contents) in [
+            (c"/proc/self/setgroups", &b"deny"[..]),
+            (c"/proc/self/uid_map", &b"0 0 1\n"[..]),
+            (c"/proc/self/gid_map", &b"0 0 1\n"[..]),
+        ] {
+            if let Err(e) = write_raw(file, contents) {
+                // SAFETY: ends the grandchild at once.
+                unsafe { libc::_exit(e.clamp(1, 255)) };
+            }
+        }
+        // SAFETY: raw system calls on constants, in the grandchild alone.
+        unsafe {
+            let fd = libc::open(
+                c"/proc/self/ns/user".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 || (fd != userns && libc::dup3(fd, userns, libc::O_CLOEXEC) < 0) {
+                libc::_exit(errno().clamp(1, 255));
+            }
+            libc::_exit(0);
+        }
+    }
+    if pid < 0 {
+        report(2, errno());
+    }
+    match wait_exit(pid as libc::pid_t) {
+        Some(0) => {}
+        Some(e) => report(2, e),
+        None => report(2, libc::ECHILD),
+    }
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns as u64,
+    };
+    // SAFETY: `tree` is a detached mount named by an empty path with AT_EMPTY_PATH;
+    // `attr` is a valid `struct mount_attr` of the size passed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            std::ptr::from_ref(&attr),
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        report(3, errno());
+    }
+    report(0, 0)
+}
+
+/// Writes `contents` to `path` with raw system calls only (safe after a fork);
+/// `Err(errno)` on failure.
+fn write_raw(path: &std::ffi::CStr, contents: &[u8]) -> Result<(), libc::c_int> {
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    };
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: writes from a live slice of the length passed.
+    let written = unsafe { libc::write(fd, contents.as_ptr().cast(), contents.len()) };
+    let result = if written == contents.len() as isize {
+        Ok(())
+    } else {
+        Err(errno())
+    };
+    // SAFETY: our own descriptor, closed once.
+    unsafe { libc::close(fd) };
+    result
 }
 
 /// `seccomp(SECCOMP_GET_ACTION_AVAIL, 0, &SECCOMP_RET_ERRNO)`.
@@ -121,6 +314,19 @@ fn last_errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EINVAL)
+}
+
+/// Where [`run_all`] probes idmapped mounts: the root directory's file system.
+pub(crate) const IDMAPPED_PROBE_DIR: &str = "/";
+
+/// The idmapped-mounts finding for `dir`.
+pub(crate) fn idmapped_mounts(dir: &Path, is_root: bool) -> Finding {
+    parse::idmapped_mounts(
+        &dir.to_string_lossy(),
+        read("/proc/sys/kernel/osrelease").as_deref(),
+        probe_idmapped_mount(dir),
+        is_root,
+    )
 }
 
 /// Run every check, in `Check::ALL` order.
@@ -168,6 +374,7 @@ pub(crate) fn run_all() -> Vec<Finding> {
         seccomp_action_avail(),
     ));
     findings.push(parse::overlayfs(read("/proc/filesystems").as_deref()));
+    findings.push(idmapped_mounts(Path::new(IDMAPPED_PROBE_DIR), is_root));
     findings.push(parse::landlock(landlock_abi()));
 
     let user = nix::unistd::User::from_uid(uid)

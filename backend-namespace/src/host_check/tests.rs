@@ -244,3 +244,79 @@ fn readiness_and_serde() {
         assert_eq!(serde_json::to_value(c).unwrap(), c.name());
     }
 }
+
+#[test]
+fn idmapped_mounts() {
+    use super::parse::IdmapStep;
+    use nix::libc::{EACCES, EINVAL, ENOSPC, ENOSYS, EPERM};
+    assert_eq!(parse::kernel_version("6.18.44-fc-v669\n"), Some((6, 18)));
+    assert_eq!(parse::kernel_version("5.19-rc1"), Some((5, 19)));
+    assert_eq!(parse::kernel_version("garbage"), None);
+    let f = |release: Option<&str>, probe, root| parse::idmapped_mounts("/", release, probe, root);
+
+    let ok = f(Some("6.1.0-18-amd64"), Some(Ok(())), true);
+    assert_eq!(ok.status, Status::Ok, "{ok}");
+    assert!(ok.detail.contains("kernel 6.1"), "{ok}");
+    assert!(ok.remediation.is_empty());
+    // No probe (fork failed): the version alone decides.
+    assert_eq!(f(Some("6.1.0"), None, true).status, Status::Ok);
+    // Idmapped mounts exist since 5.12, but overlayfs takes an idmapped lower only
+    // since 5.19: whatever the probe says.
+    assert_gap(
+        &f(Some("5.15.0-91-generic"), Some(Ok(())), true),
+        Status::Missing,
+        "kernel >= 5.19",
+    );
+    assert_gap(
+        &f(None, Some(Err((IdmapStep::OpenTree, ENOSYS))), true),
+        Status::Missing,
+        "kernel >= 5.19",
+    );
+    assert_gap(
+        &f(
+            Some("6.8.0"),
+            Some(Err((IdmapStep::OpenTree, EPERM))),
+            false,
+        ),
+        Status::Restricted,
+        "run the runner as root",
+    );
+    assert_gap(
+        &f(Some("6.8.0"), Some(Err((IdmapStep::SetAttr, EINVAL))), true),
+        Status::Missing,
+        "ext4, xfs or btrfs",
+    );
+    assert_gap(
+        &f(
+            Some("6.8.0"),
+            Some(Err((IdmapStep::UserNamespace, ENOSPC))),
+            true,
+        ),
+        Status::Restricted,
+        "user_namespaces",
+    );
+    let refused = f(Some("6.8.0"), Some(Err((IdmapStep::SetAttr, EACCES))), true);
+    assert_gap(&refused, Status::Restricted, "seccomp");
+    assert!(refused.detail.contains("mount_setattr"), "{refused}");
+    // Every gap offers standalone checkouts instead.
+    assert!(refused.remediation.contains("standalone"), "{refused}");
+}
+
+#[test]
+fn required_sets_are_in_all_and_layered_adds_idmapped_mounts() {
+    for c in Check::REQUIRED_STANDALONE {
+        assert!(Check::ALL.contains(&c), "{c}");
+        assert!(Check::REQUIRED_LAYERED.contains(&c), "{c}");
+    }
+    for c in Check::REQUIRED_LAYERED {
+        assert!(Check::ALL.contains(&c), "{c}");
+    }
+    assert!(!Check::IdmappedMounts.is_required(false));
+    assert!(Check::IdmappedMounts.is_required(true));
+    assert!(Check::Overlayfs.is_required(true));
+    assert!(!Check::Landlock.is_required(true));
+    let mut names: Vec<&str> = Check::ALL.iter().map(|c| c.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), Check::ALL.len(), "names are unique");
+}

@@ -1,5 +1,8 @@
-//! Runs over a standalone workspace, for the `NamespaceProcess` tests.
+//! Runs over a standalone workspace, for the `NamespaceProcess` tests; real
+//! checkouts by backend-worktree in [`checkout`].
 #![allow(clippy::unwrap_used, dead_code)] // test support: panicking is how a test fails
+
+pub mod checkout;
 
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::sync::Arc;
