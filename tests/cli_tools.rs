@@ -200,6 +200,8 @@ fn check_host_lists_every_finding_and_exits_0_here() {
         "cgroup_memory",
         "cgroup_pids",
         "seccomp",
+        "overlayfs",
+        "idmapped_mounts",
         "subordinate_ids",
     ] {
         assert!(
@@ -219,7 +221,12 @@ fn check_host_lists_every_finding_and_exits_0_here() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(report["ready"], true, "{report}");
-    assert_eq!(report["findings"].as_array().unwrap().len(), 14, "{report}");
+    assert_eq!(
+        report["findings"].as_array().unwrap().len(),
+        agent_workspace::namespace::host_check::Check::ALL.len(),
+        "one finding per check: {report}"
+    );
+    assert_eq!(report["required"].as_array().unwrap().len(), 14, "{report}");
 }
 
 #[test]
