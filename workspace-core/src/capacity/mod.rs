@@ -30,6 +30,7 @@
 //! waiting `reserve` future removes it from the queue; if it was granted at that same
 //! instant the grant is released.
 
+mod admission;
 mod error;
 mod queue;
 mod reservation;
@@ -43,6 +44,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use admission::{AdmissionControl, Grant};
 pub use error::CapacityError;
 pub use reservation::Reservation;
 pub use resources::{Dimension, Resources};

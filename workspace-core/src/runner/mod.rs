@@ -61,7 +61,7 @@ pub use workspace::{SuspendedRun, Workspace};
 
 use crate::RunId;
 use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
-use crate::capacity::Capacity;
+use crate::capacity::{AdmissionControl, Capacity};
 use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
 use crate::lifecycle::{Lifecycle, Timeouts, TransitionObserver};
@@ -130,17 +130,28 @@ pub struct Runner {
 struct Inner {
     stack: Stack,
     config: RunnerConfig,
-    capacity: Arc<Capacity>,
+    admission: Arc<dyn AdmissionControl>,
 }
 
 impl Runner {
-    /// A runner composing `stack`, admitting runs through `capacity`.
+    /// A runner composing `stack`, admitting runs through `capacity` (this
+    /// process's pool).
     pub fn new(stack: Stack, config: RunnerConfig, capacity: Arc<Capacity>) -> Self {
+        Self::with_admission(stack, config, capacity)
+    }
+
+    /// A runner composing `stack`, admitting runs through `admission` (e.g. a pool
+    /// shared by every process on the host).
+    pub fn with_admission(
+        stack: Stack,
+        config: RunnerConfig,
+        admission: Arc<dyn AdmissionControl>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 stack,
                 config,
-                capacity,
+                admission,
             }),
         }
     }
@@ -155,9 +166,9 @@ impl Runner {
         &self.inner.config
     }
 
-    /// The capacity pool runs are admitted through.
-    pub fn capacity(&self) -> &Arc<Capacity> {
-        &self.inner.capacity
+    /// Where runs are admitted.
+    pub fn admission(&self) -> &Arc<dyn AdmissionControl> {
+        &self.inner.admission
     }
 
     /// Every problem that would make [`create`](Self::create) refuse `contract`:

@@ -19,7 +19,7 @@ use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
     CommandSpec, EnvironmentPlan, FilesystemRecord, RunContext, SealPlan, SourceRecord,
 };
-use crate::capacity::{Reservation, Resources};
+use crate::capacity::{Grant, Resources};
 use crate::contract::CheckoutOrigin;
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 use crate::lifecycle::{FailureCause, Lifecycle, Origin, State, StateName};
@@ -39,7 +39,7 @@ pub struct Workspace {
     pub(super) paths: RunPaths,
     pub(super) life: Lifecycle,
     pub(super) evidence: EvidenceWriter,
-    pub(super) reservation: Option<Reservation>,
+    pub(super) reservation: Option<Grant>,
     pub(super) leases: RunLeases,
     pub(super) source: Option<SourceRecord>,
     pub(super) filesystem: Option<FilesystemRecord>,
@@ -82,7 +82,7 @@ impl Workspace {
     }
 
     /// The capacity the run holds.
-    pub fn reservation(&self) -> Option<&Reservation> {
+    pub fn reservation(&self) -> Option<&Grant> {
         self.reservation.as_ref()
     }
 
@@ -162,11 +162,11 @@ impl Workspace {
         let environment = stack.environment.prepare(&self.run).await?;
         let request = reserve_request(&environment.limits);
         let limit = self.limit(StateName::Waiting);
-        let capacity = self.runner.capacity().clone();
+        let admission = self.runner.admission().clone();
         let label = self.run.run_id.to_string();
         let reservation = bounded(StateName::Waiting, limit, &self.cancel, async move {
-            capacity
-                .reserve(label, request)
+            admission
+                .admit(&label, request)
                 .await
                 .map_err(RunErrorKind::from)
         })
