@@ -63,7 +63,7 @@ async fn parallel_agents() -> Result<(), BoxError> {
     std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755))?;
     let repo = make_repo(scratch.path())?;
 
-    let stack = agent_workspace::namespace_stack("agent-workspace-example")?;
+    let stack = agent_workspace::namespace_stack(agent_workspace::DEFAULT_CGROUP_PARENT)?;
     // Room for the three at once: each reserves its contract's cpu and memory.
     let capacity = Arc::new(Capacity::new(Resources {
         cpu_millis: 8_000,
