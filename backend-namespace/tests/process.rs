@@ -45,7 +45,10 @@ async fn teardown_is_clean(f: &Fixture) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn seal_observes_the_boundary_the_contract_asks_for() {
-    let f = fixture("seal", |_| {}).await;
+    let f = fixture("seal", |c| {
+        c.environment.runtime.toolchain = Some("sh (the shell declared as the toolchain)".into())
+    })
+    .await;
     let observed = f.process.seal(&f.run, &f.plan).await.unwrap();
     let facts = &observed.facts;
     assert_eq!(observed.mismatches, Vec::<String>::new(), "{facts:#?}");
@@ -59,6 +62,23 @@ async fn seal_observes_the_boundary_the_contract_asks_for() {
         facts["uid_map"],
         serde_json::json!([format!("1000 {} 1", DEFAULT_HOST_ID_BASE + 1000)])
     );
+    assert_eq!(
+        facts["gid_map"],
+        serde_json::json!([format!("1000 {} 1", DEFAULT_HOST_ID_BASE + 1000)])
+    );
+    // The mount table as the run sees it: the workspace, a read-only root.
+    let mounts = facts["mounts"].as_array().unwrap();
+    let target = |t: &str| mounts.iter().find(|m| m["target"] == t).cloned();
+    assert!(target("/workspace").is_some(), "{mounts:#?}");
+    assert!(
+        target("/").unwrap()["options"]
+            .as_str()
+            .unwrap()
+            .starts_with("ro,")
+    );
+    assert_eq!(facts["mount_plan_sha256"].as_str().map(str::len), Some(64));
+    // The declared toolchain's program was asked for its version inside the run.
+    assert!(facts.contains_key("toolchain"), "{facts:#?}");
     teardown_is_clean(&f).await;
 }
 

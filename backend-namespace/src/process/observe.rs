@@ -6,16 +6,38 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 use workspace_core::boundary::ObservedBoundary;
 
-/// The probe: a `/bin/sh -c` script printing one `@@section` header per fact.
+/// The probe: a `/bin/sh -c` script printing one `@@section` header per fact
+/// (see [`probe_script`] for the whole script).
 pub const PROBE_SCRIPT: &str = "\
 echo @@status; grep -E '^(Uid|Gid|CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
 echo @@uid_map; cat /proc/self/uid_map
+echo @@gid_map; cat /proc/self/gid_map
 echo @@hostname; cat /proc/sys/kernel/hostname
 echo @@interfaces; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '
 echo @@process_count; ls /proc | grep -c '^[0-9][0-9]*$'
 echo @@env_names; env | cut -d= -f1
-echo @@end
+echo @@mounts; cat /proc/self/mountinfo
 ";
+
+/// [`PROBE_SCRIPT`], then the version line of the declared toolchain's program
+/// (the first word of `environment.runtime.toolchain`, e.g. `rustc 1.95.0` →
+/// `rustc --version`) when it is a plain program name, then the end marker.
+pub fn probe_script(toolchain: Option<&str>) -> String {
+    let program = toolchain
+        .and_then(|t| t.split_whitespace().next())
+        .filter(|p| {
+            p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b))
+        });
+    let mut script = PROBE_SCRIPT.to_owned();
+    if let Some(program) = program {
+        script.push_str(&format!(
+            "echo @@toolchain; command -v {program} >/dev/null && {program} --version 2>&1 | head -n 1 || echo '{program}: not found in the run'\n"
+        ));
+    }
+    script.push_str("echo @@end\n");
+    script
+}
 
 /// Variables a shell may add on its own (they are not inherited from the host).
 pub const SHELL_VARS: [&str; 4] = ["PWD", "OLDPWD", "SHLVL", "_"];
@@ -31,11 +53,15 @@ pub struct Expected {
     pub hostname: String,
     /// The variable names the run may see: the plan's and the credentials'.
     pub env_names: BTreeSet<String>,
+    /// The declared toolchain (`environment.runtime.toolchain`), whose program's
+    /// version line the probe records.
+    pub toolchain: Option<String>,
 }
 
 /// Parses the probe's output into facts (`uid`, `gid`, `cap_eff`, `cap_prm`,
-/// `cap_bnd`, `no_new_privs`, `seccomp`, `uid_map`, `hostname`, `interfaces`,
-/// `process_count`, `env_names`, and `complete` — whether the output ended).
+/// `cap_bnd`, `no_new_privs`, `seccomp`, `uid_map`, `gid_map`, `hostname`,
+/// `interfaces`, `process_count`, `env_names`, `mounts`, `toolchain` when one was
+/// asked for, and `complete` — whether the output ended).
 pub fn parse(output: &str) -> BTreeMap<String, Value> {
     let mut sections: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut current = None;
@@ -76,15 +102,21 @@ pub fn parse(output: &str) -> BTreeMap<String, Value> {
         };
         facts.insert(name.to_owned(), fact);
     }
-    facts.insert(
-        "uid_map".into(),
-        json!(
-            lines("uid_map")
-                .iter()
-                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-                .collect::<Vec<_>>()
-        ),
-    );
+    for map in ["uid_map", "gid_map"] {
+        facts.insert(
+            map.into(),
+            json!(
+                lines(map)
+                    .iter()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect::<Vec<_>>()
+            ),
+        );
+    }
+    facts.insert("mounts".into(), json!(mounts(&lines("mounts"))));
+    if let Some(version) = lines("toolchain").first() {
+        facts.insert("toolchain".into(), json!(version.trim()));
+    }
     if let Some(hostname) = lines("hostname").first() {
         facts.insert("hostname".into(), json!(hostname.trim()));
     }
@@ -106,6 +138,54 @@ pub fn parse(output: &str) -> BTreeMap<String, Value> {
     facts.insert("env_names".into(), json!(env));
     facts.insert("complete".into(), json!(sections.contains_key("end")));
     facts
+}
+
+/// One mount of the run, from `/proc/self/mountinfo`: where, what, its options.
+fn mounts(lines: &[&str]) -> Vec<Value> {
+    lines
+        .iter()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let separator = fields.iter().position(|f| *f == "-")?;
+            Some(json!({
+                "target": fields.get(4)?,
+                "options": fields.get(5)?,
+                "fstype": fields.get(separator + 1)?,
+            }))
+        })
+        .collect()
+}
+
+/// What every mount of a run must carry: `nosuid` everywhere; `nodev` everywhere
+/// but the device nodes and the terminal instance; read-only `/`, `/sys` and
+/// `/proc/sys`. One sentence per mount that breaks it.
+fn mount_mismatches(facts: &BTreeMap<String, Value>) -> Vec<String> {
+    let Some(mounts) = facts
+        .get("mounts")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+    else {
+        return vec!["the probe saw no mount table".to_owned()];
+    };
+    let mut mismatches = Vec::new();
+    for mount in mounts {
+        let field = |name: &str| mount.get(name).and_then(Value::as_str).unwrap_or("");
+        let (target, fstype) = (field("target"), field("fstype"));
+        let options: Vec<&str> = field("options").split(',').collect();
+        if !options.contains(&"nosuid") {
+            mismatches.push(format!("{target} ({fstype}) is mounted without nosuid"));
+        }
+        let devices = matches!(fstype, "devtmpfs" | "devpts");
+        if !devices && !options.contains(&"nodev") {
+            mismatches.push(format!("{target} ({fstype}) is mounted without nodev"));
+        }
+        if matches!(target, "/" | "/sys" | "/proc/sys") && !options.contains(&"ro") {
+            mismatches.push(format!(
+                "{target} is mounted read-write, expected read-only"
+            ));
+        }
+    }
+    mismatches
 }
 
 /// Compares `facts` with `expected`; one sentence per difference.
@@ -173,6 +253,7 @@ pub fn compare(facts: &BTreeMap<String, Value>, expected: &Expected) -> Vec<Stri
             "environment variables {extra:?} are visible but not in the plan"
         ));
     }
+    mismatches.extend(mount_mismatches(facts));
     mismatches
 }
 
@@ -210,6 +291,14 @@ lo
 @@env_names
 PATH
 PWD
+@@mounts
+801 800 0:70 / / ro,nosuid,nodev,relatime - tmpfs tmpfs rw,size=65536k
+802 801 8:1 /usr /usr ro,nosuid,nodev,relatime - ext4 /dev/sda1 rw
+803 801 0:71 / /workspace rw,nosuid,nodev,relatime - overlay overlay rw,lowerdir=/l
+804 801 0:6 /null /dev/null rw,nosuid,noexec,relatime - devtmpfs udev rw
+805 801 0:72 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
+@@toolchain
+rustc 1.95.0 (59807616e 2026-11-20)
 @@end
 ";
 
@@ -219,6 +308,7 @@ PWD
             gid: 1000,
             hostname: "run-1".into(),
             env_names: BTreeSet::from(["PATH".to_owned(), "HOME".to_owned()]),
+            toolchain: None,
         }
     }
 
@@ -228,6 +318,63 @@ PWD
         assert_eq!(observed.mismatches, Vec::<String>::new());
         assert_eq!(observed.facts["uid_map"], json!(["1000 101000 1"]));
         assert_eq!(observed.facts["process_count"], json!(3));
+        assert_eq!(observed.facts["mounts"].as_array().map(Vec::len), Some(5));
+        assert_eq!(
+            observed.facts["mounts"][2],
+            json!({"target": "/workspace", "options": "rw,nosuid,nodev,relatime", "fstype": "overlay"})
+        );
+        assert_eq!(
+            observed.facts["toolchain"],
+            json!("rustc 1.95.0 (59807616e 2026-11-20)")
+        );
+    }
+
+    #[test]
+    fn a_mount_without_nosuid_or_nodev_or_a_writable_root_is_a_mismatch() {
+        let bad = GOOD
+            .replace(
+                "/ / ro,nosuid,nodev,relatime",
+                "/ / rw,nosuid,nodev,relatime",
+            )
+            .replace(
+                "/usr /usr ro,nosuid,nodev,relatime",
+                "/usr /usr ro,nodev,relatime",
+            )
+            .replace(
+                "/workspace rw,nosuid,nodev,relatime",
+                "/workspace rw,nosuid,relatime",
+            );
+        let mismatches = observe(&bad, &expected()).mismatches;
+        assert_eq!(mismatches.len(), 3, "{mismatches:#?}");
+        assert!(
+            mismatches
+                .iter()
+                .any(|m| m.contains("/ is mounted read-write"))
+        );
+        assert!(
+            mismatches
+                .iter()
+                .any(|m| m.contains("/usr (ext4) is mounted without nosuid"))
+        );
+        assert!(
+            mismatches
+                .iter()
+                .any(|m| m.contains("/workspace (overlay) is mounted without nodev"))
+        );
+        // Device nodes need no `nodev`; an empty table is itself a mismatch.
+        let none = observe(&GOOD.replace("@@mounts", "@@gone"), &expected()).mismatches;
+        assert!(
+            none.iter().any(|m| m.contains("no mount table")),
+            "{none:#?}"
+        );
+    }
+
+    #[test]
+    fn the_probe_script_asks_for_a_plain_toolchain_program_only() {
+        assert!(probe_script(Some("rustc 1.95.0")).contains("rustc --version"));
+        assert!(!probe_script(Some("$(reboot) 1")).contains("@@toolchain"));
+        assert!(!probe_script(None).contains("@@toolchain"));
+        assert!(probe_script(None).ends_with("echo @@end\n"));
     }
 
     #[test]

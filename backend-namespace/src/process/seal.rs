@@ -14,7 +14,7 @@ use workspace_core::mount_plan::{MountPlan, PlanInputs};
 
 use super::error::ProcessError;
 use super::handover::{HandoverOutcome, hand_over};
-use super::observe::{self, Expected, PROBE_SCRIPT};
+use super::observe::{self, Expected};
 use super::{ProcessOptions, workspace};
 use crate::cgroup::{CgroupLayout, Hierarchy, RunCgroup};
 use crate::spawn::{ResourceLimits, SpawnError, SpawnRequest, SpawnedChild, spawn};
@@ -224,10 +224,11 @@ pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
         gid: plan.identity.gid,
         hostname: run.run_id.to_string(),
         env_names,
+        toolchain: run.contract.environment.runtime.toolchain.clone(),
     }
 }
 
-/// Runs [`PROBE_SCRIPT`] in the run and compares what it saw (blocking). The
+/// Runs the probe ([`observe::probe_script`]) in the run and compares what it saw (blocking). The
 /// probe's setup, output and exit together get `timeout` (the options'
 /// [`PROBE_TIMEOUT`](super::PROBE_TIMEOUT) by default); after that it is killed
 /// and the seal fails with [`ProcessError::ProbeTimeout`].
@@ -239,7 +240,8 @@ pub(crate) fn probe(
     let deadline = Instant::now() + timeout;
     let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let (read, write) = pipe("the probe's stdout pipe")?;
-    let mut request = spec.request(vec!["/bin/sh".into(), "-c".into(), PROBE_SCRIPT.into()]);
+    let script = observe::probe_script(expected.toolchain.as_deref());
+    let mut request = spec.request(vec!["/bin/sh".into(), "-c".into(), script]);
     request.stdout = Some(write);
     request.setup_timeout = timeout;
     let child = spawn(&request);
@@ -273,6 +275,12 @@ pub(crate) fn probe(
     observed.facts.insert(
         "probe_status".into(),
         serde_json::json!(format!("{status:?}")),
+    );
+    // What was applied, as one digest a reviewer can compare across runs.
+    let plan = serde_json::to_vec(&spec.plan).unwrap_or_default();
+    observed.facts.insert(
+        "mount_plan_sha256".into(),
+        serde_json::json!(workspace_core::digest::sha256_hex(&plan)),
     );
     Ok(observed)
 }
