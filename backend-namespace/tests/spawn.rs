@@ -153,6 +153,38 @@ fn kill_ends_the_whole_namespace() {
 }
 
 #[test]
+fn init_forwards_a_stop_signal_to_the_command_and_drops_others() {
+    let fixture = Fixture::new();
+    // The command traps SIGTERM and SIGUSR1, says so on stdout and exits 3 on TERM.
+    let mut request = fixture.request(
+        "trap 'echo got-usr1' USR1; trap 'echo got-term; exit 3' TERM; \
+         echo ready; while :; do sleep 0.05; done",
+    );
+    let (read, write) = nix::unistd::pipe().unwrap();
+    request.stdout = Some(write);
+    let mut child = spawn(&request).unwrap();
+    drop(request);
+    let killer = child.killer();
+    let mut output = std::io::BufReader::new(std::fs::File::from(read));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut output, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // SIGALRM is not in the list: init drops it (forwarded, it would end the shell).
+    killer.signal(nix::libc::SIGALRM).unwrap();
+    // SIGUSR1 is: the command's trap runs, and it goes on.
+    killer.signal(nix::libc::SIGUSR1).unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut output, &mut line).unwrap();
+    assert_eq!(line, "got-usr1\n");
+    killer.signal(nix::libc::SIGTERM).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut output, &mut rest).unwrap();
+    assert_eq!(rest, "got-term\n");
+    assert_eq!(child.wait().unwrap(), ExitStatusRecord::Code(3));
+    assert!(backend_namespace::spawn::FORWARDED_SIGNALS.contains(&nix::libc::SIGTERM));
+}
+
+#[test]
 fn failures_name_the_stage_and_the_step() {
     let fixture = Fixture::new();
 

@@ -36,12 +36,21 @@ impl ChildKiller {
     /// Sends `SIGKILL` to the namespace's init, which ends every process in the
     /// pid namespace. Killing an init that already ended is not an error.
     pub fn kill(&self) -> Result<(), SpawnError> {
+        self.signal(libc::SIGKILL)
+    }
+
+    /// Sends `signal` to the namespace's init, through the pidfd (never to a
+    /// recycled pid). `SIGKILL` ends the whole namespace; one of
+    /// [`FORWARDED_SIGNALS`](super::FORWARDED_SIGNALS) is passed on to the command,
+    /// so it can stop cleanly; any other is discarded by init. Signalling an init
+    /// that already ended is not an error.
+    pub fn signal(&self, signal: libc::c_int) -> Result<(), SpawnError> {
         // SAFETY: pidfd_send_signal on a pidfd this handle owns, with no siginfo.
         let ret = unsafe {
             libc::syscall(
                 libc::SYS_pidfd_send_signal,
                 self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
+                signal,
                 std::ptr::null::<libc::siginfo_t>(),
                 0u32,
             )
@@ -50,7 +59,7 @@ impl ChildKiller {
             let errno = Errno::last();
             if errno != Errno::ESRCH {
                 return Err(SpawnError::Wait {
-                    step: "pidfd_send_signal(SIGKILL)",
+                    step: "pidfd_send_signal",
                     pid: self.pid,
                     source: errno,
                 });

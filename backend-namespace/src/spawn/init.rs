@@ -14,11 +14,16 @@
 //!
 //! [`SpawnRequest::controlling_terminal`]: super::SpawnRequest::controlling_terminal
 //!
-//! Signals stay blocked in pid 1 (`waitpid` does not need `SIGCHLD` delivered), so
-//! nothing inside can disturb it: inside its namespace, init receives only signals
-//! it has handlers for, and it has none. The host kills it with `SIGKILL`.
+//! Signals stay blocked in pid 1, which takes them one at a time with
+//! `rt_sigtimedwait`: `SIGCHLD` means something to reap; one of
+//! [`FORWARDED_SIGNALS`] sent from outside the namespace (the host, through the
+//! pidfd) is passed on to the command, so a supervisor's `SIGTERM` lets it stop
+//! cleanly; the same signal from a process of the run, and anything else, is
+//! discarded. Nothing runs in a signal handler. The host ends the whole namespace
+//! with `SIGKILL`.
 
 use std::convert::Infallible;
+use std::mem;
 use std::ptr;
 
 use nix::libc;
@@ -27,6 +32,23 @@ use super::child::{FD_ERROR, FD_STATUS};
 use super::error::{ChildStage, Report, op};
 use super::prepared::Prepared;
 use super::raw;
+
+/// The signals pid 1 passes on to the command: what supervisors send to ask a
+/// process to stop, reload or redraw.
+pub const FORWARDED_SIGNALS: [libc::c_int; 7] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// The handler pid 1 installs for [`FORWARDED_SIGNALS`] so that the kernel
+/// delivers them to an init at all (it drops signals an init has no handler for);
+/// they stay blocked and are taken by `rt_sigtimedwait`, so it never runs.
+extern "C" fn never_runs(_: libc::c_int) {}
 
 /// Installs the request's seccomp filter in pid 1, right before it forks the
 /// command (after the mount plan and `no_new_privs`). The command inherits it
@@ -144,21 +166,7 @@ fn init(command: libc::pid_t) -> ! {
         libc::close(1);
         libc::close(2);
     }
-    let mut status: libc::c_int = 0;
-    let mut found = false;
-    loop {
-        let mut st: libc::c_int = 0;
-        // SAFETY: valid out-pointer.
-        let pid = unsafe { libc::waitpid(-1, &mut st, libc::__WALL) };
-        if pid == command {
-            status = st;
-            found = true;
-            break;
-        }
-        if pid < 0 && raw::errno() != libc::EINTR {
-            break;
-        }
-    }
+    let (found, status) = supervise(command);
     if found {
         let _ = raw::write_all(FD_STATUS, &status.to_ne_bytes());
     }
@@ -176,4 +184,87 @@ fn init(command: libc::pid_t) -> ! {
     };
     // SAFETY: ends pid 1 (and with it the namespace) without destructors.
     unsafe { libc::_exit(code) }
+}
+
+/// Reaps every process reparented to pid 1 and forwards [`FORWARDED_SIGNALS`] to
+/// the command until the command ends; returns whether it was seen to end, and
+/// its raw wait status.
+fn supervise(command: libc::pid_t) -> (bool, libc::c_int) {
+    // SAFETY: `sigset_t` and `sigaction` are plain data initialised here; the
+    // handler is a function that does nothing; every call affects pid 1 only.
+    let waited = unsafe {
+        let mut set: libc::sigset_t = mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let mut action: libc::sigaction = mem::zeroed();
+        action.sa_sigaction = never_runs as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        for signal in FORWARDED_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+            libc::sigaction(signal, &action, ptr::null_mut());
+        }
+        set
+    };
+    loop {
+        // SAFETY: `siginfo_t` is plain data the kernel fills.
+        let mut info: libc::siginfo_t = unsafe { mem::zeroed() };
+        // SAFETY: raw rt_sigtimedwait with the kernel's sigset size, a valid
+        // siginfo out-pointer and no timeout: waits for one signal of `waited`.
+        let signal = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &raw const waited,
+                &raw mut info,
+                ptr::null::<libc::timespec>(),
+                mem::size_of::<libc::c_ulong>(),
+            )
+        };
+        if signal < 0 {
+            if raw::errno() == libc::EINTR {
+                continue;
+            }
+            return reap_blocking(command);
+        }
+        let signal = signal as libc::c_int;
+        if signal != libc::SIGCHLD {
+            // Only a signal from outside the pid namespace (the host, through the
+            // pidfd) is passed on: the kernel reports its sender as pid 0. A
+            // process of the run signalling init reaches nothing.
+            // SAFETY: `si_pid` reads the union field the kernel set for a
+            // signal sent with kill/pidfd_send_signal.
+            let from_outside = unsafe { info.si_pid() } == 0;
+            if from_outside {
+                // SAFETY: kill has no memory arguments; `command` is pid 1's child.
+                unsafe { libc::kill(command, signal) };
+            }
+            continue;
+        }
+        // One SIGCHLD may stand for several children: reap all that ended.
+        loop {
+            let mut st: libc::c_int = 0;
+            // SAFETY: valid out-pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut st, libc::__WALL | libc::WNOHANG) };
+            if pid == command {
+                return (true, st);
+            }
+            if pid <= 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// Reaps with a blocking `waitpid` until the command ends (when signals cannot
+/// be waited for: no forwarding then).
+fn reap_blocking(command: libc::pid_t) -> (bool, libc::c_int) {
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut st, libc::__WALL) };
+        if pid == command {
+            return (true, st);
+        }
+        if pid < 0 && raw::errno() != libc::EINTR {
+            return (false, 0);
+        }
+    }
 }

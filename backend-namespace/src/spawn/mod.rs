@@ -126,6 +126,7 @@ use crate::seccomp::SeccompFilter;
 
 pub use error::{ChildStage, SpawnError};
 pub use handle::{ChildKiller, SpawnedChild};
+pub use init::FORWARDED_SIGNALS;
 pub use rlimits::ResourceLimits;
 
 use error::Report;

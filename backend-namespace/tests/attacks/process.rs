@@ -164,9 +164,11 @@ fn forge_the_exit_status_through_the_status_pipe() {
     assert_eq!(status, ExitStatusRecord::Code(3), "a forged status: {out}");
 }
 
-/// pid 1 ignores every signal from inside (the kernel protects a namespace init
-/// from signals it has no handler for): the run ends when the command does, with
-/// the command's status.
+/// pid 1 ignores every signal from inside: the kernel keeps `SIGKILL`/`SIGSTOP`
+/// from a namespace's own processes away from its init, and init forwards only
+/// signals sent from outside the namespace (a sender pid of 0), so `SIGTERM` from
+/// the run does not bounce back to the command either. The run ends when the
+/// command does, with the command's status.
 #[test]
 fn signal_the_namespace_init() {
     let fixture = attack_fixture();
