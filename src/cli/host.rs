@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use agent_workspace::{DEFAULT_CGROUP_PARENT, HostDirs};
 use clap::Args;
-use workspace_core::capacity::{Capacity, Resources};
+use workspace_core::capacity::{HostPool, Resources};
 
 #[derive(Clone, Debug, Args)]
 pub(crate) struct HostArgs {
@@ -21,6 +21,16 @@ pub(crate) struct HostArgs {
     #[arg(long, global = true, value_name = "NAME", env = "AGENT_WORKSPACE_CGROUP_PARENT",
           default_value = DEFAULT_CGROUP_PARENT)]
     pub(crate) cgroup_parent: String,
+    /// How many runs may hold capacity on this host at once (default: no limit
+    /// beyond cpu and memory). For tests and for hosts that need a cap.
+    #[arg(
+        long,
+        global = true,
+        hide = true,
+        value_name = "N",
+        env = "AGENT_WORKSPACE_CAPACITY_SLOTS"
+    )]
+    capacity_slots: Option<u32>,
 }
 
 impl HostArgs {
@@ -34,17 +44,23 @@ impl HostArgs {
     }
 }
 
-/// This host's totals: its cores, its memory, its free disk not tracked, and no
-/// limit on the number of runs beyond those.
-pub(crate) fn host_capacity() -> Capacity {
+/// This host's capacity pool, shared by every `agent-workspace` process using the
+/// same runtime directory (under `<runtime>/capacity`): its cores, its memory, its
+/// free disk not tracked, and no limit on the number of runs beyond those unless
+/// `--capacity-slots` sets one.
+pub(crate) fn host_capacity(host: &HostArgs) -> HostPool {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    Capacity::new(Resources {
+    let total = Resources {
         cpu_millis: cores * 1000,
         memory_bytes: mem_total().unwrap_or(u64::MAX),
         disk_bytes: u64::MAX,
-        slots: u32::MAX,
-    })
+        slots: host.capacity_slots.unwrap_or(u32::MAX),
+    };
+    HostPool::open(host.dirs().runtime.join(CAPACITY_DIR), total)
 }
+
+/// The pool's directory under the runtime directory.
+pub(crate) const CAPACITY_DIR: &str = "capacity";
 
 /// `MemTotal` from `/proc/meminfo`, in bytes.
 fn mem_total() -> Option<u64> {

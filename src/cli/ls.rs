@@ -6,12 +6,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use serde::Serialize;
+use workspace_core::capacity::{CapacitySnapshot, Resources};
 use workspace_core::journal::{self, JournalRead};
 use workspace_core::lifecycle::{FailureCause, State, StateName, Transition};
 use workspace_core::recovery::JOURNAL_DIR;
 
 use super::contract_args::one_line;
-use super::host::HostArgs;
+use super::host::{HostArgs, host_capacity};
 
 #[derive(Debug, Args)]
 pub(crate) struct LsArgs {
@@ -40,14 +41,29 @@ struct Row {
     /// Whether a live runner holds the run's journal; `false` for an unfinished
     /// run means its runner died (`agent-workspace recover` finishes it).
     held: bool,
-    /// For a waiting run: its place in the capacity queue, 1 first (FIFO by
-    /// `since`).
+    /// For a waiting run: its place in the host's capacity queue, 1 first (from
+    /// the host pool; by journal `since` when the pool cannot be read).
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_position: Option<usize>,
+    /// The run's place in the host's capacity pool, when it holds or waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity: Option<PoolPlace>,
     journal: PathBuf,
     /// Why the journal could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// A run's ticket in the host capacity pool.
+#[derive(Debug, Serialize)]
+struct PoolPlace {
+    /// `holding` or `waiting`.
+    role: &'static str,
+    /// Since when it holds (granted) or waits (queued), in milliseconds since the
+    /// Unix epoch.
+    since_unix_ms: u64,
+    /// What it holds or asks for.
+    resources: Resources,
 }
 
 #[derive(Debug, Serialize)]
@@ -56,8 +72,9 @@ struct Failure {
     cause: FailureCause,
 }
 
-/// Lists the runs; exit 0, or 1 when the journal directory or a journal could
-/// not be read (the readable ones are still listed).
+/// Lists the runs and who holds or waits for host capacity; exit 0, or 1 when
+/// the journal directory, a journal or the capacity pool could not be read (what
+/// could be read is still listed).
 pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
     let dir = host.dirs().runtime.join(JOURNAL_DIR);
     let paths = match journal_files(&dir) {
@@ -77,9 +94,24 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
         .filter(|row| args.all || row.state != StateName::Cleaned.to_string())
         .collect();
     rows.sort_by(|a, b| (a.since_unix_ms, &a.run_id).cmp(&(b.since_unix_ms, &b.run_id)));
-    let waiting = StateName::Waiting.to_string();
-    for (position, row) in rows.iter_mut().filter(|r| r.state == waiting).enumerate() {
-        row.queue_position = Some(position + 1);
+    let pool = match host_capacity(host).snapshot() {
+        Ok(pool) => Some(pool),
+        Err(err) => {
+            eprintln!(
+                "agent-workspace: cannot read the host capacity pool: {}",
+                one_line(&workspace_core::error_chain(&err))
+            );
+            None
+        }
+    };
+    match &pool {
+        Some(pool) => merge_pool(&mut rows, pool),
+        None => {
+            let waiting = StateName::Waiting.to_string();
+            for (position, row) in rows.iter_mut().filter(|r| r.state == waiting).enumerate() {
+                row.queue_position = Some(position + 1);
+            }
+        }
     }
     let unreadable = rows.iter().any(|r| r.error.is_some());
     if args.json {
@@ -90,14 +122,98 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         }
-    } else if !rows.is_empty() {
-        print!("{}", table(&rows));
+    } else {
+        if !rows.is_empty() {
+            print!("{}", table(&rows));
+        }
+        if let Some(pool) = pool
+            .as_ref()
+            .filter(|p| !p.holders.is_empty() || !p.waiters.is_empty())
+        {
+            if !rows.is_empty() {
+                println!();
+            }
+            print!("{}", pool_table(pool, now));
+        }
     }
-    if unreadable {
+    if unreadable || pool.is_none() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Marks each row the pool knows (by label = run id) as holding or waiting; a
+/// waiting run's queue position is the pool's.
+fn merge_pool(rows: &mut [Row], pool: &CapacitySnapshot) {
+    for row in rows.iter_mut() {
+        if let Some(holder) = pool.holders.iter().find(|h| h.label == row.run_id) {
+            row.capacity = Some(PoolPlace {
+                role: "holding",
+                since_unix_ms: unix_ms(holder.since),
+                resources: holder.resources,
+            });
+        } else if let Some(waiter) = pool.waiters.iter().find(|w| w.label == row.run_id) {
+            row.queue_position = Some(waiter.position + 1);
+            row.capacity = Some(PoolPlace {
+                role: "waiting",
+                since_unix_ms: unix_ms(waiter.since),
+                resources: waiter.resources,
+            });
+        }
+    }
+}
+
+/// Who holds host capacity and who waits, in queue order.
+fn pool_table(pool: &CapacitySnapshot, now: u64) -> String {
+    let header = [
+        "CAPACITY".to_owned(),
+        "RUN".to_owned(),
+        "SINCE (UTC)".to_owned(),
+        "AGE".to_owned(),
+        "CPU".to_owned(),
+        "MEMORY".to_owned(),
+    ];
+    let line = |role: String, label: &str, since: SystemTime, resources: &Resources| {
+        let since = unix_ms(since);
+        [
+            role,
+            label.to_owned(),
+            utc(since),
+            age(now.saturating_sub(since)),
+            format!("{:.1}", resources.cpu_millis as f64 / 1000.0),
+            format!("{}M", resources.memory_bytes >> 20),
+        ]
+    };
+    let mut lines = vec![header];
+    for holder in &pool.holders {
+        lines.push(line(
+            "holds".into(),
+            &holder.label,
+            holder.since,
+            &holder.resources,
+        ));
+    }
+    for waiter in &pool.waiters {
+        let role = format!("waits #{}", waiter.position + 1);
+        lines.push(line(role, &waiter.label, waiter.since, &waiter.resources));
+    }
+    let mut widths = [0; 6];
+    for line in &lines {
+        for (width, cell) in widths.iter_mut().zip(line) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for line in &lines {
+        let mut text = String::new();
+        for (cell, width) in line.iter().zip(widths) {
+            text.push_str(&format!("{cell:<width$}  "));
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// The `*.jsonl` files of the journal directory, sorted; none if it does not exist.
@@ -136,6 +252,7 @@ fn row(path: &Path, now: u64) -> Row {
         age_ms: now.saturating_sub(modified),
         held: false,
         queue_position: None,
+        capacity: None,
         journal: path.to_path_buf(),
         error: None,
     };
@@ -239,8 +356,11 @@ fn table(rows: &[Row]) -> String {
 }
 
 fn unix_ms_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+    unix_ms(SystemTime::now())
+}
+
+fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 

@@ -52,8 +52,9 @@ pub(crate) fn runner(host: &HostArgs, evidence: Option<PathBuf>) -> Result<Runne
         );
         ExitCode::from(EXIT_RUNNER_FAILED)
     })?;
+    let capacity = host_capacity(host);
     let config = RunnerConfig::new(dirs.runtime, evidence.unwrap_or(dirs.evidence));
-    Ok(Runner::new(stack, config, Arc::new(host_capacity())))
+    Ok(Runner::with_admission(stack, config, Arc::new(capacity)))
 }
 
 /// A token cancelled by Ctrl-C.

@@ -1,5 +1,6 @@
 //! Errors of the capacity pool.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Dimension, Resources};
@@ -56,5 +57,17 @@ pub enum CapacityError {
     GrantLost {
         /// Label of the request.
         label: String,
+    },
+    /// The host-wide pool's files (under its directory) could not be created, locked,
+    /// read, written or listed.
+    #[error("host capacity pool: {action} {path}")]
+    HostPool {
+        /// What was being done (`locking`, `listing`, ...).
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying failure.
+        #[source]
+        source: std::io::Error,
     },
 }

@@ -32,6 +32,7 @@
 
 mod admission;
 mod error;
+pub mod host_pool;
 mod queue;
 mod reservation;
 mod resources;
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 pub use admission::{AdmissionControl, Grant};
 pub use error::CapacityError;
+pub use host_pool::HostPool;
 pub use reservation::Reservation;
 pub use resources::{Dimension, Resources};
 pub use snapshot::{CapacitySnapshot, Holder, Waiter};

@@ -19,11 +19,17 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::{HolderInfo, LeaseError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::LeaseError;
 
 /// An exclusively locked lock file. Dropping it clears the record and unlocks.
+///
+/// Also the mechanism under the host-wide capacity pool
+/// ([`crate::capacity::host_pool`]), whose records are its tickets.
 #[derive(Debug)]
-pub(super) struct LockFile {
+pub(crate) struct LockFile {
     path: PathBuf,
     /// `None` only after an explicit release.
     file: Option<File>,
@@ -31,7 +37,7 @@ pub(super) struct LockFile {
 
 impl LockFile {
     /// Locks `path` without waiting. `Ok(None)` when someone else holds it.
-    pub(super) fn try_acquire(path: &Path) -> Result<Option<LockFile>, LeaseError> {
+    pub(crate) fn try_acquire(path: &Path) -> Result<Option<LockFile>, LeaseError> {
         // Never truncate on open: the file may hold the current holder's record.
         let file = OpenOptions::new()
             .read(true)
@@ -56,8 +62,9 @@ impl LockFile {
         }
     }
 
-    /// Replaces the file's contents with `info` as JSON, for [`super::Leases::holders`].
-    pub(super) fn record(&mut self, info: &HolderInfo) -> Result<(), LeaseError> {
+    /// Replaces the file's contents with `info` as JSON, for [`super::Leases::holders`]
+    /// (or a capacity ticket).
+    pub(crate) fn record<T: Serialize>(&mut self, info: &T) -> Result<(), LeaseError> {
         let written = match &self.file {
             Some(file) => write_record(file, info),
             None => Ok(()),
@@ -80,7 +87,7 @@ impl LockFile {
         }
     }
 
-    pub(super) fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }
@@ -99,7 +106,7 @@ impl Drop for LockFile {
     }
 }
 
-fn write_record(mut file: &File, info: &HolderInfo) -> io::Result<()> {
+fn write_record<T: Serialize>(mut file: &File, info: &T) -> io::Result<()> {
     let json = serde_json::to_vec(info).map_err(io::Error::other)?;
     file.set_len(0)?;
     file.seek(SeekFrom::Start(0))?;
@@ -120,7 +127,7 @@ fn clear_and_unlock(file: &File) -> io::Result<()> {
 /// The probe holds a shared lock for an instant, so an exclusive `try_lock` racing
 /// with it fails as if the lease were held: listing is a diagnostic, and a lease
 /// attempt that collides with it simply moves on (or reports `Taken` for an exact one).
-pub(super) fn probe(path: &Path) -> Result<Option<Option<HolderInfo>>, LeaseError> {
+pub(crate) fn probe<T: DeserializeOwned>(path: &Path) -> Result<Option<Option<T>>, LeaseError> {
     let file = File::open(path).map_err(|source| LeaseError::OpenLockFile {
         path: path.to_path_buf(),
         source,
@@ -139,7 +146,7 @@ pub(super) fn probe(path: &Path) -> Result<Option<Option<HolderInfo>>, LeaseErro
 /// The holder record in `path`, if it can be read and parsed. It may be missing for an
 /// instant after the holder locked and before it wrote the record; on Windows a locked
 /// file cannot be read by others at all.
-pub(super) fn read_record(path: &Path) -> Option<HolderInfo> {
+pub(crate) fn read_record<T: DeserializeOwned>(path: &Path) -> Option<T> {
     let bytes = std::fs::read(path).ok()?;
     serde_json::from_slice(&bytes).ok()
 }

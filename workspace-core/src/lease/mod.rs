@@ -41,7 +41,7 @@
 mod error;
 mod holders;
 mod kind;
-mod lock_file;
+pub(crate) mod lock_file;
 mod name;
 mod port;
 

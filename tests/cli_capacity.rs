@@ -1,0 +1,139 @@
+//! Host-wide capacity between `agent-workspace` processes: with one slot, a second
+//! `run` waits for the first to finish, and `ls` shows who holds and who waits.
+//!
+//! Needs root, user namespaces and cgroups (as every namespace-backend test).
+#![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::cli::{CliFixture, text};
+
+/// `run --json -- /bin/sh -c SCRIPT` with one capacity slot on the host, started
+/// in the background.
+fn spawn_run(fixture: &CliFixture, script: &str) -> Child {
+    let repo = fixture.repo();
+    let evidence = fixture.evidence();
+    with_one_slot(fixture.command())
+        .args(["run", "--repo", repo.to_str().unwrap()])
+        .args(["--evidence", evidence.to_str().unwrap(), "--json"])
+        .args(["--", "/bin/sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start agent-workspace run")
+}
+
+fn with_one_slot(mut command: Command) -> Command {
+    command.env("AGENT_WORKSPACE_CAPACITY_SLOTS", "1");
+    command
+}
+
+/// `ls --json`.
+fn ls_json(fixture: &CliFixture) -> Vec<Value> {
+    let out = with_one_slot(fixture.command())
+        .args(["ls", "--json"])
+        .output()
+        .expect("run ls");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    rows.as_array().expect("an array").clone()
+}
+
+/// The rows whose pool role is `role`.
+fn with_role<'a>(rows: &'a [Value], role: &str) -> Vec<&'a Value> {
+    rows.iter()
+        .filter(|row| row["capacity"]["role"] == role)
+        .collect()
+}
+
+/// Polls `ls --json` until `done` holds for its rows (a 60 s hang guard).
+fn wait_for_ls(fixture: &CliFixture, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = ls_json(fixture);
+        if done(&rows) {
+            return rows;
+        }
+        assert!(Instant::now() < deadline, "never saw {what}: {rows:#?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits for a run to end, asserts it succeeded, and returns its evidence dir.
+fn finish(child: Child) -> PathBuf {
+    let out = child.wait_with_output().expect("wait for the run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    PathBuf::from(summary["evidence"].as_str().expect("evidence"))
+}
+
+/// `(started, finished)` of the run's first command, from its evidence.
+fn command_times(evidence: &Path) -> (u64, u64) {
+    let path = evidence.join("commands/0001/command.json");
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("command.json")).expect("JSON");
+    (
+        record["started_unix_ms"].as_u64().expect("started"),
+        record["finished_unix_ms"].as_u64().expect("finished"),
+    )
+}
+
+#[test]
+fn a_second_run_waits_for_the_first_and_ls_shows_both() {
+    let fixture = CliFixture::new("capacity");
+    let first = spawn_run(&fixture, "sleep 4");
+    let rows = wait_for_ls(&fixture, "the first run holding", |rows| {
+        with_role(rows, "holding").len() == 1
+    });
+    let first_id = with_role(&rows, "holding")[0]["run_id"].clone();
+
+    let second = spawn_run(&fixture, "echo second");
+    let rows = wait_for_ls(&fixture, "the second run waiting", |rows| {
+        with_role(rows, "waiting").len() == 1
+    });
+    let holders = with_role(&rows, "holding");
+    let waiters = with_role(&rows, "waiting");
+    assert_eq!(holders.len(), 1, "{rows:#?}");
+    assert_eq!(holders[0]["run_id"], first_id);
+    assert_ne!(waiters[0]["run_id"], first_id);
+    assert_eq!(waiters[0]["state"], "waiting", "{rows:#?}");
+    assert_eq!(waiters[0]["queue_position"], 1, "{rows:#?}");
+    assert_eq!(waiters[0]["capacity"]["resources"]["slots"], 1);
+
+    // The table says the same.
+    let out = with_one_slot(fixture.command())
+        .arg("ls")
+        .output()
+        .expect("run ls");
+    let table = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}{}", text(&out.stderr));
+    let holds: Vec<_> = table.lines().filter(|l| l.starts_with("holds ")).collect();
+    let waits: Vec<_> = table
+        .lines()
+        .filter(|l| l.starts_with("waits #1 "))
+        .collect();
+    assert_eq!(holds.len(), 1, "{table}");
+    assert_eq!(waits.len(), 1, "{table}");
+    assert!(holds[0].contains(first_id.as_str().unwrap()), "{table}");
+
+    let first = finish(first);
+    let second = finish(second);
+    let (first_started, first_finished) = command_times(&first);
+    let (second_started, _) = command_times(&second);
+    assert!(first_started <= first_finished);
+    assert!(
+        first_finished <= second_started,
+        "the runs overlapped: first {first_started}..{first_finished}, second started {second_started}"
+    );
+    // Both released: the pool is empty again.
+    let rows = ls_json(&fixture);
+    assert!(with_role(&rows, "holding").is_empty(), "{rows:#?}");
+    assert!(with_role(&rows, "waiting").is_empty(), "{rows:#?}");
+}

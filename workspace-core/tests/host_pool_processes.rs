@@ -1,0 +1,383 @@
+//! The host-wide capacity pool between OS processes. The child is this very test
+//! binary, re-executed to run only [`child_process`], which does nothing unless
+//! [`ROLE`] is set in its environment (the pattern of `lease_processes.rs`).
+//!
+//! Every child writes `label start_ms end_ms` to a shared log when it releases, so
+//! the tests can check admission order and that holders never overlapped beyond the
+//! pool's slots.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tempfile::TempDir;
+use workspace_core::capacity::{AdmissionControl, CapacityError, HostPool, Resources};
+
+const ROLE: &str = "AGENT_WORKSPACE_POOL_TEST_ROLE";
+const DIR: &str = "AGENT_WORKSPACE_POOL_TEST_DIR";
+const SLOTS: &str = "AGENT_WORKSPACE_POOL_TEST_SLOTS";
+const LABEL: &str = "AGENT_WORKSPACE_POOL_TEST_LABEL";
+const LOG: &str = "AGENT_WORKSPACE_POOL_TEST_LOG";
+const REQUEST: &str = "AGENT_WORKSPACE_POOL_TEST_REQUEST";
+/// Prefix of the child's protocol lines (libtest may print on the same stdout).
+const MARK: &str = "AWPOOL ";
+
+/// Child side. Role `hold`: says `ready`, waits for `go`, admits [`REQUEST`] slots
+/// (default 1), says `granted` (or `exceeds` / `error`), then holds until stdin
+/// closes; role `brief`: the same but holds for 150 ms only, then exits. Both append
+/// their interval to [`LOG`] before releasing.
+#[test]
+fn child_process() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var(DIR).unwrap());
+    let slots: u32 = std::env::var(SLOTS).unwrap().parse().unwrap();
+    let label = std::env::var(LABEL).unwrap();
+    let log = PathBuf::from(std::env::var(LOG).unwrap());
+    let request: u32 = std::env::var(REQUEST).map_or(1, |r| r.parse().unwrap());
+    let pool = HostPool::open(&dir, total(slots));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    say("ready");
+    let mut stdin = std::io::stdin().lock();
+    let mut line = String::new();
+    stdin.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "go");
+
+    let grant = match runtime.block_on(pool.admit(&label, slots_of(request))) {
+        Ok(grant) => grant,
+        Err(CapacityError::ExceedsTotal { .. }) => return say("exceeds"),
+        Err(e) => return say(&format!("error {e}")),
+    };
+    let start = unix_ms();
+    say("granted");
+    match role.as_str() {
+        "hold" => while stdin.read_line(&mut line).is_ok_and(|n| n > 0) {},
+        "brief" => thread::sleep(Duration::from_millis(150)),
+        other => panic!("unknown role {other}"),
+    }
+    let end = unix_ms();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .unwrap();
+    file.write_all(format!("{label} {start} {end}\n").as_bytes())
+        .unwrap();
+    drop(file);
+    drop(grant);
+}
+
+fn say(message: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{MARK}{message}").unwrap();
+    out.flush().unwrap();
+}
+
+fn total(slots: u32) -> Resources {
+    Resources {
+        cpu_millis: 1000,
+        memory_bytes: 1 << 30,
+        disk_bytes: 0,
+        slots,
+    }
+}
+
+fn slots_of(n: u32) -> Resources {
+    Resources {
+        slots: n,
+        ..Resources::ZERO
+    }
+}
+
+fn unix_ms() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// One test's pool directory and interval log.
+struct World {
+    _base: TempDir,
+    dir: PathBuf,
+    log: PathBuf,
+    slots: u32,
+}
+
+impl World {
+    fn new(slots: u32) -> World {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("capacity");
+        let log = base.path().join("intervals.log");
+        World {
+            _base: base,
+            dir,
+            log,
+            slots,
+        }
+    }
+
+    fn pool(&self) -> HostPool {
+        HostPool::open(&self.dir, total(self.slots))
+    }
+
+    fn spawn(&self, role: &str, label: &str) -> ChildGuard {
+        self.spawn_with(role, label, 1)
+    }
+
+    fn spawn_with(&self, role: &str, label: &str, request: u32) -> ChildGuard {
+        let child = ChildGuard::spawn(role, label, request, self);
+        child.expect("ready");
+        child
+    }
+
+    /// `(label, start, end)` of every release logged so far, in log order.
+    fn intervals(&self) -> Vec<(String, u64, u64)> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let mut parts = line.split(' ');
+                let label = parts.next().unwrap().to_owned();
+                let start = parts.next().unwrap().parse().unwrap();
+                let end = parts.next().unwrap().parse().unwrap();
+                (label, start, end)
+            })
+            .collect()
+    }
+
+    /// Waits until the pool shows `n` waiters (a 60 s hang guard).
+    fn wait_for_waiters(&self, n: usize) {
+        let pool = self.pool();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while pool.snapshot().unwrap().waiters.len() != n {
+            assert!(Instant::now() < deadline, "never saw {n} waiter(s)");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// A child process that is killed and reaped when dropped, so a failing assertion
+/// never leaves it behind.
+struct ChildGuard {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl ChildGuard {
+    fn spawn(role: &str, label: &str, request: u32, world: &World) -> ChildGuard {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, role)
+            .env(DIR, &world.dir)
+            .env(SLOTS, world.slots.to_string())
+            .env(LABEL, label)
+            .env(LOG, &world.log)
+            .env(REQUEST, request.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some((_, message)) = line.split_once(MARK)
+                    && sender.send(message.to_string()).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        ChildGuard {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// The next protocol line within `within`, if any.
+    fn line_within(&self, within: Duration) -> Option<String> {
+        self.lines.recv_timeout(within).ok()
+    }
+
+    /// The next protocol line (a 60 s hang guard, not a timing assertion).
+    fn expect(&self, expected: &str) {
+        let line = self.line_within(Duration::from_secs(60));
+        assert_eq!(line.as_deref(), Some(expected));
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Closes stdin so the child releases and exits; asserts it succeeded.
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "child failed: {status}");
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_second_process_waits_until_the_first_releases() {
+    let world = World::new(1);
+    let mut first = world.spawn("hold", "first");
+    let mut second = world.spawn("hold", "second");
+    first.send("go");
+    first.expect("granted");
+    second.send("go");
+    world.wait_for_waiters(1);
+    let snapshot = world.pool().snapshot().unwrap();
+    assert_eq!(snapshot.holders.len(), 1);
+    assert_eq!(snapshot.holders[0].label, "first");
+    assert_eq!(snapshot.waiters[0].label, "second");
+    assert_eq!(snapshot.in_use.slots, 1);
+    // Several polls pass without a grant.
+    assert_eq!(second.line_within(Duration::from_millis(500)), None);
+
+    first.finish();
+    second.expect("granted");
+    second.finish();
+    let intervals = world.intervals();
+    assert_eq!(intervals.len(), 2);
+    assert!(intervals[0].2 <= intervals[1].1, "overlap: {intervals:?}");
+    assert!(std::fs::read_dir(&world.dir).unwrap().all(|e| {
+        !e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".ticket")
+    }));
+}
+
+#[test]
+fn processes_are_admitted_in_ticket_order() {
+    let world = World::new(1);
+    // This process holds the only slot while the children queue up one by one.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let pool = world.pool();
+    let held = runtime.block_on(pool.admit("parent", slots_of(1))).unwrap();
+    let labels = ["c1", "c2", "c3", "c4"];
+    let mut children = Vec::new();
+    for (i, label) in labels.iter().enumerate() {
+        let mut child = world.spawn("brief", label);
+        child.send("go");
+        world.wait_for_waiters(i + 1);
+        children.push(child);
+    }
+    let snapshot = pool.snapshot().unwrap();
+    let waiting: Vec<_> = snapshot.waiters.iter().map(|w| w.label.as_str()).collect();
+    assert_eq!(waiting, labels);
+    assert!(snapshot.waiters.windows(2).all(|w| w[0].id < w[1].id));
+    drop(held);
+    for child in children {
+        child.expect("granted");
+        child.finish();
+    }
+    let intervals = world.intervals();
+    let order: Vec<_> = intervals.iter().map(|(l, _, _)| l.as_str()).collect();
+    assert_eq!(order, labels);
+    assert_overlap_at_most(&intervals, 1);
+}
+
+#[test]
+fn holders_never_exceed_the_slots() {
+    let world = World::new(2);
+    let mut children: Vec<_> = (0..6)
+        .map(|i| world.spawn("brief", &format!("r{i}")))
+        .collect();
+    for child in &mut children {
+        child.send("go");
+    }
+    for child in children {
+        child.expect("granted");
+        child.finish();
+    }
+    let intervals = world.intervals();
+    assert_eq!(intervals.len(), 6);
+    assert_overlap_at_most(&intervals, 2);
+    assert!(world.pool().snapshot().unwrap().holders.is_empty());
+}
+
+#[test]
+fn a_killed_holders_capacity_is_reclaimed() {
+    let world = World::new(1);
+    let mut holder = world.spawn("hold", "killed");
+    let mut waiter = world.spawn("hold", "next");
+    holder.send("go");
+    holder.expect("granted");
+    waiter.send("go");
+    world.wait_for_waiters(1);
+    holder.child.kill().unwrap(); // SIGKILL on Unix: no destructor runs
+    holder.child.wait().unwrap();
+    waiter.expect("granted");
+    let snapshot = world.pool().snapshot().unwrap();
+    let holders: Vec<_> = snapshot.holders.iter().map(|h| h.label.as_str()).collect();
+    assert_eq!(holders, ["next"]);
+    waiter.finish();
+}
+
+#[test]
+fn a_request_over_the_total_fails_at_once_even_while_others_hold() {
+    let world = World::new(1);
+    let mut holder = world.spawn("hold", "holder");
+    holder.send("go");
+    holder.expect("granted");
+    let mut big = world.spawn_with("hold", "big", 2);
+    big.send("go");
+    big.expect("exceeds");
+    assert!(world.pool().snapshot().unwrap().waiters.is_empty());
+    holder.finish();
+}
+
+/// Asserts that at no instant more than `max` intervals overlapped.
+fn assert_overlap_at_most(intervals: &[(String, u64, u64)], max: usize) {
+    let mut events: Vec<(u64, i32)> = Vec::new();
+    for (_, start, end) in intervals {
+        assert!(start <= end);
+        events.push((*start, 1));
+        events.push((*end, -1));
+    }
+    // At equal times a release comes before a grant (the interval is logged inside
+    // the hold, so touching ends are not an overlap).
+    events.sort();
+    let mut current = 0;
+    for (_, delta) in events {
+        current += delta;
+        assert!(
+            current <= max as i32,
+            "more than {max} held at once: {intervals:?}"
+        );
+    }
+}
