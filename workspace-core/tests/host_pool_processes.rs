@@ -1,16 +1,21 @@
 //! The host-wide capacity pool between OS processes. The child is this very test
-//! binary, re-executed to run only [`child_process`], which does nothing unless
-//! [`ROLE`] is set in its environment (the pattern of `lease_processes.rs`).
+//! binary, re-executed with [`ROLE`] set in its environment: [`main`] then runs
+//! [`child_process`] only (the pattern of `lease_processes.rs`).
+//!
+//! A test binary of its own (`harness = false`, see [`harness`]): [`main`] runs the
+//! cases one at a time, in order, and reports them as libtest does.
 //!
 //! Every child writes `label start_ms end_ms` to a shared log when it releases, so
 //! the tests can check admission order and that holders never overlapped beyond the
 //! pool's slots.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
+mod harness;
+
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -24,18 +29,29 @@ const SLOTS: &str = "AGENT_WORKSPACE_POOL_TEST_SLOTS";
 const LABEL: &str = "AGENT_WORKSPACE_POOL_TEST_LABEL";
 const LOG: &str = "AGENT_WORKSPACE_POOL_TEST_LOG";
 const REQUEST: &str = "AGENT_WORKSPACE_POOL_TEST_REQUEST";
-/// Prefix of the child's protocol lines (libtest may print on the same stdout).
+/// Prefix of the child's protocol lines (anything else on its stdout is ignored).
 const MARK: &str = "AWPOOL ";
+
+fn main() -> ExitCode {
+    if let Ok(role) = std::env::var(ROLE) {
+        child_process(&role);
+        return ExitCode::SUCCESS;
+    }
+    harness::run(&harness::cases![
+        a_second_process_waits_until_the_first_releases,
+        processes_are_admitted_in_ticket_order,
+        holders_never_exceed_the_slots,
+        a_killed_holders_capacity_is_reclaimed,
+        a_request_over_the_total_fails_at_once_even_while_others_hold,
+    ])
+}
 
 /// Child side. Role `hold`: says `ready`, waits for `go`, admits [`REQUEST`] slots
 /// (default 1), says `granted` (or `exceeds` / `error`), then holds until stdin
 /// closes; role `brief`: the same but holds for 150 ms only, then exits. Both append
-/// their interval to [`LOG`] before releasing.
-#[test]
-fn child_process() {
-    let Ok(role) = std::env::var(ROLE) else {
-        return;
-    };
+/// their interval to [`LOG`] before releasing. A failure panics, so the child exits
+/// unsuccessfully.
+fn child_process(role: &str) {
     let dir = PathBuf::from(std::env::var(DIR).unwrap());
     let slots: u32 = std::env::var(SLOTS).unwrap().parse().unwrap();
     let label = std::env::var(LABEL).unwrap();
@@ -59,7 +75,7 @@ fn child_process() {
     };
     let start = unix_ms();
     say("granted");
-    match role.as_str() {
+    match role {
         "hold" => while stdin.read_line(&mut line).is_ok_and(|n| n > 0) {},
         "brief" => thread::sleep(Duration::from_millis(150)),
         other => panic!("unknown role {other}"),
@@ -179,12 +195,6 @@ struct ChildGuard {
 impl ChildGuard {
     fn spawn(role: &str, label: &str, request: u32, world: &World) -> ChildGuard {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "child_process",
-                "--nocapture",
-                "--test-threads=1",
-            ])
             .env(ROLE, role)
             .env(DIR, &world.dir)
             .env(SLOTS, world.slots.to_string())
@@ -247,7 +257,6 @@ impl Drop for ChildGuard {
     }
 }
 
-#[test]
 fn a_second_process_waits_until_the_first_releases() {
     let world = World::new(1);
     let mut first = world.spawn("hold", "first");
@@ -278,7 +287,6 @@ fn a_second_process_waits_until_the_first_releases() {
     }));
 }
 
-#[test]
 fn processes_are_admitted_in_ticket_order() {
     let world = World::new(1);
     // This process holds the only slot while the children queue up one by one.
@@ -311,7 +319,6 @@ fn processes_are_admitted_in_ticket_order() {
     assert_overlap_at_most(&intervals, 1);
 }
 
-#[test]
 fn holders_never_exceed_the_slots() {
     let world = World::new(2);
     let mut children: Vec<_> = (0..6)
@@ -330,7 +337,6 @@ fn holders_never_exceed_the_slots() {
     assert!(world.pool().snapshot().unwrap().holders.is_empty());
 }
 
-#[test]
 fn a_killed_holders_capacity_is_reclaimed() {
     let world = World::new(1);
     let mut holder = world.spawn("hold", "killed");
@@ -348,7 +354,6 @@ fn a_killed_holders_capacity_is_reclaimed() {
     waiter.finish();
 }
 
-#[test]
 fn a_request_over_the_total_fails_at_once_even_while_others_hold() {
     let world = World::new(1);
     let mut holder = world.spawn("hold", "holder");

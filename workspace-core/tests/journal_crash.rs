@@ -3,11 +3,17 @@
 //! This test lives in its own test binary: it spawns a child process, and a child
 //! forked while another test of the same binary drops a file lock would share that
 //! lock's open file description until it calls `exec`, so lock-release assertions
-//! elsewhere could see it for a moment.
+//! elsewhere could see it for a moment. The child is this very binary, re-executed
+//! with [`CRASH_CHILD_ENV`] set: [`main`] then runs [`crash_child_appends_until_killed`]
+//! only. Otherwise (`harness = false`, see [`harness`]) [`main`] runs the test case
+//! and reports it as libtest does.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
+mod harness;
+
 use std::io::{self, BufRead, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -39,14 +45,18 @@ const SEQS_BEFORE_KILL: usize = 50;
 /// Only a guard against a hung child, never a performance assertion.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
-/// Not a test on its own: does nothing unless [`CRASH_CHILD_ENV`] is set, in which
-/// case it is the child process of the crash test and appends until killed.
-#[test]
-fn crash_child_appends_until_killed() {
-    let Some(path) = std::env::var_os(CRASH_CHILD_ENV) else {
-        return;
-    };
-    let mut journal = Journal::<Ev>::create(&path, run(CRASH_RUN)).unwrap();
+fn main() -> ExitCode {
+    if let Some(path) = std::env::var_os(CRASH_CHILD_ENV) {
+        crash_child_appends_until_killed(Path::new(&path));
+        return ExitCode::SUCCESS;
+    }
+    harness::run(&harness::cases![records_survive_sigkill_of_the_appender])
+}
+
+/// The child process of the crash test: appends to the journal at `path` until
+/// killed.
+fn crash_child_appends_until_killed(path: &Path) {
+    let mut journal = Journal::<Ev>::create(path, run(CRASH_RUN)).unwrap();
     // Large records make it likelier that the kill lands inside a write.
     let payload = "x".repeat(16 * 1024);
     let mut out = io::stdout().lock();
@@ -79,18 +89,11 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
 fn records_survive_sigkill_of_the_appender() {
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("crash-run.jsonl");
     let mut child = KillOnDrop(
         Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "crash_child_appends_until_killed",
-                "--nocapture",
-                "--test-threads=1",
-            ])
             .env(CRASH_CHILD_ENV, &path)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -100,8 +103,8 @@ fn records_survive_sigkill_of_the_appender() {
     );
 
     // A thread forwards every confirmed seq; a line without its '\n' is ignored
-    // (it could be a cut-off number). libtest may print its own text on the same
-    // line as the first marker, so the marker is searched, not anchored.
+    // (it could be a cut-off number). The marker is searched, not anchored, so
+    // nothing else printed on its line hides it.
     let stdout = child.0.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel::<u64>();
     let reader = std::thread::spawn(move || {

@@ -1,15 +1,19 @@
-//! Leases between OS processes. The child is this very test binary, re-executed to run
-//! only [`child_process`], which does nothing unless [`ROLE`] is set in its environment.
+//! Leases between OS processes. The child is this very test binary, re-executed with
+//! [`ROLE`] set in its environment: [`main`] then runs [`child_process`] only.
 //!
-//! These tests live in their own test binary: a child forked while another test of
-//! the same binary drops a file lock shares that lock's open file description until
-//! it calls `exec`, so lock-release assertions elsewhere could see it for a moment.
+//! A test binary of its own (`harness = false`, see [`harness`]): [`main`] runs the
+//! cases one at a time, in order, and reports them as libtest does. A child forked
+//! while another test of the same binary drops a file lock shares that lock's open
+//! file description until it calls `exec`, so lock-release assertions elsewhere could
+//! see it for a moment; here no other test runs while a case forks.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod harness;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::Duration;
@@ -25,19 +29,27 @@ use workspace_core::lease::{LeaseError, LeaseKind, Leases, NameKind, PortLease};
 const ROLE: &str = "AGENT_WORKSPACE_LEASE_TEST_ROLE";
 const DIR: &str = "AGENT_WORKSPACE_LEASE_TEST_DIR";
 const PORTS: &str = "AGENT_WORKSPACE_LEASE_TEST_PORTS";
-/// Prefix of the child's protocol lines (libtest may print on the same stdout).
+/// Prefix of the child's protocol lines (anything else on its stdout is ignored).
 const MARK: &str = "AWLEASE ";
 const CACHE_NAME: &str = "killed-cache";
 const SCHEMA_NAME: &str = "killed_schema";
 
+fn main() -> ExitCode {
+    if let Ok(role) = std::env::var(ROLE) {
+        child_process(&role);
+        return ExitCode::SUCCESS;
+    }
+    harness::run(&harness::cases![
+        two_processes_lease_distinct_ports,
+        leases_of_a_killed_process_are_reclaimed,
+    ])
+}
+
 /// Child side. Roles: `ports` leases 5 ports from the range; `port_and_names` leases
 /// the range's first port exactly plus [`CACHE_NAME`] and [`SCHEMA_NAME`]. Both report
-/// `ready`, wait for `go` on stdin, lease, report, then hold until stdin closes.
-#[test]
-fn child_process() {
-    let Ok(role) = std::env::var(ROLE) else {
-        return;
-    };
+/// `ready`, wait for `go` on stdin, lease, report, then hold until stdin closes. A
+/// failure panics, so the child exits unsuccessfully.
+fn child_process(role: &str) {
     let dir = PathBuf::from(std::env::var(DIR).unwrap());
     let ports = std::env::var(PORTS).unwrap();
     let (start, end) = ports.split_once('-').unwrap();
@@ -51,7 +63,7 @@ fn child_process() {
 
     let mut ports = Vec::new();
     let mut names = Vec::new();
-    match role.as_str() {
+    match role {
         "ports" => {
             for _ in 0..5 {
                 let lease = leases.lease_port("child").unwrap();
@@ -96,9 +108,7 @@ struct ChildGuard {
 
 impl ChildGuard {
     fn spawn(role: &str, dir: &Path, ports: &std::ops::RangeInclusive<u16>) -> ChildGuard {
-        let test_name = "child_process";
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
             .env(ROLE, role)
             .env(DIR, dir)
             .env(PORTS, format!("{}-{}", ports.start(), ports.end()))
@@ -159,13 +169,7 @@ impl Drop for ChildGuard {
     }
 }
 
-/// The tests of this binary fork children; run one at a time so no child forked by
-/// one test holds, for a moment, a lock the other test has just dropped.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-#[test]
 fn two_processes_lease_distinct_ports() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new().unwrap();
     let range = port_range(10);
     let leases = Leases::open(dir.path(), range.clone()).unwrap();
@@ -237,9 +241,7 @@ fn two_processes_lease_distinct_ports() {
     );
 }
 
-#[test]
 fn leases_of_a_killed_process_are_reclaimed() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = TempDir::new().unwrap();
     let range = port_range(1);
     let port = *range.start();
