@@ -91,19 +91,6 @@ fn wait_exit(pid: libc::pid_t) -> Option<libc::c_int> {
     libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status))
 }
 
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-
-/// `struct mount_attr` from `linux/mount.h`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
 /// The probe child's report on the pipe: step (0: none failed, else
 /// `1 + IdmapStep` in declaration order) and errno.
 type IdmapReport = [libc::c_int; 2];
@@ -172,7 +159,7 @@ fn idmap_child(path: *const libc::c_char, report_fd: libc::c_int) -> ! {
             libc::SYS_open_tree,
             libc::AT_FDCWD,
             path,
-            OPEN_TREE_CLONE
+            libc::OPEN_TREE_CLONE
                 | libc::O_CLOEXEC as libc::c_uint
                 | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
         )
@@ -229,8 +216,8 @@ fn idmap_child(path: *const libc::c_char, report_fd: libc::c_int) -> ! {
         Some(e) => report(2, e),
         None => report(2, libc::ECHILD),
     }
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY,
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns as u64,
@@ -244,7 +231,7 @@ fn idmap_child(path: *const libc::c_char, report_fd: libc::c_int) -> ! {
             c"".as_ptr(),
             libc::AT_EMPTY_PATH as libc::c_uint,
             std::ptr::from_ref(&attr),
-            std::mem::size_of::<MountAttr>(),
+            std::mem::size_of::<libc::mount_attr>(),
         )
     };
     if r < 0 {

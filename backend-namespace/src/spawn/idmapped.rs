@@ -57,21 +57,6 @@ use super::error::SpawnError;
 use super::idmap;
 use super::prepared::OLD_ROOT;
 
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-
-/// `struct mount_attr` from `linux/mount.h`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
 /// Where the child attaches the idmapped mount of an overlay's lower layer.
 #[derive(Debug)]
 pub(crate) struct IdmappedLower {
@@ -143,7 +128,7 @@ pub(crate) fn idmapped_lower(
             libc::SYS_open_tree,
             libc::AT_FDCWD,
             path.as_ptr(),
-            OPEN_TREE_CLONE
+            libc::OPEN_TREE_CLONE
                 | libc::O_CLOEXEC as libc::c_uint
                 | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
         )
@@ -163,8 +148,11 @@ pub(crate) fn idmapped_lower(
         return Ok(None);
     }
     let userns = mapping_namespace((stat.st_uid, host_uid), (stat.st_gid, host_gid))?;
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP
+            | libc::MOUNT_ATTR_RDONLY
+            | libc::MOUNT_ATTR_NOSUID
+            | libc::MOUNT_ATTR_NODEV,
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
@@ -178,7 +166,7 @@ pub(crate) fn idmapped_lower(
             c"".as_ptr(),
             libc::AT_EMPTY_PATH as libc::c_uint,
             ptr::from_ref(&attr),
-            std::mem::size_of::<MountAttr>(),
+            std::mem::size_of::<libc::mount_attr>(),
         )
     };
     if ret < 0 {

@@ -32,17 +32,6 @@ const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
-
-/// `struct mount_attr` from `linux/mount.h`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// A failed operation within a step.
 type StepResult = Result<(), (u32, Errno)>;
@@ -69,7 +58,7 @@ fn attach_lower(lower: &IdmappedLower, fds: &StepFds<'_>) -> StepResult {
             c"".as_ptr(),
             at.raw(),
             c"".as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
         )
     })
     .map_err(|e| (op::ATTACH_LOWER, e))?;
@@ -358,7 +347,7 @@ fn mount_on(
 
 /// Sets and clears mount attributes on the mount whose root `top` is.
 pub(crate) fn set_flags(top: &Fd, set: u64, clear: u64, recursive: bool) -> StepResult {
-    let attr = MountAttr {
+    let attr = libc::mount_attr {
         attr_set: set,
         attr_clr: clear,
         propagation: 0,
@@ -374,7 +363,7 @@ pub(crate) fn set_flags(top: &Fd, set: u64, clear: u64, recursive: bool) -> Step
             c"".as_ptr(),
             flags as c_ulong,
             &raw const attr,
-            std::mem::size_of::<MountAttr>(),
+            std::mem::size_of::<libc::mount_attr>(),
         )
     };
     match after_setattr(raw::check_long(ret).map(drop), recursive) {
