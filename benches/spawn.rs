@@ -19,6 +19,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is right
 
+mod bwrap;
 mod timings;
 
 use std::collections::BTreeMap;
@@ -30,15 +31,12 @@ use std::time::{Duration, Instant};
 use agent_workspace::core::evidence::ExitStatusRecord;
 use agent_workspace::core::mount_plan::{MountAction, MountPlan, MountStep, Reason};
 use agent_workspace::namespace::spawn::{SpawnRequest, spawn};
+use bwrap::{WORKSPACE, host_system};
 use criterion::{Criterion, SamplingMode};
 use timings::{SAMPLES, measured, median, ms, record};
 
 /// The program every routine runs, inside.
 const TRUE: &str = "/bin/true";
-/// Where the workspace is bound inside.
-const WORKSPACE: &str = "/workspace";
-/// Base-system paths that may be symlinks (merged `/usr`) or directories.
-const SYSTEM_PATHS: [&str; 4] = ["/bin", "/lib", "/lib64", "/sbin"];
 /// Device nodes of bwrap's `--dev` (and of our plans' minimal `/dev`).
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
@@ -49,24 +47,6 @@ const SPAWN_SMALL: &str = "spawn + small grants";
 const SPAWN_LARGE: &str = "spawn + large grants";
 const BWRAP_SMALL: &str = "bwrap + small grants";
 const BWRAP_LARGE: &str = "bwrap + large grants";
-
-/// How the host lays out its base system: `(path, Some(link target))` for a
-/// symlink, `(path, None)` for a directory.
-fn host_system() -> Vec<(&'static str, Option<String>)> {
-    let mut system = Vec::new();
-    for path in SYSTEM_PATHS {
-        let Ok(meta) = std::fs::symlink_metadata(path) else {
-            continue;
-        };
-        if meta.file_type().is_symlink() {
-            let to = std::fs::read_link(path).unwrap();
-            system.push((path, Some(to.to_string_lossy().into_owned())));
-        } else if meta.is_dir() {
-            system.push((path, None));
-        }
-    }
-    system
-}
 
 fn step(target: impl Into<String>, action: MountAction, reason: Reason) -> MountStep {
     MountStep {
@@ -187,24 +167,7 @@ fn bwrap_command(
     workspace: &Path,
     grants: &[String],
 ) -> Command {
-    let mut command = Command::new("bwrap");
-    command.args([
-        "--unshare-all",
-        "--die-with-parent",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-    ]);
-    for (path, link) in system {
-        match link {
-            Some(to) => command.arg("--symlink").arg(to).arg(path),
-            None => command.arg("--ro-bind").arg(path).arg(path),
-        };
-    }
-    command.args([
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind",
-    ]);
-    command.arg(workspace).arg(WORKSPACE);
+    let mut command = bwrap::command(system, workspace);
     for grant in grants {
         command
             .arg("--ro-bind")
