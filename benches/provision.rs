@@ -21,7 +21,6 @@ mod support;
 mod timings;
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -34,7 +33,7 @@ use agent_workspace::worktree::promotion::export_patch;
 use agent_workspace::worktree::source::provision_standalone;
 use criterion::{Criterion, SamplingMode};
 use support::GeneratedRepo;
-use timings::{SAMPLES, measured, median, ms, record};
+use timings::{SAMPLES, ms, print_medians, record};
 
 const WORKTREE: &str = "git worktree add --detach (5k)";
 const CLONE: &str = "git clone --shared + checkout (5k)";
@@ -436,12 +435,7 @@ fn bench_diff(
 fn print_table(full: bool) {
     println!();
     println!("== provision: medians measured in this run (warm-up excluded) ==");
-    println!(
-        "{:<40} {:>6} {:>11} {:>11} {:>11}",
-        "", "iters", "median ms", "min ms", "max ms"
-    );
-    let mut medians = BTreeMap::new();
-    for name in [
+    let names = [
         WORKTREE,
         CLONE,
         STANDALONE,
@@ -450,21 +444,9 @@ fn print_table(full: bool) {
         DIFF_LAYERED,
         DIFF_LAYERED_10X,
         DIFF_STANDALONE,
-    ] {
-        let Some(sorted) = measured(name) else {
-            println!("{name:<40} (not run)");
-            continue;
-        };
-        let m = median(&sorted);
-        println!(
-            "{name:<40} {:>6} {:>11.2} {:>11.2} {:>11.2}",
-            sorted.len(),
-            ms(m),
-            ms(sorted[0]),
-            ms(sorted[sorted.len() - 1])
-        );
-        medians.insert(name, m);
-    }
+    ];
+    let rows: Vec<_> = names.iter().map(|n| (*n, (*n).to_owned())).collect();
+    let medians = print_medians(&rows, 40, |_| "not run");
 
     println!();
     println!("== ratios of medians ==");

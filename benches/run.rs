@@ -36,7 +36,6 @@ mod support;
 mod timings;
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -55,7 +54,7 @@ use agent_workspace::{namespace_stack, namespace_stack_layered};
 use bwrap::{WORKSPACE, host_system};
 use criterion::{Criterion, SamplingMode};
 use support::GeneratedRepo;
-use timings::{SAMPLES, measured, median, ms, record};
+use timings::{SAMPLES, ms, print_medians, record};
 use tokio::runtime::Runtime;
 
 /// The agent's command, in both.
@@ -411,26 +410,8 @@ fn print_table(full: bool, files: usize) {
     println!(
         "== run: one whole run of `{SCRIPT}` on {files} files, medians measured in this run (warm-up excluded) =="
     );
-    println!(
-        "{:<28} {:>6} {:>11} {:>11} {:>11}",
-        "", "iters", "median ms", "min ms", "max ms"
-    );
-    let mut medians = BTreeMap::new();
-    for name in [LAYERED, STANDALONE, BASELINE] {
-        let Some(sorted) = measured(name) else {
-            println!("{name:<28} (not run)");
-            continue;
-        };
-        let m = median(&sorted);
-        println!(
-            "{name:<28} {:>6} {:>11.2} {:>11.2} {:>11.2}",
-            sorted.len(),
-            ms(m),
-            ms(sorted[0]),
-            ms(sorted[sorted.len() - 1])
-        );
-        medians.insert(name, m);
-    }
+    let rows = [LAYERED, STANDALONE, BASELINE].map(|n| (n, n.to_owned()));
+    let medians = print_medians(&rows, 28, |_| "not run");
 
     println!();
     println!("== ratios of medians (ours / baseline) ==");

@@ -22,7 +22,6 @@
 mod bwrap;
 mod timings;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -33,7 +32,7 @@ use agent_workspace::core::mount_plan::{MountAction, MountPlan, MountStep, Reaso
 use agent_workspace::namespace::spawn::{SpawnRequest, spawn};
 use bwrap::{WORKSPACE, host_system};
 use criterion::{Criterion, SamplingMode};
-use timings::{SAMPLES, measured, median, ms, record};
+use timings::{SAMPLES, print_medians, record};
 
 /// The program every routine runs, inside.
 const TRUE: &str = "/bin/true";
@@ -387,12 +386,7 @@ fn print_table(full: bool, small: usize, large: usize, bwrap: bool) {
     };
     println!();
     println!("== spawn: /bin/true isolated, medians measured in this run (warm-up excluded) ==");
-    println!(
-        "{:<28} {:>6} {:>11} {:>11} {:>11}",
-        "", "iters", "median ms", "min ms", "max ms"
-    );
-    let mut medians = BTreeMap::new();
-    for name in [
+    let names = [
         SPAWN,
         BWRAP,
         UNSHARE,
@@ -400,27 +394,15 @@ fn print_table(full: bool, small: usize, large: usize, bwrap: bool) {
         SPAWN_LARGE,
         BWRAP_SMALL,
         BWRAP_LARGE,
-    ] {
-        let Some(sorted) = measured(name) else {
-            let why = if !bwrap && name.starts_with("bwrap") {
-                "SKIPPED: bwrap absent or unusable"
-            } else {
-                "not run"
-            };
-            println!("{:<28} ({why})", label(name));
-            continue;
-        };
-        let m = median(&sorted);
-        println!(
-            "{:<28} {:>6} {:>11.2} {:>11.2} {:>11.2}",
-            label(name),
-            sorted.len(),
-            ms(m),
-            ms(sorted[0]),
-            ms(sorted[sorted.len() - 1])
-        );
-        medians.insert(name, m);
-    }
+    ];
+    let rows: Vec<_> = names.iter().map(|n| (*n, label(n))).collect();
+    let medians = print_medians(&rows, 28, |name| {
+        if !bwrap && name.starts_with("bwrap") {
+            "SKIPPED: bwrap absent or unusable"
+        } else {
+            "not run"
+        }
+    });
 
     println!();
     println!("== ratios of medians ==");

@@ -11,13 +11,15 @@
 //! up, leaving nothing behind, or, for a suspended run, left alone for a resume.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
+// The custom test harness of workspace-core's process tests: the same libtest-like
+// runner, one file.
+#[path = "../workspace-core/tests/harness/mod.rs"]
+mod harness;
 mod support;
 
-use std::io::Write;
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use backend_namespace::cgroup::{CgroupLayout, leaked_paths};
 use support::crash::{Target, spawn_child, wait_ready};
@@ -53,103 +55,23 @@ fn snake(camel: &str) -> String {
     out
 }
 
-/// The command line, as far as this harness understands libtest's.
-#[derive(Default)]
-struct Args {
-    list: bool,
-    exact: bool,
-    ignored_only: bool,
-    filters: Vec<String>,
-    skip: Vec<String>,
-}
-
-impl Args {
-    fn parse() -> Self {
-        let mut args = Self::default();
-        let mut it = std::env::args().skip(1);
-        while let Some(arg) = it.next() {
-            match arg.as_str() {
-                "--list" => args.list = true,
-                "--exact" => args.exact = true,
-                "--ignored" => args.ignored_only = true,
-                "--skip" => args.skip.extend(it.next()),
-                "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" => {
-                    it.next();
-                }
-                flag if flag.starts_with('-') => {} // --nocapture, --quiet, ...
-                filter => args.filters.push(filter.to_owned()),
-            }
-        }
-        args
-    }
-
-    fn selects(&self, name: &str) -> bool {
-        let matches = |f: &String| {
-            if self.exact {
-                name == f
-            } else {
-                name.contains(f.as_str())
-            }
-        };
-        // No test of this binary is ignored.
-        !self.ignored_only
-            && (self.filters.is_empty() || self.filters.iter().any(matches))
-            && !self.skip.iter().any(matches)
-    }
-}
-
 fn main() -> ExitCode {
     support::crash_child::run_if_child();
-    let args = Args::parse();
-    let cases: Vec<(String, Target)> = Target::ALL
+    let cases = Target::ALL
         .into_iter()
-        .map(|t| (case_name(t), t))
-        .filter(|(name, _)| args.selects(name))
+        .map(|target| {
+            let case = move || {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(run_case(target));
+            };
+            (case_name(target), Box::new(case) as Box<dyn Fn()>)
+        })
         .collect();
-    if args.list {
-        for (name, _) in &cases {
-            println!("{name}: test");
-        }
-        return ExitCode::SUCCESS;
-    }
-    let filtered = Target::ALL.len() - cases.len();
-    println!("\nrunning {} tests", cases.len());
-    let started = Instant::now();
-    let mut failed = Vec::new();
-    for (name, target) in &cases {
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(run_case(*target));
-        }));
-        let verdict = if result.is_ok() { "ok" } else { "FAILED" };
-        println!("test {name} ... {verdict}");
-        let _ = std::io::stdout().flush();
-        if result.is_err() {
-            failed.push(name.clone());
-        }
-    }
-    if !failed.is_empty() {
-        println!("\nfailures:");
-        for name in &failed {
-            println!("    {name}");
-        }
-    }
-    println!(
-        "\ntest result: {}. {} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {:.2}s\n",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        cases.len() - failed.len(),
-        failed.len(),
-        started.elapsed().as_secs_f64()
-    );
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    harness::run(cases)
 }
 
 async fn run_case(target: Target) {

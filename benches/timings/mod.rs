@@ -45,3 +45,34 @@ pub fn median(sorted: &[Duration]) -> Duration {
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
+
+/// Prints one row per `(name, label)` — iterations, median, min and max in
+/// milliseconds, labels padded to `width` — under a header, and returns the
+/// medians by name. A name with no measurement is printed with `missing(name)`.
+pub fn print_medians(
+    rows: &[(&'static str, String)],
+    width: usize,
+    missing: impl Fn(&str) -> &'static str,
+) -> std::collections::BTreeMap<&'static str, Duration> {
+    println!(
+        "{:<width$} {:>6} {:>11} {:>11} {:>11}",
+        "", "iters", "median ms", "min ms", "max ms"
+    );
+    let mut medians = std::collections::BTreeMap::new();
+    for (name, label) in rows {
+        let Some(sorted) = measured(name) else {
+            println!("{label:<width$} ({})", missing(name));
+            continue;
+        };
+        let m = median(&sorted);
+        println!(
+            "{label:<width$} {:>6} {:>11.2} {:>11.2} {:>11.2}",
+            sorted.len(),
+            ms(m),
+            ms(sorted[0]),
+            ms(sorted[sorted.len() - 1])
+        );
+        medians.insert(*name, m);
+    }
+    medians
+}

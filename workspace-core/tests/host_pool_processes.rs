@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         child_process(&role);
         return ExitCode::SUCCESS;
     }
-    harness::run(&harness::cases![
+    harness::run(harness::cases![
         a_second_process_waits_until_the_first_releases,
         processes_are_admitted_in_ticket_order,
         holders_never_exceed_the_slots,

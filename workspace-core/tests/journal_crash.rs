@@ -50,7 +50,7 @@ fn main() -> ExitCode {
         crash_child_appends_until_killed(Path::new(&path));
         return ExitCode::SUCCESS;
     }
-    harness::run(&harness::cases![records_survive_sigkill_of_the_appender])
+    harness::run(harness::cases![records_survive_sigkill_of_the_appender])
 }
 
 /// The child process of the crash test: appends to the journal at `path` until

@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         child_process(&role);
         return ExitCode::SUCCESS;
     }
-    harness::run(&harness::cases![
+    harness::run(harness::cases![
         two_processes_lease_distinct_ports,
         leases_of_a_killed_process_are_reclaimed,
     ])
