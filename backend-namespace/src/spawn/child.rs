@@ -53,7 +53,7 @@ use nix::libc;
 use super::error::{ChildStage, Report, SpawnError, op};
 use super::prepared::Prepared;
 use super::raw::{self, Errno, Fd};
-use super::{init, mounts};
+use super::{Pid1, init, mounts};
 
 /// The go byte when the child should clear its supplementary groups.
 pub(crate) const GO_CLEAR_GROUPS: u8 = 1;
@@ -63,21 +63,35 @@ pub(crate) const GO_GROUPS_DENIED: u8 = 2;
 pub(crate) const FD_GO: c_int = 3;
 pub(crate) const FD_ERROR: c_int = 4;
 pub(crate) const FD_STATUS: c_int = 5;
-const FD_CGROUP: c_int = 6;
+pub(crate) const FD_CGROUP: c_int = 6;
 
 /// `CAP_LAST_CAP` is below this on every kernel so far; the loop stops at `EINVAL`.
 const CAP_PROBE_LIMIT: c_int = 64;
 
+/// The namespaces a new sandbox gets (the cgroup namespace comes later, in the
+/// child, once it is in the run's cgroups).
+pub(crate) const SANDBOX_NAMESPACES: c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC;
+
 /// Clones the child into new user, mount, pid, net, uts and ipc namespaces and
 /// returns its pid (the namespace's pid 1) in the parent. The child never returns.
 pub(crate) fn clone_child(prepared: &Prepared) -> Result<i32, SpawnError> {
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNET
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWIPC
-        | libc::SIGCHLD;
+    clone_with(prepared, SANDBOX_NAMESPACES, run)
+}
+
+/// A fork-style clone with `namespaces` (none for a child that joins a sandbox)
+/// whose child runs `entry` on `prepared` and never returns. The parent gets the
+/// child's pid.
+pub(crate) fn clone_with(
+    prepared: &Prepared,
+    namespaces: c_int,
+    entry: fn(&Prepared) -> !,
+) -> Result<i32, SpawnError> {
+    let flags = namespaces | libc::SIGCHLD;
     // SAFETY: `sigset_t` is plain data; sigfillset initialises it.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -111,7 +125,7 @@ pub(crate) fn clone_child(prepared: &Prepared) -> Result<i32, SpawnError> {
         )
     };
     if ret == 0 {
-        run(prepared);
+        entry(prepared);
     }
     let error = NixErrno::last();
     // SAFETY: restores the mask saved above.
@@ -125,6 +139,15 @@ pub(crate) fn clone_child(prepared: &Prepared) -> Result<i32, SpawnError> {
 /// The child: set up, then become pid 1 and fork the command; on failure report
 /// `(stage, step, op, errno)` on the error pipe and `_exit(127)`.
 fn run(prepared: &Prepared) -> ! {
+    run_setup(prepared, setup)
+}
+
+/// Runs `setup` in a cloned child; reports its failure on the error pipe and
+/// `_exit(127)`s (a successful setup ends in `execve` or never returns).
+pub(super) fn run_setup(
+    prepared: &Prepared,
+    setup: fn(&Prepared, &mut c_int) -> Result<Infallible, Report>,
+) -> ! {
     // Ends this process if anything below unwinds: a panic must never return into
     // the frames of the thread that called `clone_child` (a copy of the runner).
     let _guard = ExitOnUnwind;
@@ -152,7 +175,7 @@ impl Drop for ExitOnUnwind {
 /// Blanks this process's copy of the runner's command line and renames it, so the
 /// run's pid 1 shows neither the runner's arguments (`/proc/1/cmdline` is readable
 /// by anyone in the run) nor its thread name.
-fn forget_runner_command_line(prepared: &Prepared) {
+pub(super) fn forget_runner_command_line(prepared: &Prepared) {
     if let Some((start, end)) = prepared.arg_area {
         for address in start..end {
             // SAFETY: `start..end` is the argument area of the process this one was
@@ -170,12 +193,12 @@ fn forget_runner_command_line(prepared: &Prepared) {
 /// flag to `fs.suid_dumpable`, which may be 1, so the child calls this again right
 /// before it forks the command. The command's `execve` makes the command itself
 /// dumpable again as usual; pid 1 stays non-dumpable.
-fn stay_undumpable() {
+pub(super) fn stay_undumpable() {
     // SAFETY: prctl with integer arguments; it cannot fail for these values.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
 }
 
-fn fail(stage: ChildStage, op: u32) -> impl Fn(Errno) -> Report {
+pub(super) fn fail(stage: ChildStage, op: u32) -> impl Fn(Errno) -> Report {
     move |errno| Report {
         stage: stage as u32,
         index: 0,
@@ -250,13 +273,16 @@ fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
         .map_err(fail(ChildStage::Chdir, op::CALL))?;
     set_rlimits(p)?;
     init::install_seccomp(p)?;
-    init::fork_command(p)
+    match p.pid1 {
+        Pid1::RunCommand => init::fork_command(p, init::Supervisor::NamespaceInit),
+        Pid1::HoldSandbox => init::hold(),
+    }
 }
 
 /// Sets the prepared resource limits on this process (pid 1; the command inherits
 /// them). A limit above the inherited hard limit fails with `EPERM`: raising it
 /// would need `CAP_SYS_RESOURCE` in the host's user namespace.
-fn set_rlimits(p: &Prepared) -> Result<(), Report> {
+pub(super) fn set_rlimits(p: &Prepared) -> Result<(), Report> {
     for (resource, limit) in &p.rlimits {
         // SAFETY: raw prlimit64 on this process (pid 0) with a valid `struct
         // rlimit64` prepared before clone and a null old-limit pointer.
@@ -275,7 +301,7 @@ fn set_rlimits(p: &Prepared) -> Result<(), Report> {
 }
 
 /// Resets every catchable signal to its default disposition.
-fn reset_signals() {
+pub(super) fn reset_signals() {
     // SAFETY: `sigaction` is plain data; zeroed means SIG_DFL, empty mask, no flags.
     let default: libc::sigaction = unsafe { std::mem::zeroed() };
     for signal in 1..=64 {
@@ -294,7 +320,7 @@ fn reset_signals() {
 /// because the `dup3` into `0..n` may reuse the original number for another pipe,
 /// and a failure report must reach the parent, not the command's stdio or the go
 /// pipe.
-fn keep_descriptors(p: &Prepared, error_fd: &mut c_int) -> Result<c_int, Errno> {
+pub(super) fn keep_descriptors(p: &Prepared, error_fd: &mut c_int) -> Result<c_int, Errno> {
     let count = p.kept.len();
     let base = p
         .kept
@@ -473,7 +499,7 @@ struct CapData {
 /// `no_new_privs`. The bounding set goes first (it needs `CAP_SETPCAP`); the uid
 /// change does not clear capabilities by itself here (no uid maps to 0 in the
 /// namespace), so `capset` empties them explicitly.
-fn drop_privileges(p: &Prepared) -> Result<(), Report> {
+pub(super) fn drop_privileges(p: &Prepared) -> Result<(), Report> {
     for cap in 0..CAP_PROBE_LIMIT {
         // SAFETY: prctl with integer arguments.
         let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };

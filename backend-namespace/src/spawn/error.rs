@@ -194,10 +194,12 @@ pub enum ChildStage {
     /// Making stdin (a pseudo-terminal) the command's controlling terminal
     /// (`ioctl(0, TIOCSCTTY, 0)` after `setsid`).
     ControllingTerminal = 26,
+    /// Entering a live sandbox's namespaces (`setns` through its pidfd).
+    JoinNamespaces = 27,
 }
 
 impl ChildStage {
-    const ALL: [ChildStage; 26] = [
+    const ALL: [ChildStage; 27] = [
         Self::Signals,
         Self::Descriptors,
         Self::Go,
@@ -224,6 +226,7 @@ impl ChildStage {
         Self::Exec,
         Self::Rlimits,
         Self::ControllingTerminal,
+        Self::JoinNamespaces,
     ];
 
     pub(crate) fn from_u32(value: u32) -> Option<Self> {
@@ -260,6 +263,7 @@ impl fmt::Display for ChildStage {
             Self::Exec => "execve",
             Self::Rlimits => "setting the resource limits",
             Self::ControllingTerminal => "making the pseudo-terminal the controlling terminal",
+            Self::JoinNamespaces => "entering the sandbox's namespaces",
         };
         f.write_str(text)
     }

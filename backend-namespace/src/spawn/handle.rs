@@ -20,6 +20,8 @@ pub struct SpawnedChild {
     pidfd: Arc<OwnedFd>,
     status_read: OwnedFd,
     exit: Option<ExitStatusRecord>,
+    /// Let go by [`SpawnedChild::release`]: dropping it kills nothing.
+    released: bool,
 }
 
 /// Kills a run's namespace from anywhere, even while another thread waits.
@@ -76,7 +78,16 @@ impl SpawnedChild {
             pidfd: Arc::new(pidfd),
             status_read,
             exit: None,
+            released: false,
         }
+    }
+
+    /// Lets go of the process without killing it: the handle's descriptors are
+    /// closed and the process goes on (a live sandbox's pid 1 outlives the runner
+    /// that started it). This process stays its parent until it exits; whoever
+    /// ends it later finds it by pid ([`Sandbox::open`](super::Sandbox::open)).
+    pub fn release(mut self) {
+        self.released = true;
     }
 
     /// The host pid of the namespace's init (pid 1 inside).
@@ -176,7 +187,7 @@ fn decode(status: libc::c_int) -> ExitStatusRecord {
 
 impl Drop for SpawnedChild {
     fn drop(&mut self) {
-        if self.exit.is_none() {
+        if self.exit.is_none() && !self.released {
             let _ = self.kill();
             let _ = self.wait();
         }

@@ -79,8 +79,23 @@ pub(crate) fn install_seccomp(p: &Prepared) -> Result<(), Report> {
     Ok(())
 }
 
-/// Forks the command; the caller continues as pid 1 and never returns.
-pub(crate) fn fork_command(p: &Prepared) -> Result<Infallible, Report> {
+/// Who waits for the command once it is forked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Supervisor {
+    /// pid 1 of the command's own pid namespace: it reaps everything, passes on
+    /// only signals from outside the namespace, and ends the namespace (`kill(-1)`)
+    /// when the command ends.
+    NamespaceInit,
+    /// A child that joined a live sandbox: it stays in the host's pid namespace
+    /// (only its children enter the sandbox's), so nothing in the sandbox can see
+    /// or signal it and every signal it gets comes from the host; it passes them
+    /// on, reports the command's status and exits. It never calls `kill(-1)`: in
+    /// the host's pid namespace that would reach processes outside the sandbox.
+    Joined,
+}
+
+/// Forks the command; the caller continues as its supervisor and never returns.
+pub(crate) fn fork_command(p: &Prepared, supervisor: Supervisor) -> Result<Infallible, Report> {
     // SAFETY: a fork-style raw clone (see `child.rs`): no glibc fork handlers, no
     // locks; both sides continue with raw system calls only.
     let pid = unsafe {
@@ -102,7 +117,73 @@ pub(crate) fn fork_command(p: &Prepared) -> Result<Infallible, Report> {
         // SAFETY: ends the command process without running any destructor.
         unsafe { libc::_exit(127) }
     }
-    init(pid as libc::pid_t)
+    init(pid as libc::pid_t, supervisor)
+}
+
+/// pid 1 of a live sandbox: it holds the namespaces until it is killed. It
+/// leaves the runner's session, closes its stdio and the error pipe (EOF tells the
+/// parent the sandbox is ready; the status pipe stays open, so the parent does not
+/// mistake readiness for an early death), then reaps whatever is reparented to it
+/// for the sandbox's whole life. Every signal stays blocked and only `SIGCHLD` is
+/// taken: an init without handlers ignores the rest, from inside or from the host,
+/// except `SIGKILL`, which ends the whole sandbox.
+pub(crate) fn hold() -> Result<Infallible, Report> {
+    // SAFETY: setsid has no memory arguments; pid 1 is not a group leader (its
+    // process group is the runner's), so it cannot fail with EPERM here.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(report(ChildStage::Session, raw::errno()));
+    }
+    // SAFETY: closing descriptors pid 1 no longer needs.
+    unsafe {
+        libc::close(0);
+        libc::close(1);
+        libc::close(2);
+        libc::close(FD_ERROR);
+    }
+    // SAFETY: `sigset_t` is plain data initialised here.
+    let waited = unsafe {
+        let mut set: libc::sigset_t = mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        set
+    };
+    loop {
+        // SAFETY: as in `supervise`.
+        let mut info: libc::siginfo_t = unsafe { mem::zeroed() };
+        // SAFETY: raw rt_sigtimedwait on a valid set and out-pointer, no timeout.
+        let signal = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &raw const waited,
+                &raw mut info,
+                ptr::null::<libc::timespec>(),
+                mem::size_of::<libc::c_ulong>(),
+            )
+        };
+        if signal < 0 && raw::errno() != libc::EINTR {
+            // Cannot wait for signals: reap with blocking waits instead (ECHILD
+            // while nothing runs: wait for a signal-free moment and retry).
+            let mut st: libc::c_int = 0;
+            // SAFETY: valid out-pointer.
+            if unsafe { libc::waitpid(-1, &mut st, libc::__WALL) } < 0 {
+                let pause = libc::timespec {
+                    tv_sec: 1,
+                    tv_nsec: 0,
+                };
+                // SAFETY: a valid timespec; a null remainder pointer.
+                unsafe { libc::nanosleep(&pause, ptr::null_mut()) };
+            }
+            continue;
+        }
+        loop {
+            let mut st: libc::c_int = 0;
+            // SAFETY: valid out-pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut st, libc::__WALL | libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+        }
+    }
 }
 
 fn report(stage: ChildStage, errno: raw::Errno) -> Report {
@@ -155,8 +236,9 @@ fn exec_command(p: &Prepared) -> Report {
     report(ChildStage::Exec, error)
 }
 
-/// pid 1: reap until the command ends, report its status, end the namespace.
-fn init(command: libc::pid_t) -> ! {
+/// The supervisor: reap until the command ends, report its status; as a
+/// namespace's pid 1, end the namespace.
+fn init(command: libc::pid_t, supervisor: Supervisor) -> ! {
     // SAFETY: closing descriptors pid 1 no longer needs: its copy of the error pipe
     // (so the parent sees EOF once the command has exec'd) and the command's stdio
     // (so the caller sees EOF when the command's tree closes them).
@@ -166,13 +248,15 @@ fn init(command: libc::pid_t) -> ! {
         libc::close(1);
         libc::close(2);
     }
-    let (found, status) = supervise(command);
+    let (found, status) = supervise(command, supervisor);
     if found {
         let _ = raw::write_all(FD_STATUS, &status.to_ne_bytes());
     }
-    // SAFETY: kill(-1) in a pid namespace reaches every process of the namespace
-    // except pid 1 itself; nothing outside it is visible from here.
-    unsafe { libc::kill(-1, libc::SIGKILL) };
+    if supervisor == Supervisor::NamespaceInit {
+        // SAFETY: kill(-1) in a pid namespace reaches every process of the
+        // namespace except pid 1 itself; nothing outside it is visible from here.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+    }
     let code = if !found {
         127
     } else if libc::WIFEXITED(status) {
@@ -189,7 +273,7 @@ fn init(command: libc::pid_t) -> ! {
 /// Reaps every process reparented to pid 1 and forwards [`FORWARDED_SIGNALS`] to
 /// the command until the command ends; returns whether it was seen to end, and
 /// its raw wait status.
-fn supervise(command: libc::pid_t) -> (bool, libc::c_int) {
+fn supervise(command: libc::pid_t, supervisor: Supervisor) -> (bool, libc::c_int) {
     // SAFETY: `sigset_t` and `sigaction` are plain data initialised here; the
     // handler is a function that does nothing; every call affects pid 1 only.
     let waited = unsafe {
@@ -231,7 +315,7 @@ fn supervise(command: libc::pid_t) -> (bool, libc::c_int) {
             // process of the run signalling init reaches nothing.
             // SAFETY: `si_pid` reads the union field the kernel set for a
             // signal sent with kill/pidfd_send_signal.
-            let from_outside = unsafe { info.si_pid() } == 0;
+            let from_outside = supervisor == Supervisor::Joined || unsafe { info.si_pid() } == 0;
             if from_outside {
                 // SAFETY: kill has no memory arguments; `command` is pid 1's child.
                 unsafe { libc::kill(command, signal) };

@@ -109,6 +109,8 @@ mod handle;
 mod idmap;
 mod idmapped;
 mod init;
+mod join;
+mod join_child;
 mod mounts;
 mod prepared;
 mod raw;
@@ -127,10 +129,25 @@ use crate::seccomp::SeccompFilter;
 pub use error::{ChildStage, SpawnError};
 pub use handle::{ChildKiller, SpawnedChild};
 pub use init::FORWARDED_SIGNALS;
+pub use join::{JoinRequest, Sandbox, join};
 pub use rlimits::ResourceLimits;
 
 use error::Report;
 use prepared::{ParentFds, Prepared};
+
+/// What the new namespaces' pid 1 does once the mount plan is applied and every
+/// privilege is dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pid1 {
+    /// Fork `argv` and end the namespaces when it ends: one command, one sandbox.
+    #[default]
+    RunCommand,
+    /// Hold the namespaces until killed (`argv` may be empty and is not run):
+    /// a live sandbox that commands enter with [`join`]. pid 1 leaves the
+    /// runner's session and reaps whatever is reparented to it; it outlives the
+    /// process that spawned it.
+    HoldSandbox,
+}
 
 /// What to run, as whom, on which file system.
 #[derive(Debug)]
@@ -139,6 +156,8 @@ pub struct SpawnRequest {
     pub plan: MountPlan,
     /// The program (an absolute path inside the run) and its arguments.
     pub argv: Vec<String>,
+    /// What pid 1 does: run `argv` ([`Pid1::RunCommand`]) or hold a live sandbox.
+    pub pid1: Pid1,
     /// The complete environment: nothing is inherited from the host.
     pub env: Vec<(String, String)>,
     /// uid inside.
@@ -203,6 +222,7 @@ impl SpawnRequest {
             cwd: plan.workdir.clone(),
             plan,
             argv,
+            pid1: Pid1::RunCommand,
             env: Vec::new(),
             uid: 65534,
             gid: 65534,
@@ -242,8 +262,24 @@ pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
         });
     }
     let prepared = Prepared::new(request)?;
-    let deadline = Instant::now() + request.setup_timeout;
-    let pid = child::clone_child(&prepared)?;
+    let ids = (request.uid, request.gid);
+    let host_ids = (request.host_uid, request.host_gid);
+    launch(prepared, request.setup_timeout, child::clone_child, |pid| {
+        idmap::write_maps(pid, ids, host_ids)
+    })
+}
+
+/// The parent's side of every start: clone with `clone`, a pidfd of the child,
+/// the go byte from `go` (after whatever it writes, e.g. the id maps), then the
+/// child's setup within `setup_timeout`.
+pub(crate) fn launch(
+    prepared: Prepared,
+    setup_timeout: Duration,
+    clone: fn(&Prepared) -> Result<i32, SpawnError>,
+    go: impl FnOnce(i32) -> Result<u8, SpawnError>,
+) -> Result<SpawnedChild, SpawnError> {
+    let deadline = Instant::now() + setup_timeout;
+    let pid = clone(&prepared)?;
     let Prepared {
         child_fds,
         parent_fds,
@@ -265,7 +301,7 @@ pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
         })
     };
 
-    let pidfd = match start(request, pid, go_write) {
+    let pidfd = match start(pid, go_write, go) {
         Ok(pidfd) => pidfd,
         Err(error) => {
             // The child may have failed (and reported why) before it read the go
@@ -293,7 +329,7 @@ pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
                 continue;
             }
             Ok(Ready::TimedOut) => {
-                let after_ms = u64::try_from(request.setup_timeout.as_millis()).unwrap_or(u64::MAX);
+                let after_ms = u64::try_from(setup_timeout.as_millis()).unwrap_or(u64::MAX);
                 tracing::warn!(pid, after_ms, "the child's setup timed out; killing it");
                 kill_and_reap(&pidfd, reaper);
                 return Err(SpawnError::SetupTimeout { after_ms });
@@ -338,8 +374,13 @@ pub fn spawn(request: &SpawnRequest) -> Result<SpawnedChild, SpawnError> {
     }
 }
 
-/// The parent's side after clone: a pidfd of the child, its id maps, the go byte.
-fn start(request: &SpawnRequest, pid: i32, go_write: OwnedFd) -> Result<OwnedFd, SpawnError> {
+/// The parent's side after clone: a pidfd of the child, `go` (the id maps), the
+/// go byte.
+fn start(
+    pid: i32,
+    go_write: OwnedFd,
+    go: impl FnOnce(i32) -> Result<u8, SpawnError>,
+) -> Result<OwnedFd, SpawnError> {
     // SAFETY: pidfd_open on our own unreaped child.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
     if pidfd < 0 {
@@ -352,11 +393,7 @@ fn start(request: &SpawnRequest, pid: i32, go_write: OwnedFd) -> Result<OwnedFd,
     // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
 
-    let go = idmap::write_maps(
-        pid,
-        (request.uid, request.gid),
-        (request.host_uid, request.host_gid),
-    )?;
+    let go = go(pid)?;
     nix::unistd::write(&go_write, &[go]).map_err(|source| SpawnError::Handshake {
         step: "writing the go byte",
         source,

@@ -15,11 +15,11 @@ use nix::fcntl::OFlag;
 use nix::libc;
 use workspace_core::mount_plan::{MountAction, Reason};
 
-use super::SpawnRequest;
 use super::error::SpawnError;
 use super::idmapped::{self, IdmappedLower};
 use super::raw::OpenHow;
 use super::rlimits::Rlimit64;
+use super::{JoinRequest, Pid1, Sandbox, SpawnRequest};
 use crate::seccomp::{SeccompFilter, SeccompPolicy};
 
 /// Where the host's root is reachable while the plan is applied.
@@ -91,6 +91,8 @@ pub(crate) struct ChildFds {
     pub cgroup_procs: Vec<OwnedFd>,
     /// Detached idmapped mounts of overlay lower layers (`idmapped.rs`).
     pub lowers: Vec<OwnedFd>,
+    /// The pidfd of the sandbox a joining child enters (`join.rs`).
+    pub sandbox: Option<OwnedFd>,
 }
 
 /// The parent's ends of the pipes.
@@ -115,6 +117,8 @@ pub(crate) struct Prepared {
     /// Whether the command makes its stdin its controlling terminal
     /// ([`SpawnRequest::controlling_terminal`]).
     pub controlling_terminal: bool,
+    /// What pid 1 does after the setup (a joining child runs the command).
+    pub pid1: Pid1,
     pub hostname: Vec<u8>,
     pub root_data: CString,
     pub steps: Vec<PreparedStep>,
@@ -140,29 +144,135 @@ pub(crate) struct Prepared {
     pub arg_area: Option<(usize, usize)>,
 }
 
+/// The parts of a request that every process the backend starts has, whether it
+/// sets a sandbox up ([`SpawnRequest`]) or joins one ([`JoinRequest`]).
+pub(crate) struct CommandParts<'a> {
+    pub argv: &'a [String],
+    pub env: &'a [(String, String)],
+    pub uid: u32,
+    pub gid: u32,
+    pub cwd: &'a str,
+    pub stdio: [Option<&'a OwnedFd>; 3],
+    pub controlling_terminal: bool,
+    pub seccomp: Option<&'a SeccompFilter>,
+    pub danger_no_seccomp: bool,
+    pub cgroup_procs: &'a [std::path::PathBuf],
+    pub rlimits: &'a super::ResourceLimits,
+    pub pid1: Pid1,
+}
+
+impl SpawnRequest {
+    fn parts(&self) -> CommandParts<'_> {
+        CommandParts {
+            argv: &self.argv,
+            env: &self.env,
+            uid: self.uid,
+            gid: self.gid,
+            cwd: &self.cwd,
+            stdio: [
+                self.stdin.as_ref(),
+                self.stdout.as_ref(),
+                self.stderr.as_ref(),
+            ],
+            controlling_terminal: self.controlling_terminal,
+            seccomp: self.seccomp.as_ref(),
+            danger_no_seccomp: self.danger_no_seccomp,
+            cgroup_procs: &self.cgroup_procs,
+            rlimits: &self.rlimits,
+            pid1: self.pid1,
+        }
+    }
+}
+
+impl JoinRequest {
+    fn parts(&self) -> CommandParts<'_> {
+        CommandParts {
+            argv: &self.argv,
+            env: &self.env,
+            uid: self.uid,
+            gid: self.gid,
+            cwd: &self.cwd,
+            stdio: [
+                self.stdin.as_ref(),
+                self.stdout.as_ref(),
+                self.stderr.as_ref(),
+            ],
+            controlling_terminal: self.controlling_terminal,
+            seccomp: self.seccomp.as_ref(),
+            danger_no_seccomp: self.danger_no_seccomp,
+            cgroup_procs: &self.cgroup_procs,
+            rlimits: &self.rlimits,
+            pid1: Pid1::RunCommand,
+        }
+    }
+}
+
 impl Prepared {
-    /// Checks the request and prepares everything.
+    /// Checks a request that sets a sandbox up and prepares everything.
     pub fn new(request: &SpawnRequest) -> Result<Self, SpawnError> {
         check_ids(request)?;
-        let program = request
-            .argv
-            .first()
-            .ok_or_else(|| invalid("argv", "is empty"))?;
+        let hostname = request.plan.hostname.as_bytes().to_vec();
+        if hostname.len() > 64 {
+            return Err(invalid("plan.hostname", "is longer than 64 bytes"));
+        }
+        let mut lowers = Vec::new();
+        let (steps, binds) = prepare_steps(request, &mut lowers)?;
+        let root_data = cstring(
+            "plan.root_size_bytes",
+            &format!("size={},mode=0755", request.plan.root_size_bytes),
+        )?;
+        let mut prepared = Self::command(&request.parts())?;
+        prepared.hostname = hostname;
+        prepared.root_data = root_data;
+        prepared.steps = steps;
+        prepared.source_fds = vec![Cell::new(-1); binds];
+        prepared.child_fds.lowers = lowers;
+        prepared.keep();
+        Ok(prepared)
+    }
+
+    /// Checks a request that joins `sandbox` and prepares everything: no mount
+    /// plan, the sandbox's pidfd kept for `setns`.
+    pub fn for_join(request: &JoinRequest, sandbox: &Sandbox) -> Result<Self, SpawnError> {
+        let mut prepared = Self::command(&request.parts())?;
+        let pidfd = sandbox
+            .pidfd()
+            .try_clone_to_owned()
+            .map_err(|e| SpawnError::Prepare {
+                step: "duplicating the sandbox's pidfd",
+                path: format!("/proc/{}", sandbox.pid()).into(),
+                source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+            })?;
+        prepared.child_fds.sandbox = Some(pidfd);
+        prepared.keep();
+        Ok(prepared)
+    }
+
+    /// What every process needs: program, arguments, environment, ids, stdio,
+    /// pipes, cgroup files, seccomp program and rlimits.
+    fn command(request: &CommandParts<'_>) -> Result<Self, SpawnError> {
         if !request.cwd.starts_with('/') {
             return Err(invalid("cwd", format!("{:?} is not absolute", request.cwd)));
         }
-        let programs = program_candidates(program, &request.cwd, &request.env)
-            .iter()
-            .map(|path| cstring("argv[0]", path))
-            .collect::<Result<Vec<_>, _>>()?;
-        if programs.is_empty() {
-            return Err(invalid(
-                "argv[0]",
-                format!(
-                    "{program:?} has no '/' and the run has no absolute PATH entry to look it up in"
-                ),
-            ));
-        }
+        let programs = match (request.argv.first(), request.pid1) {
+            (None, Pid1::HoldSandbox) => Vec::new(),
+            (None, Pid1::RunCommand) => return Err(invalid("argv", "is empty")),
+            (Some(program), _) => {
+                let programs = program_candidates(program, request.cwd, request.env)
+                    .iter()
+                    .map(|path| cstring("argv[0]", path))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if programs.is_empty() {
+                    return Err(invalid(
+                        "argv[0]",
+                        format!(
+                            "{program:?} has no '/' and the run has no absolute PATH entry to look it up in"
+                        ),
+                    ));
+                }
+                programs
+            }
+        };
         let argv_owned = request
             .argv
             .iter()
@@ -178,24 +288,15 @@ impl Prepared {
                 cstring("env", &format!("{k}={v}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let cwd = cstring("cwd", &request.cwd)?;
-        let hostname = request.plan.hostname.as_bytes().to_vec();
-        if hostname.len() > 64 {
-            return Err(invalid("plan.hostname", "is longer than 64 bytes"));
-        }
+        let cwd = cstring("cwd", request.cwd)?;
         if request.cgroup_procs.len() > MAX_CGROUP_FILES {
             return Err(invalid("cgroup_procs", "more than 16 files"));
         }
-        let mut lowers = Vec::new();
-        let (steps, binds) = prepare_steps(request, &mut lowers)?;
-        let seccomp = seccomp_program(request)?;
-        let root_data = cstring(
-            "plan.root_size_bytes",
-            &format!("size={},mode=0755", request.plan.root_size_bytes),
-        )?;
+        let seccomp = seccomp_program(request.seccomp, request.danger_no_seccomp)?;
         let (go_read, go_write) = pipe()?;
         let (error_read, error_write) = pipe()?;
         let (status_read, status_write) = pipe()?;
+        let [stdin, stdout, stderr] = request.stdio;
         let mut prepared = Self {
             programs,
             argv: pointers(&argv_owned),
@@ -204,24 +305,26 @@ impl Prepared {
             _envp: envp_owned,
             cwd,
             controlling_terminal: request.controlling_terminal,
-            hostname,
-            root_data,
-            steps,
+            pid1: request.pid1,
+            hostname: Vec::new(),
+            root_data: CString::default(),
+            steps: Vec::new(),
             uid: request.uid,
             gid: request.gid,
             seccomp,
             rlimits: request.rlimits.prepared(),
             child_fds: ChildFds {
                 stdio: [
-                    stdio_fd(request.stdin.as_ref(), "stdin")?,
-                    stdio_fd(request.stdout.as_ref(), "stdout")?,
-                    stdio_fd(request.stderr.as_ref(), "stderr")?,
+                    stdio_fd(stdin, "stdin")?,
+                    stdio_fd(stdout, "stdout")?,
+                    stdio_fd(stderr, "stderr")?,
                 ],
                 go_read,
                 error_write,
                 status_write,
                 cgroup_procs: Vec::new(),
-                lowers,
+                lowers: Vec::new(),
+                sandbox: None,
             },
             parent_fds: ParentFds {
                 go_write,
@@ -230,11 +333,11 @@ impl Prepared {
             },
             kept: Vec::new(),
             moved: Vec::new(),
-            source_fds: vec![Cell::new(-1); binds],
+            source_fds: Vec::new(),
             source_how: OpenHow::no_symlinks(),
             arg_area: runner_arg_area(),
         };
-        for path in &request.cgroup_procs {
+        for path in request.cgroup_procs {
             let fd = nix::fcntl::open(
                 path,
                 OFlag::O_WRONLY | OFlag::O_CLOEXEC,
@@ -247,25 +350,34 @@ impl Prepared {
             })?;
             prepared.child_fds.cgroup_procs.push(fd);
         }
-        let fds = &prepared.child_fds;
-        prepared.kept = fds
+        Ok(prepared)
+    }
+
+    /// Fixes the order of the descriptors the child keeps: stdio, go, error,
+    /// status, cgroup files, then the idmapped lower layers or the sandbox pidfd.
+    fn keep(&mut self) {
+        let fds = &self.child_fds;
+        self.kept = fds
             .stdio
             .iter()
             .chain([&fds.go_read, &fds.error_write, &fds.status_write])
             .chain(&fds.cgroup_procs)
             .chain(&fds.lowers)
+            .chain(&fds.sandbox)
             .map(|fd| fd.as_raw_fd())
             .collect();
-        prepared.moved = vec![Cell::new(-1); prepared.kept.len()];
-        Ok(prepared)
+        self.moved = vec![Cell::new(-1); self.kept.len()];
     }
 }
 
 /// The BPF program the child installs: the request's filter, else the default
 /// policy's (built here, before clone), else none when explicitly opted out.
-fn seccomp_program(request: &SpawnRequest) -> Result<Option<Vec<libc::sock_filter>>, SpawnError> {
+fn seccomp_program(
+    seccomp: Option<&SeccompFilter>,
+    danger_no_seccomp: bool,
+) -> Result<Option<Vec<libc::sock_filter>>, SpawnError> {
     let default;
-    let filter = match (&request.seccomp, request.danger_no_seccomp) {
+    let filter = match (seccomp, danger_no_seccomp) {
         (Some(_), true) => {
             return Err(invalid(
                 "danger_no_seccomp",

@@ -1,0 +1,247 @@
+//! [`join`]: one more command inside a live sandbox.
+//!
+//! A sandbox is a pid 1 started with [`Pid1::HoldSandbox`](super::Pid1): it holds
+//! the user, mount, pid, network, UTS and IPC namespaces with the mount plan
+//! applied until it is killed. [`join`] starts a command in exactly those
+//! namespaces, from any thread of a multi-threaded process: a fork-style clone
+//! without namespace flags gives a single-threaded child, which joins the command's
+//! cgroups, enters every namespace of the sandbox at once with
+//! `setns(pidfd, CLONE_NEWUSER | CLONE_NEWNS | ...)` (the user namespace first, so
+//! the rest is entered with the capabilities it grants; joining the mount
+//! namespace moves the child to the sandbox's root), enters a cgroup namespace of
+//! its own rooted at the command's cgroup, drops every privilege as a new sandbox's
+//! pid 1 does (supplementary groups, bounding set, ids, capability sets,
+//! `no_new_privs`, rlimits, the seccomp filter) and forks the command, which is
+//! the first process of this chain inside the sandbox's pid namespace.
+//!
+//! The joining child stays behind as the command's supervisor, in the host's pid
+//! namespace: nothing in the sandbox can see or signal it. It passes on the signals
+//! the host sends it ([`FORWARDED_SIGNALS`](super::FORWARDED_SIGNALS)), writes the
+//! command's wait status to the status pipe and exits when the command exits. What
+//! the command leaves running is reparented to the sandbox's pid 1 and lives on
+//! until the sandbox is killed, as with `docker exec`. The returned
+//! [`SpawnedChild`] is that supervisor: `wait` returns when the command itself
+//! ended; killing it ends only the supervisor and, through the status pipe, the
+//! wait (a command's whole tree is killed through its cgroup).
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::libc;
+
+use super::child::{GO_CLEAR_GROUPS, GO_GROUPS_DENIED};
+use super::error::SpawnError;
+use super::prepared::Prepared;
+use super::{DEFAULT_SETUP_TIMEOUT, ResourceLimits, SpawnedChild, join_child, launch};
+use crate::seccomp::SeccompFilter;
+
+/// A live sandbox, seen from the host: its pid 1, through a pidfd.
+#[derive(Debug)]
+pub struct Sandbox {
+    pid: i32,
+    pidfd: OwnedFd,
+    clear_groups: bool,
+}
+
+impl Sandbox {
+    /// The sandbox whose pid 1 is `holder` (started with
+    /// [`Pid1::HoldSandbox`](super::Pid1)).
+    pub fn of(holder: &SpawnedChild) -> Result<Self, SpawnError> {
+        let pidfd = holder
+            .pidfd()
+            .try_clone_to_owned()
+            .map_err(|e| SpawnError::Prepare {
+                step: "duplicating the sandbox's pidfd",
+                path: format!("/proc/{}", holder.pid()).into(),
+                source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+            })?;
+        Self::with_pidfd(holder.pid() as i32, pidfd)
+    }
+
+    /// The sandbox whose pid 1 has host pid `pid`, started by another process.
+    ///
+    /// The pidfd is taken first, so the handle names that process for good, even
+    /// if it ends and its pid is reused; the caller checks that it is the sandbox
+    /// it expects (its cgroup, say) *after* this call.
+    ///
+    /// # Ambient authority
+    /// Opens a pidfd of a host process and reads its `/proc` entry.
+    pub fn open(pid: u32) -> Result<Self, SpawnError> {
+        let pid = i32::try_from(pid).map_err(|_| SpawnError::InvalidRequest {
+            field: "pid",
+            reason: format!("{pid} is not a pid"),
+        })?;
+        // SAFETY: pidfd_open with a pid and no flags; it returns a new descriptor.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+        if fd < 0 {
+            return Err(SpawnError::Prepare {
+                step: "pidfd_open of the sandbox's pid 1",
+                path: format!("/proc/{pid}").into(),
+                source: Errno::last(),
+            });
+        }
+        // SAFETY: pidfd_open returned a new descriptor nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        Self::with_pidfd(pid, pidfd)
+    }
+
+    fn with_pidfd(pid: i32, pidfd: OwnedFd) -> Result<Self, SpawnError> {
+        // Host root writes the gid map with `setgroups` left allowed, so a joining
+        // child can clear the host groups it inherited (see `idmap.rs`).
+        let path = PathBuf::from(format!("/proc/{pid}/setgroups"));
+        let setgroups = std::fs::read_to_string(&path).map_err(|e| SpawnError::Prepare {
+            step: "reading the sandbox's setgroups policy",
+            path: path.clone(),
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
+        let sandbox = Self {
+            pid,
+            pidfd,
+            clear_groups: setgroups.trim() == "allow",
+        };
+        if !sandbox.is_alive() {
+            return Err(SpawnError::InitEnded { pid });
+        }
+        Ok(sandbox)
+    }
+
+    /// The host pid of the sandbox's pid 1.
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// The pidfd of the sandbox's pid 1.
+    pub fn pidfd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
+    /// Whether the sandbox's pid 1 still runs (its pidfd is not readable yet).
+    pub fn is_alive(&self) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd struct; a zero timeout never blocks.
+        let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+        ready == 0
+    }
+
+    /// `SIGKILL` to the sandbox's pid 1, through its pidfd: the kernel ends every
+    /// process of the sandbox's pid namespace with it. Not an error once it ended.
+    pub fn kill(&self) -> Result<(), SpawnError> {
+        // SAFETY: pidfd_send_signal on a pidfd this handle owns, with no siginfo.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0u32,
+            )
+        };
+        if ret < 0 && Errno::last() != Errno::ESRCH {
+            return Err(SpawnError::Wait {
+                step: "pidfd_send_signal to the sandbox's pid 1",
+                pid: self.pid,
+                source: Errno::last(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A command to start inside a live [`Sandbox`].
+#[derive(Debug)]
+pub struct JoinRequest {
+    /// The program and its arguments; a bare name is looked up in `env`'s `PATH`
+    /// inside the sandbox.
+    pub argv: Vec<String>,
+    /// The complete environment: nothing is inherited from the host.
+    pub env: Vec<(String, String)>,
+    /// uid inside (mapped in the sandbox's user namespace).
+    pub uid: u32,
+    /// gid inside.
+    pub gid: u32,
+    /// Working directory inside (absolute).
+    pub cwd: String,
+    /// Standard input (duplicated; `None` is `/dev/null`).
+    pub stdin: Option<OwnedFd>,
+    /// Standard output (duplicated; `None` is `/dev/null`).
+    pub stdout: Option<OwnedFd>,
+    /// Standard error (duplicated; `None` is `/dev/null`).
+    pub stderr: Option<OwnedFd>,
+    /// Make standard input the command's controlling terminal (as
+    /// [`SpawnRequest::controlling_terminal`](super::SpawnRequest::controlling_terminal)).
+    pub controlling_terminal: bool,
+    /// The seccomp filter; `None` is the default policy's.
+    pub seccomp: Option<SeccompFilter>,
+    /// Run without any seccomp filter. Dangerous (see
+    /// [`SpawnRequest::danger_no_seccomp`](super::SpawnRequest::danger_no_seccomp)).
+    pub danger_no_seccomp: bool,
+    /// `cgroup.procs` files the command joins before it enters the sandbox (its
+    /// own cgroups, at most 16); it then gets a cgroup namespace rooted there.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// The resource limits the command starts with (soft = hard).
+    pub rlimits: ResourceLimits,
+    /// How long [`join`] waits for the child's setup. Must not be zero.
+    pub setup_timeout: Duration,
+}
+
+impl JoinRequest {
+    /// A request running `argv` in `cwd` as uid/gid 65534, with an empty
+    /// environment and `/dev/null` for stdio.
+    pub fn new(argv: Vec<String>, cwd: impl Into<String>) -> Self {
+        Self {
+            argv,
+            env: Vec::new(),
+            uid: 65534,
+            gid: 65534,
+            cwd: cwd.into(),
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            controlling_terminal: false,
+            seccomp: None,
+            danger_no_seccomp: false,
+            cgroup_procs: Vec::new(),
+            rlimits: ResourceLimits::default(),
+            setup_timeout: DEFAULT_SETUP_TIMEOUT,
+        }
+    }
+}
+
+/// Starts `request.argv` inside `sandbox` (see the [module docs](self)).
+///
+/// Returns once the command has been `exec`'d, or with the child's first failure
+/// (naming the stage). Blocking: from async code call it in `spawn_blocking`.
+/// Safe from any thread of a multi-threaded process.
+///
+/// # Ambient authority
+/// Enters the sandbox's namespaces (the caller needs `CAP_SYS_ADMIN` over the
+/// sandbox's user namespace, e.g. host root) and joins the given cgroups.
+pub fn join(sandbox: &Sandbox, request: &JoinRequest) -> Result<SpawnedChild, SpawnError> {
+    if request.setup_timeout.is_zero() {
+        return Err(SpawnError::InvalidRequest {
+            field: "setup_timeout",
+            reason: "is zero".to_owned(),
+        });
+    }
+    if !sandbox.is_alive() {
+        return Err(SpawnError::InitEnded { pid: sandbox.pid });
+    }
+    let prepared = Prepared::for_join(request, sandbox)?;
+    let go = if sandbox.clear_groups {
+        GO_CLEAR_GROUPS
+    } else {
+        GO_GROUPS_DENIED
+    };
+    launch(
+        prepared,
+        request.setup_timeout,
+        join_child::clone_joining_child,
+        |_pid| Ok(go),
+    )
+}

@@ -1,0 +1,102 @@
+//! What a child that joins a live sandbox does until it forks the command.
+//!
+//! The same rules as `child.rs`: a fork-style clone of a multi-threaded runner,
+//! so only raw, async-signal-safe system calls on data prepared before the clone.
+//! Order:
+//!
+//! 1. reset signal dispositions, `umask(022)`, move the kept descriptors to fixed
+//!    numbers (stdio, go, error, status, cgroup files, the sandbox's pidfd) and
+//!    close every other one;
+//! 2. wait for the go byte (it says whether supplementary groups may be cleared),
+//!    become non-dumpable, blank the runner's command line;
+//! 3. join the command's cgroups while still in the host's namespaces;
+//! 4. `setns(pidfd, user | mount | net | uts | ipc | pid)`: the user namespace is
+//!    entered first, so the others are entered with its capabilities; the mount
+//!    namespace puts the child at the sandbox's root; `pid` applies to children;
+//! 5. a cgroup namespace rooted at the command's cgroup;
+//! 6. clear supplementary groups, drop every privilege (`child.rs`), `chdir`,
+//!    rlimits, the seccomp filter; fork the command, which is in the sandbox's pid
+//!    namespace, and supervise it (`init.rs`, [`Supervisor::Joined`]).
+
+use std::convert::Infallible;
+use std::ffi::c_int;
+use std::ptr;
+
+use nix::libc;
+
+use super::child::{
+    FD_CGROUP, FD_ERROR, FD_GO, GO_CLEAR_GROUPS, clone_with, drop_privileges, fail,
+    forget_runner_command_line, keep_descriptors, reset_signals, run_setup, set_rlimits,
+    stay_undumpable,
+};
+use super::error::{ChildStage, Report, SpawnError, op};
+use super::init::{self, Supervisor};
+use super::prepared::Prepared;
+use super::raw;
+
+/// The namespaces a joining child enters through the sandbox's pidfd.
+const JOINED_NAMESPACES: c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWPID;
+
+/// Clones the joining child (no new namespaces); returns its pid in the parent.
+pub(crate) fn clone_joining_child(prepared: &Prepared) -> Result<i32, SpawnError> {
+    clone_with(prepared, 0, run)
+}
+
+fn run(prepared: &Prepared) -> ! {
+    run_setup(prepared, setup)
+}
+
+fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
+    reset_signals();
+    // SAFETY: umask only changes this process's creation mask.
+    unsafe { libc::umask(0o022) };
+    let cgroups = keep_descriptors(p, error_fd).map_err(fail(ChildStage::Descriptors, op::CALL))?;
+    *error_fd = FD_ERROR;
+    let go = raw::read_byte(FD_GO).map_err(fail(ChildStage::Go, op::READ))?;
+    let Some(go) = go else {
+        // The parent gave up: nothing to report to.
+        // SAFETY: `_exit` ends the process without the parent's handlers.
+        unsafe { libc::_exit(127) }
+    };
+    // SAFETY: FD_GO is ours and no longer needed.
+    unsafe { libc::close(FD_GO) };
+    stay_undumpable();
+    forget_runner_command_line(p);
+
+    for fd in FD_CGROUP..FD_CGROUP + cgroups {
+        raw::write_all(fd, b"0").map_err(fail(ChildStage::Cgroup, op::WRITE))?;
+        // SAFETY: the cgroup file descriptor is ours and no longer needed.
+        unsafe { libc::close(fd) };
+    }
+    let sandbox = FD_CGROUP + cgroups;
+    // SAFETY: setns on the sandbox's pidfd (kept at this number) with namespace
+    // flags; this process is single-threaded and shares no fs struct.
+    raw::check(unsafe { libc::setns(sandbox, JOINED_NAMESPACES) })
+        .map_err(fail(ChildStage::JoinNamespaces, op::CALL))?;
+    // SAFETY: the pidfd is ours and no longer needed.
+    unsafe { libc::close(sandbox) };
+    // SAFETY: unshare of the cgroup namespace affects this process only; it holds
+    // CAP_SYS_ADMIN in the sandbox's user namespace it just entered.
+    raw::check(unsafe { libc::unshare(libc::CLONE_NEWCGROUP) })
+        .map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
+    if go == GO_CLEAR_GROUPS {
+        // SAFETY: raw setgroups(0, NULL): no glibc thread broadcast.
+        raw::check_long(unsafe {
+            libc::syscall(libc::SYS_setgroups, 0usize, ptr::null::<libc::gid_t>())
+        })
+        .map_err(fail(ChildStage::Groups, op::CALL))?;
+    }
+    drop_privileges(p)?;
+    stay_undumpable();
+    // SAFETY: a NUL-terminated path prepared before clone.
+    raw::check(unsafe { libc::chdir(p.cwd.as_ptr()) })
+        .map_err(fail(ChildStage::Chdir, op::CALL))?;
+    set_rlimits(p)?;
+    init::install_seccomp(p)?;
+    init::fork_command(p, Supervisor::Joined)
+}

@@ -1,0 +1,165 @@
+//! A live sandbox ([`Pid1::HoldSandbox`]) and commands that [`join`] it: one set
+//! of namespaces shared by every command, processes that outlive the command that
+//! started them, and nothing left once the sandbox's pid 1 is killed.
+
+mod common;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use backend_namespace::spawn::{JoinRequest, Pid1, Sandbox, SpawnedChild, join, spawn};
+use common::{Fixture, HOST_ID, RUN_ID, leftovers_of, pid_ns, sh};
+use workspace_core::evidence::ExitStatusRecord;
+
+/// A live sandbox over the fixture's plan.
+fn start(fixture: &Fixture) -> (SpawnedChild, Sandbox) {
+    let mut request = fixture.request_argv(Vec::new());
+    request.pid1 = Pid1::HoldSandbox;
+    let holder = spawn(&request).unwrap_or_else(|e| panic!("starting the sandbox: {e}"));
+    let sandbox = Sandbox::of(&holder).unwrap_or_else(|e| panic!("{e}"));
+    (holder, sandbox)
+}
+
+/// `sh -c script` joined into `sandbox` as uid 1000; its status and output.
+fn run_in(sandbox: &Sandbox, script: &str) -> (ExitStatusRecord, String) {
+    let mut request = JoinRequest::new(vec![sh(), "-c".into(), script.into()], "/workspace");
+    request.uid = 1000;
+    request.gid = 1000;
+    request.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+    let (read, write) = nix::unistd::pipe().unwrap_or_else(|e| panic!("{e}"));
+    request.stdout = Some(write.try_clone().unwrap_or_else(|e| panic!("{e}")));
+    request.stderr = Some(write);
+    let mut child = join(sandbox, &request).unwrap_or_else(|e| panic!("joining: {e}"));
+    drop(request);
+    let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
+    // Read what is there once the command ended: a background process may keep
+    // the pipe open, so read without waiting for EOF.
+    let mut output = Vec::new();
+    let mut file = std::fs::File::from(read);
+    set_nonblocking(&file);
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = file.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        output.extend_from_slice(&buf[..n]);
+    }
+    (status, String::from_utf8_lossy(&output).into_owned())
+}
+
+fn set_nonblocking(file: &std::fs::File) {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = fcntl(file, FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
+    fcntl(
+        file,
+        FcntlArg::F_SETFL(OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn ok(status: ExitStatusRecord, output: &str) {
+    assert_eq!(status, ExitStatusRecord::Code(0), "output: {output}");
+}
+
+#[test]
+fn commands_share_one_sandbox_and_its_background_processes() {
+    let fixture = Fixture::new();
+    let (mut holder, sandbox) = start(&fixture);
+    let ns = pid_ns(holder.pid()).unwrap_or_else(|| panic!("the sandbox has no pid namespace"));
+
+    // Each command joins the same namespaces: the same hostname, pid 1 is the
+    // holder, and the workspace is there.
+    let (status, out) = run_in(&sandbox, "hostname; cat /workspace/hello.txt; id -u");
+    ok(status, &out);
+    assert_eq!(out, format!("{RUN_ID}\nhello from the workspace\n1000\n"));
+
+    // A background process outlives the command that started it...
+    let (status, out) = run_in(
+        &sandbox,
+        "sleep 300 </dev/null >/dev/null 2>&1 & echo $! > /tmp/sleeper; echo started",
+    );
+    ok(status, &out);
+    // ...and the next command sees it: same pid namespace, same /tmp.
+    let (status, out) = run_in(&sandbox, "kill -0 $(cat /tmp/sleeper) && echo alive");
+    ok(status, &out);
+    assert_eq!(out, "alive\n");
+
+    // A listener started by one command answers another (one network namespace).
+    let (status, out) = run_in(
+        &sandbox,
+        "python3 -c 'import socket,os\ns=socket.socket();s.bind((\"127.0.0.1\",8000));s.listen()\nif os.fork()==0:\n  os.setsid()\n  while True:\n    c,_=s.accept();c.sendall(b\"from the sandbox\\n\");c.close()\n' </dev/null >/dev/null 2>&1; echo listening",
+    );
+    ok(status, &out);
+    let (status, out) = run_in(
+        &sandbox,
+        "python3 -c 'import socket;s=socket.create_connection((\"127.0.0.1\",8000));print(s.recv(100).decode(),end=\"\")'",
+    );
+    ok(status, &out);
+    assert_eq!(out, "from the sandbox\n");
+
+    // Killing the sandbox's pid 1 ends everything in it.
+    sandbox.kill().unwrap_or_else(|e| panic!("{e}"));
+    holder.wait().unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !leftovers_of(&ns).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        leftovers_of(&ns),
+        Vec::<u32>::new(),
+        "processes outlived the sandbox"
+    );
+    assert!(!sandbox.is_alive());
+}
+
+#[test]
+fn a_joined_command_is_as_unprivileged_as_a_new_sandbox() {
+    let fixture = Fixture::new();
+    let (_holder, sandbox) = start(&fixture);
+    let (status, out) = run_in(
+        &sandbox,
+        "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|Uid|Gid|Groups):' /proc/self/status",
+    );
+    ok(status, &out);
+    for line in [
+        "CapInh:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "Uid:\t1000\t1000\t1000\t1000",
+        "Gid:\t1000\t1000\t1000\t1000",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in\n{out}");
+    }
+    let groups = out
+        .lines()
+        .find(|l| l.starts_with("Groups:"))
+        .unwrap_or_else(|| panic!("no Groups line in {out}"));
+    assert_eq!(groups.trim(), "Groups:", "host groups were not cleared");
+    // The host's processes are out of sight, and so is the joining supervisor.
+    let (status, out) = run_in(&sandbox, "ls /proc | grep -c '^[0-9]'");
+    ok(status, &out);
+    let count: u32 = out.trim().parse().unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(count <= 4, "the command sees {count} processes: {out}");
+    let _ = HOST_ID;
+}
+
+#[test]
+fn a_sandbox_outlives_the_handle_that_started_it_when_released() {
+    let fixture = Fixture::new();
+    let (holder, sandbox) = start(&fixture);
+    let pid = holder.pid();
+    holder.release();
+    drop(sandbox);
+    let again = Sandbox::open(pid).unwrap_or_else(|e| panic!("reopening the sandbox: {e}"));
+    let (status, out) = run_in(&again, "echo still here");
+    ok(status, &out);
+    assert_eq!(out, "still here\n");
+    again.kill().unwrap_or_else(|e| panic!("{e}"));
+    // Reap it: this process is still its parent.
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    nix::sys::wait::waitpid(pid, None).unwrap_or_else(|e| panic!("{e}"));
+}
