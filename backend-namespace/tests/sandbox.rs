@@ -1,6 +1,7 @@
 //! A live sandbox ([`Pid1::HoldSandbox`]) and commands that [`join`] it: one set
 //! of namespaces shared by every command, processes that outlive the command that
 //! started them, and nothing left once the sandbox's pid 1 is killed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
 mod common;
 
@@ -8,15 +9,15 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use backend_namespace::spawn::{JoinRequest, Pid1, Sandbox, SpawnedChild, join, spawn};
-use common::{Fixture, HOST_ID, RUN_ID, leftovers_of, pid_ns, sh};
+use common::{Fixture, RUN_ID, leftovers_of, pid_ns, sh};
 use workspace_core::evidence::ExitStatusRecord;
 
 /// A live sandbox over the fixture's plan.
 fn start(fixture: &Fixture) -> (SpawnedChild, Sandbox) {
     let mut request = fixture.request_argv(Vec::new());
     request.pid1 = Pid1::HoldSandbox;
-    let holder = spawn(&request).unwrap_or_else(|e| panic!("starting the sandbox: {e}"));
-    let sandbox = Sandbox::of(&holder).unwrap_or_else(|e| panic!("{e}"));
+    let holder = spawn(&request).expect("starting the sandbox");
+    let sandbox = Sandbox::of(&holder).unwrap();
     (holder, sandbox)
 }
 
@@ -26,12 +27,12 @@ fn run_in(sandbox: &Sandbox, script: &str) -> (ExitStatusRecord, String) {
     request.uid = 1000;
     request.gid = 1000;
     request.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
-    let (read, write) = nix::unistd::pipe().unwrap_or_else(|e| panic!("{e}"));
-    request.stdout = Some(write.try_clone().unwrap_or_else(|e| panic!("{e}")));
+    let (read, write) = nix::unistd::pipe().unwrap();
+    request.stdout = Some(write.try_clone().unwrap());
     request.stderr = Some(write);
-    let mut child = join(sandbox, &request).unwrap_or_else(|e| panic!("joining: {e}"));
+    let mut child = join(sandbox, &request).expect("joining");
     drop(request);
-    let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
+    let status = child.wait().unwrap();
     // Read what is there once the command ended: a background process may keep
     // the pipe open, so read without waiting for EOF.
     let mut output = Vec::new();
@@ -49,12 +50,12 @@ fn run_in(sandbox: &Sandbox, script: &str) -> (ExitStatusRecord, String) {
 
 fn set_nonblocking(file: &std::fs::File) {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
-    let flags = fcntl(file, FcntlArg::F_GETFL).unwrap_or_else(|e| panic!("{e}"));
+    let flags = fcntl(file, FcntlArg::F_GETFL).unwrap();
     fcntl(
         file,
         FcntlArg::F_SETFL(OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK),
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
 }
 
 fn ok(status: ExitStatusRecord, output: &str) {
@@ -98,8 +99,8 @@ fn commands_share_one_sandbox_and_its_background_processes() {
     assert_eq!(out, "from the sandbox\n");
 
     // Killing the sandbox's pid 1 ends everything in it.
-    sandbox.kill().unwrap_or_else(|e| panic!("{e}"));
-    holder.wait().unwrap_or_else(|e| panic!("{e}"));
+    sandbox.kill().unwrap();
+    holder.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !leftovers_of(&ns).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -144,7 +145,6 @@ fn a_joined_command_is_as_unprivileged_as_a_new_sandbox() {
     ok(status, &out);
     let count: u32 = out.trim().parse().unwrap_or_else(|e| panic!("{e}: {out}"));
     assert!(count <= 4, "the command sees {count} processes: {out}");
-    let _ = HOST_ID;
 }
 
 #[test]
@@ -154,12 +154,12 @@ fn a_sandbox_outlives_the_handle_that_started_it_when_released() {
     let pid = holder.pid();
     holder.release();
     drop(sandbox);
-    let again = Sandbox::open(pid).unwrap_or_else(|e| panic!("reopening the sandbox: {e}"));
+    let again = Sandbox::open(pid).expect("reopening the sandbox");
     let (status, out) = run_in(&again, "echo still here");
     ok(status, &out);
     assert_eq!(out, "still here\n");
-    again.kill().unwrap_or_else(|e| panic!("{e}"));
+    again.kill().unwrap();
     // Reap it: this process is still its parent.
     let pid = nix::unistd::Pid::from_raw(pid as i32);
-    nix::sys::wait::waitpid(pid, None).unwrap_or_else(|e| panic!("{e}"));
+    nix::sys::wait::waitpid(pid, None).unwrap();
 }
