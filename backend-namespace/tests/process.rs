@@ -330,9 +330,20 @@ async fn a_hung_probe_fails_the_seal_with_a_timeout_and_leaves_nothing() {
 }
 
 /// The host pids in the run's cgroups whose `comm` is `sleep`.
+/// `sleep` processes in the run's cgroups and their children (each command has
+/// a child group of its own).
 fn sleeps_in(cgroups: &[std::path::PathBuf]) -> Vec<u32> {
     let mut pids = Vec::new();
-    for dir in cgroups {
+    let mut dirs: Vec<std::path::PathBuf> = cgroups.to_vec();
+    while let Some(dir) = dirs.pop() {
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            dirs.extend(
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
         let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
         for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();

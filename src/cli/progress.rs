@@ -34,6 +34,7 @@ fn step(state: StateName) -> Option<&'static str> {
         StateName::StartingServices => "sealing and probing",
         StateName::Sealed => "sealed",
         StateName::Suspended => "suspending",
+        StateName::Detached => "detaching (the workspace stays live)",
         StateName::Draining => "stopping",
         StateName::Exporting => "exporting evidence",
         StateName::Exported => "evidence sealed",

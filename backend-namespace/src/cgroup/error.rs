@@ -58,6 +58,12 @@ pub enum CgroupError {
         /// The directory.
         path: PathBuf,
     },
+    /// A child group name that is not a plain name (letters, digits, `-`, `_`).
+    #[error("cgroup: {name:?} is not a child group name (letters, digits, '-' and '_' only)")]
+    InvalidName {
+        /// The name.
+        name: String,
+    },
     /// Creating a cgroup directory failed.
     #[error("cgroup: creating directory {path} failed")]
     CreateDir {

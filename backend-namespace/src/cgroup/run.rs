@@ -2,6 +2,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use workspace_core::RunId;
@@ -37,7 +38,9 @@ pub struct RunCgroup {
     pub(crate) dirs: Vec<RunDir>,
     applied: AppliedLimits,
     pub(crate) kill_method: KillMethod,
-    removed: bool,
+    /// Removed already, released, or a child group that its run removes:
+    /// dropping it leaves its processes alone.
+    removed: AtomicBool,
 }
 
 impl RunCgroup {
@@ -93,7 +96,7 @@ impl RunCgroup {
             dirs: Vec::new(),
             applied: AppliedLimits::default(),
             kill_method: KillMethod::Signals,
-            removed: false,
+            removed: AtomicBool::new(false),
         };
         match run.populate(layout, &parent, plan, limits) {
             Ok(()) => Ok(run),
@@ -102,7 +105,7 @@ impl RunCgroup {
                     tracing::warn!(run_id = %run_id, error = %cleanup,
                         "removing the cgroups of a failed setup failed");
                 }
-                run.removed = true;
+                run.removed.store(true, Ordering::Relaxed);
                 Err(e)
             }
         }
@@ -161,7 +164,7 @@ impl RunCgroup {
             dirs,
             applied: AppliedLimits::default(),
             kill_method,
-            removed: false,
+            removed: AtomicBool::new(false),
         }))
     }
 
@@ -229,6 +232,107 @@ impl RunCgroup {
         Ok(KillMethod::V1Freezer)
     }
 
+    /// Makes the child group `name` below every directory of the run, for one
+    /// process tree of it (the sandbox's pid 1, one command): limits stay on the
+    /// run, so they cover all its children together, while the child's own
+    /// `cgroup.kill`, freezer and OOM counter cover only its tree. On v2 the run's
+    /// controllers are enabled for its children first, so their OOM counters
+    /// exist; the run's processes therefore all live in children (v2 allows no
+    /// process in a group that hands controllers down).
+    ///
+    /// Dropping the returned group kills nothing: the run's removal removes it.
+    /// An existing child is [`CgroupError::AlreadyExists`].
+    ///
+    /// # Ambient authority
+    /// Creates directories in and writes files of the host's cgroup hierarchies.
+    pub fn create_child(&self, name: &str) -> Result<RunCgroup, CgroupError> {
+        let valid = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !valid {
+            return Err(CgroupError::InvalidName {
+                name: name.to_owned(),
+            });
+        }
+        let mut dirs = Vec::with_capacity(self.dirs.len());
+        for dir in &self.dirs {
+            if dir.hierarchy == Hierarchy::V2 {
+                let file = dir.path.join("cgroup.subtree_control");
+                for controller in &dir.controllers {
+                    fsio::write_raw(&file, &format!("+{controller}")).map_err(|source| {
+                        CgroupError::EnableController {
+                            controller: *controller,
+                            path: file.clone(),
+                            source,
+                        }
+                    })?;
+                }
+            }
+            let path = dir.path.join(name);
+            make_dir(&path)?;
+            dirs.push(RunDir {
+                path,
+                ..dir.clone()
+            });
+        }
+        Ok(RunCgroup {
+            run_id: self.run_id.clone(),
+            dirs,
+            applied: AppliedLimits::default(),
+            kill_method: self.kill_method,
+            removed: AtomicBool::new(true),
+        })
+    }
+
+    /// The child group `name` of the run as [`RunCgroup::create_child`] made it,
+    /// where it exists (another process made it); `None` when no hierarchy has it.
+    pub fn child(&self, name: &str) -> Option<RunCgroup> {
+        let dirs: Vec<RunDir> = self
+            .dirs
+            .iter()
+            .map(|dir| RunDir {
+                path: dir.path.join(name),
+                ..dir.clone()
+            })
+            .filter(|dir| dir.path.is_dir())
+            .collect();
+        (!dirs.is_empty()).then(|| RunCgroup {
+            run_id: self.run_id.clone(),
+            dirs,
+            applied: AppliedLimits::default(),
+            kill_method: self.kill_method,
+            removed: AtomicBool::new(true),
+        })
+    }
+
+    /// The names of the run's child groups (in its first hierarchy), sorted.
+    pub fn children(&self) -> Result<Vec<String>, CgroupError> {
+        let Some(dir) = self.dirs.first() else {
+            return Ok(Vec::new());
+        };
+        let mut names: Vec<String> = fsio::subdirs(&dir.path)?
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The OOM-kill counter file of the group, when it has a memory controller
+    /// (`memory.oom_control` on v1, `memory.events` on v2).
+    pub fn oom_file(&self) -> Option<PathBuf> {
+        self.dirs
+            .iter()
+            .find(|d| d.controllers.contains(&Controller::Memory))
+            .map(|d| {
+                d.path.join(match d.hierarchy {
+                    Hierarchy::V1 => "memory.oom_control",
+                    Hierarchy::V2 => "memory.events",
+                })
+            })
+    }
+
     /// Moves process `pid` (and the threads of it) into every directory of the run.
     ///
     /// The namespace backend calls this for the run's init before it execs.
@@ -267,10 +371,16 @@ impl RunCgroup {
 
     /// Kills every process of the run, then removes its directories (sub-cgroups
     /// first; a busy directory is retried a few times).
-    pub fn remove(mut self) -> Result<(), CgroupError> {
-        self.removed = true;
+    pub fn remove(&self) -> Result<(), CgroupError> {
+        self.removed.store(true, Ordering::Relaxed);
         self.kill_all()?;
         self.remove_dirs()
+    }
+
+    /// Lets go of the groups without killing or removing anything: a live
+    /// sandbox outlives the handle; [`RunCgroup::adopt`] finds the groups again.
+    pub fn release(&self) {
+        self.removed.store(true, Ordering::Relaxed);
     }
 
     /// Removes every directory of the run; tries all and returns the first error.
@@ -287,7 +397,7 @@ impl RunCgroup {
 
 impl Drop for RunCgroup {
     fn drop(&mut self) {
-        if self.removed {
+        if self.removed.load(Ordering::Relaxed) {
             return;
         }
         if let Err(e) = self.kill_all().and_then(|()| self.remove_dirs()) {

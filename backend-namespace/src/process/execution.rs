@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -12,7 +13,8 @@ use workspace_core::boundary::{
 };
 
 use super::error::ProcessError;
-use crate::spawn::{ChildKiller, SpawnedChild};
+use crate::cgroup::RunCgroup;
+use crate::spawn::SpawnedChild;
 
 /// The run's OOM-kill counter (`oom_kill` in v2 `memory.events` or v1
 /// `memory.oom_control`) and its value when the command started.
@@ -43,15 +45,19 @@ fn read_oom_kills(file: &std::path::Path) -> Option<u64> {
     })
 }
 
-/// A command in a sealed run: its pipes, its namespace init, its time limit.
+/// A command in a sealed run: its streams, its supervisor, its cgroup, its time
+/// limit.
 ///
-/// [`wait`](Execution::wait) waits on a blocking thread, so the host runtime needs
-/// tokio's time driver for a timeout. Dropping the execution before it ended (or
-/// dropping a `wait` future) kills the command's whole pid namespace.
+/// [`wait`](Execution::wait) returns when the command itself ended (what it left
+/// running in the background goes on in the sandbox); it waits on a blocking
+/// thread, so the host runtime needs tokio's time driver for a timeout. A timeout,
+/// a kill, or dropping the execution before it ended kills the command's whole
+/// tree: every process in the command's cgroup, background ones included.
 pub struct NamespaceExecution {
     run_id: RunId,
     child: Option<SpawnedChild>,
-    killer: ChildKiller,
+    /// The command's cgroup: its whole tree, and only it.
+    tree: Arc<RunCgroup>,
     stdin: Option<InputStream>,
     stdout: Option<OutputStream>,
     stderr: Option<OutputStream>,
@@ -86,6 +92,7 @@ impl fmt::Debug for NamespaceExecution {
 pub(crate) struct Parts {
     pub(crate) run_id: RunId,
     pub(crate) child: SpawnedChild,
+    pub(crate) tree: Arc<RunCgroup>,
     pub(crate) stdin: InputStream,
     pub(crate) stdout: OutputStream,
     pub(crate) stderr: OutputStream,
@@ -97,7 +104,7 @@ impl NamespaceExecution {
     pub(crate) fn new(parts: Parts) -> Self {
         Self {
             run_id: parts.run_id,
-            killer: parts.child.killer(),
+            tree: parts.tree,
             child: Some(parts.child),
             stdin: Some(parts.stdin),
             stdout: Some(parts.stdout),
@@ -111,12 +118,20 @@ impl NamespaceExecution {
     }
 }
 
-/// Kills the command's pid namespace: every process of the command's tree.
-fn kill_namespace(killer: &ChildKiller) -> Result<(), ProcessError> {
-    killer.kill().map_err(|source| ProcessError::Spawn {
-        step: "killing the command's pid namespace",
-        source,
-    })
+/// Kills every process of the command's cgroup (on a blocking thread: the kill
+/// waits until the group is empty).
+async fn kill_tree(tree: &Arc<RunCgroup>) -> Result<(), ProcessError> {
+    let tree = Arc::clone(tree);
+    tokio::task::spawn_blocking(move || tree.kill_all())
+        .await
+        .map_err(|e| ProcessError::Task {
+            step: "killing the command's tree",
+            message: e.to_string(),
+        })?
+        .map_err(|source| ProcessError::Cgroup {
+            step: "killing the command's tree",
+            source,
+        })
 }
 
 #[async_trait]
@@ -153,7 +168,7 @@ impl Execution for NamespaceExecution {
         // Cancel-safe from here: the blocking wait lives in `self.waiting`, so a
         // caller that drops this future (to kill the command, say) and waits again
         // picks it up where it was.
-        let killer = &self.killer;
+        let tree = &self.tree;
         let Some(handle) = self.waiting.as_mut() else {
             unreachable!("the blocking wait was just stored");
         };
@@ -161,9 +176,9 @@ impl Execution for NamespaceExecution {
             Some(deadline) => match tokio::time::timeout_at(deadline.into(), &mut *handle).await {
                 Ok(joined) => joined,
                 Err(_elapsed) => {
-                    tracing::info!(run_id = %self.run_id, "command timed out; killing its namespace");
+                    tracing::info!(run_id = %self.run_id, "command timed out; killing its tree");
                     self.killed.get_or_insert(KillCause::Timeout);
-                    kill_namespace(killer).map_err(|e| e.into_boundary(OP))?;
+                    kill_tree(tree).await.map_err(|e| e.into_boundary(OP))?;
                     handle.await
                 }
             },
@@ -199,16 +214,21 @@ impl Execution for NamespaceExecution {
             return Ok(());
         }
         self.killed.get_or_insert(cause);
-        kill_namespace(&self.killer).map_err(|e| e.into_boundary("kill command"))
+        kill_tree(&self.tree)
+            .await
+            .map_err(|e| e.into_boundary("kill command"))
     }
 }
 
 impl Drop for NamespaceExecution {
     fn drop(&mut self) {
-        if self.exit.is_none() && self.child.is_none() {
-            // An unfinished wait left the child to a blocking thread: end it so that
-            // thread returns. (A child still held here is killed by its own drop.)
-            let _ = self.killer.kill();
+        if self.exit.is_none() {
+            // Unfinished: end the command's whole tree (an unfinished wait's
+            // blocking thread then returns).
+            if let Err(e) = self.tree.kill_all() {
+                tracing::warn!(run_id = %self.run_id, error = %e,
+                    "killing the tree of a dropped command failed");
+            }
         }
     }
 }

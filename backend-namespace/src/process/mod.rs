@@ -73,8 +73,10 @@ mod execution;
 mod handover;
 mod host;
 pub mod observe;
+mod output;
 mod pty;
 mod seal;
+mod state;
 mod workspace;
 
 use std::collections::HashMap;
@@ -85,8 +87,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use workspace_core::RunId;
 use workspace_core::boundary::{
-    BoundaryError, CommandSpec, Execution, InputStream, LeakReport, ObservedBoundary, OutputStream,
-    ProcessBoundary, ProcessCapabilities, RunContext, SealPlan,
+    Attachment, BoundaryError, CommandSpec, Execution, InputStream, LeakReport, ObservedBoundary,
+    OutputStream, ProcessBoundary, ProcessCapabilities, RunContext, SealPlan,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 use workspace_core::mount_plan::HostLayout;
@@ -99,7 +101,9 @@ pub use pty::PTY_WINDOW_SIZE;
 pub use workspace::{PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
 
 use crate::cgroup::{CgroupLayout, RunCgroup, leaked_paths};
+use crate::spawn::Sandbox;
 use execution::{OomCounter, Parts};
+use output::OutputFiles;
 use pty::{Pty, PtyReader, PtyWriter};
 use seal::{RunSpec, Sealed};
 
@@ -166,14 +170,25 @@ impl NamespaceProcess {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn spec(&self, run_id: &RunId) -> Result<Arc<RunSpec>, ProcessError> {
+    fn live(&self, run_id: &RunId) -> Result<Live, ProcessError> {
         self.runs()
             .get(run_id)
-            .map(|sealed| Arc::clone(&sealed.spec))
+            .map(|sealed| Live {
+                spec: Arc::clone(&sealed.spec),
+                cgroup: Arc::clone(&sealed.cgroup),
+                sandbox: Arc::clone(&sealed.sandbox),
+            })
             .ok_or_else(|| ProcessError::NotSealed {
                 run_id: run_id.clone(),
             })
     }
+}
+
+/// What a command of a sealed run joins.
+struct Live {
+    spec: Arc<RunSpec>,
+    cgroup: Arc<RunCgroup>,
+    sandbox: Arc<Sandbox>,
 }
 
 async fn blocking<T: Send + 'static>(
@@ -218,8 +233,13 @@ impl ProcessBoundary for NamespaceProcess {
         let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
         let result = blocking("sealing the run", move || {
             let sealed = seal::prepare(&run_c, &plan_c, &options)?;
-            let observed = seal::probe(&sealed.spec, &expected, options.probe_timeout)?;
-            Ok((sealed, observed))
+            match seal::probe(&sealed, &expected, options.probe_timeout) {
+                Ok(observed) => Ok((sealed, observed)),
+                Err(e) => {
+                    stop(sealed, &run_c.run_dir);
+                    Err(e)
+                }
+            }
         })
         .await;
         let (sealed, mut observed) = result.map_err(|e| e.into_boundary(OP))?;
@@ -240,12 +260,10 @@ impl ProcessBoundary for NamespaceProcess {
             if run.contract.environment.assurance == Assurance::Required {
                 tracing::warn!(run_id = %run.run_id, mismatches = ?observed.mismatches,
                     "the boundary probe failed; sealing fails closed");
-                let Sealed { cgroup, .. } = sealed;
-                let _ = blocking("removing the cgroups of a failed seal", move || {
-                    cgroup.remove().map_err(|source| ProcessError::Cgroup {
-                        step: "removing the cgroups of a failed seal",
-                        source,
-                    })
+                let run_dir = run.run_dir.clone();
+                let _ = blocking("stopping the sandbox of a failed seal", move || {
+                    stop(sealed, &run_dir);
+                    Ok(())
                 })
                 .await;
                 return Err(ProcessError::Mismatch {
@@ -274,7 +292,7 @@ impl ProcessBoundary for NamespaceProcess {
         command: &CommandSpec,
     ) -> Result<Box<dyn Execution>, BoundaryError> {
         const OP: &str = "spawn command";
-        spawn_command(self.spec(&run.run_id), run, command)
+        spawn_command(self.live(&run.run_id), run, command)
             .await
             .map_err(|e| e.into_boundary(OP))
     }
@@ -283,13 +301,20 @@ impl ProcessBoundary for NamespaceProcess {
         const OP: &str = "teardown";
         let sealed = self.runs().remove(&run.run_id);
         let run_id = run.run_id.clone();
+        let run_dir = run.run_dir.clone();
         let parent = self.options.cgroup_parent.clone();
         let report = blocking("tearing the run down", move || {
-            let (layout, cgroup) = match sealed {
-                Some(Sealed { cgroup, layout, .. }) => (layout, Some(cgroup)),
+            let (layout, cgroup, holder) = match sealed {
+                Some(Sealed {
+                    cgroup,
+                    layout,
+                    holder,
+                    ..
+                }) => (layout, Some(cgroup), holder),
                 None => {
-                    // Not sealed by this instance (e.g. recovery after the runner
-                    // died): find the run's cgroups by the names `seal` gives them.
+                    // Not sealed or attached by this instance (e.g. recovery after
+                    // the runner died): find the run's cgroups by the names `seal`
+                    // gives them.
                     let layout =
                         CgroupLayout::detect().map_err(|source| ProcessError::Cgroup {
                             step: "detecting the cgroup layout",
@@ -305,19 +330,26 @@ impl ProcessBoundary for NamespaceProcess {
                         tracing::info!(run_id = %run_id,
                             "tearing down cgroups left by another instance");
                     }
-                    (layout, cgroup)
+                    (layout, cgroup.map(Arc::new), None)
                 }
             };
             let mut processes = Vec::new();
             if let Some(cgroup) = cgroup {
+                // The whole sandbox: its pid 1, every command, what they left.
                 if let Err(e) = cgroup.kill_all() {
                     tracing::warn!(run_id = %run_id, error = %e, "killing the run's processes failed");
+                }
+                if let Some(mut holder) = holder
+                    && let Err(e) = holder.wait()
+                {
+                    tracing::warn!(run_id = %run_id, error = %e, "reaping the sandbox's pid 1 failed");
                 }
                 processes = cgroup.pids().unwrap_or_default();
                 if let Err(e) = cgroup.remove() {
                     tracing::warn!(run_id = %run_id, error = %e, "removing the run's cgroups failed");
                 }
             }
+            state::remove(&run_dir)?;
             let cgroups = leaked_paths(&layout, &parent, &run_id).map_err(|source| {
                 ProcessError::Cgroup {
                     step: "looking for the run's cgroups",
@@ -335,48 +367,137 @@ impl ProcessBoundary for NamespaceProcess {
         tracing::info!(run_id = %run.run_id, clean = report.is_clean(), "run torn down");
         Ok(report)
     }
+
+    async fn detach(&self, run: &RunContext) -> Result<(), BoundaryError> {
+        let Some(sealed) = self.runs().remove(&run.run_id) else {
+            return Err(ProcessError::NotSealed {
+                run_id: run.run_id.clone(),
+            }
+            .into_boundary("detach"));
+        };
+        // Nothing is stopped: the sandbox and its cgroups outlive this handle, and
+        // `attach` finds them again from the run's sandbox record.
+        sealed.cgroup.release();
+        if let Some(holder) = sealed.holder {
+            holder.release();
+        }
+        tracing::info!(run_id = %run.run_id, "run detached; its sandbox stays live");
+        Ok(())
+    }
+
+    async fn attach(&self, run: &RunContext, plan: &SealPlan) -> Result<Attachment, BoundaryError> {
+        const OP: &str = "attach";
+        if self.runs().contains_key(&run.run_id) {
+            return Err(ProcessError::AlreadySealed {
+                run_id: run.run_id.clone(),
+            }
+            .into_boundary(OP));
+        }
+        let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
+        let adopted = blocking("attaching the run's sandbox", move || {
+            seal::adopt(&run_c, &plan_c, &options)
+        })
+        .await
+        .map_err(|e| e.into_boundary(OP))?;
+        let sealed = match adopted {
+            Ok(sealed) => sealed,
+            Err(reason) => {
+                tracing::warn!(run_id = %run.run_id, %reason, "the run's sandbox is lost");
+                return Ok(Attachment::Lost { reason });
+            }
+        };
+        let processes = sealed.cgroup.pids().unwrap_or_default();
+        tracing::info!(run_id = %run.run_id, pid = sealed.sandbox.pid(),
+            processes = processes.len(), "run attached to its live sandbox");
+        let mut runs = self.runs();
+        if runs.contains_key(&run.run_id) {
+            sealed.cgroup.release();
+            return Err(ProcessError::AlreadySealed {
+                run_id: run.run_id.clone(),
+            }
+            .into_boundary(OP));
+        }
+        runs.insert(run.run_id.clone(), sealed);
+        Ok(Attachment::Live { processes })
+    }
+}
+
+/// Kills a sandbox that failed its seal and removes its cgroups and record.
+fn stop(sealed: Sealed, run_dir: &std::path::Path) {
+    if let Err(e) = sealed.cgroup.remove() {
+        tracing::warn!(error = %e, "removing the cgroups of a failed seal failed");
+    }
+    if let Some(mut holder) = sealed.holder {
+        let _ = holder.wait();
+    }
+    if let Err(e) = state::remove(run_dir) {
+        tracing::warn!(error = %e, "removing the sandbox record of a failed seal failed");
+    }
 }
 
 async fn spawn_command(
-    spec: Result<Arc<RunSpec>, ProcessError>,
+    live: Result<Live, ProcessError>,
     run: &RunContext,
     command: &CommandSpec,
 ) -> Result<Box<dyn Execution>, ProcessError> {
-    let spec = spec?;
+    let Live {
+        spec,
+        cgroup,
+        sandbox,
+    } = live?;
     command.argv.first().ok_or(ProcessError::EmptyArgv)?;
-    let cwd = workdir(&spec.plan.workdir, &command.cwd)?;
-    let mut request = spec.request(command.argv.clone());
+    let cwd = workdir(&spec.workdir, &command.cwd)?;
+    let name = format!(
+        "cmd-{}",
+        spec.next_command
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let (tree, files) = {
+        let (spec, name, tty) = (Arc::clone(&spec), name.clone(), command.tty);
+        blocking("preparing the command", move || {
+            let tree = cgroup
+                .create_child(&name)
+                .map_err(|source| ProcessError::Cgroup {
+                    step: "creating the command's cgroup",
+                    source,
+                })?;
+            let files = if tty {
+                None
+            } else {
+                Some(OutputFiles::create(&spec.run_dir, &name)?)
+            };
+            Ok((tree, files))
+        })
+        .await?
+    };
+    let mut request = spec.request(command.argv.clone(), &tree);
     request.cwd = cwd;
-    let streams = if command.tty {
-        let pty = Pty::open()?;
-        let slave = |what| {
-            pty.slave
-                .try_clone()
-                .map_err(|source| ProcessError::Pty { step: what, source })
-        };
-        request.stdin = Some(slave("duplicating the slave for stdin")?);
-        request.stdout = Some(slave("duplicating the slave for stdout")?);
-        request.stderr = Some(pty.slave);
-        request.controlling_terminal = true;
-        Streams::Pty(pty.master)
-    } else {
-        let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
-        let (stdout_read, stdout_write) = seal::pipe("the command's stdout pipe")?;
-        let (stderr_read, stderr_write) = seal::pipe("the command's stderr pipe")?;
-        request.stdin = Some(stdin_read);
-        request.stdout = Some(stdout_write);
-        request.stderr = Some(stderr_write);
-        Streams::Pipes {
-            stdin: stdin_write,
-            stdout: stdout_read,
-            stderr: stderr_read,
+    let (streams, followed) = match files {
+        None => {
+            let pty = Pty::open()?;
+            let slave = |what| {
+                pty.slave
+                    .try_clone()
+                    .map_err(|source| ProcessError::Pty { step: what, source })
+            };
+            request.stdin = Some(slave("duplicating the slave for stdin")?);
+            request.stdout = Some(slave("duplicating the slave for stdout")?);
+            request.stderr = Some(pty.slave);
+            request.controlling_terminal = true;
+            (Streams::Pty(pty.master), None)
+        }
+        Some(OutputFiles { stdout, stderr }) => {
+            let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
+            request.stdin = Some(stdin_read);
+            request.stdout = Some(stdout.0);
+            request.stderr = Some(stderr.0);
+            (Streams::Stdin(stdin_write), Some((stdout.1, stderr.1)))
         }
     };
-    let oom = spec.oom_file.clone().map(OomCounter::start);
+    let oom = tree.oom_file().map(OomCounter::start);
     let child = blocking("starting the command", move || {
-        let child = crate::spawn::spawn(&request);
-        // The parent's copies of the child's ends (pipe ends or the pty's slave):
-        // the command's output ends when the command's tree has closed them all.
+        let child = crate::spawn::join(&sandbox, &request);
+        // The parent's copies of the child's ends (the stdin pipe, the pty's slave).
         drop(request);
         child.map_err(|source| ProcessError::Spawn {
             step: "starting the command",
@@ -384,16 +505,31 @@ async fn spawn_command(
         })
     })
     .await?;
-    let (stdin, stdout, stderr) = streams.register()?;
+    let (stdin, stdout, stderr) = match followed {
+        Some((stdout, stderr)) => {
+            let ended = |what| {
+                child
+                    .pidfd()
+                    .try_clone_to_owned()
+                    .map_err(|source| ProcessError::Pipe { step: what, source })
+            };
+            let stdout = output::follow(stdout, ended("duplicating the pidfd for stdout")?)?;
+            let stderr = output::follow(stderr, ended("duplicating the pidfd for stderr")?)?;
+            let (stdin, _, _) = streams.register()?;
+            (stdin, stdout, stderr)
+        }
+        None => streams.register()?,
+    };
     let timeout = match (command.timeout_ms, spec.wall_time_ms) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
     tracing::info!(run_id = %run.run_id, argv = ?command.argv, tty = command.tty,
-        pid = child.pid(), "command started");
+        pid = child.pid(), cgroup = %name, "command started");
     Ok(Box::new(NamespaceExecution::new(Parts {
         run_id: run.run_id.clone(),
         child,
+        tree: Arc::new(tree),
         stdin,
         stdout,
         stderr,
@@ -404,12 +540,8 @@ async fn spawn_command(
 
 /// The parent's ends of a command's stdio, before they are registered with tokio.
 enum Streams {
-    /// Three pipes.
-    Pipes {
-        stdin: OwnedFd,
-        stdout: OwnedFd,
-        stderr: OwnedFd,
-    },
+    /// The stdin pipe (stdout and stderr are files, followed by `output.rs`).
+    Stdin(OwnedFd),
     /// The master of the command's pseudo-terminal: stdout reads it, stdin
     /// writes it, stderr is empty (the command's stderr is the same terminal).
     Pty(OwnedFd),
@@ -419,18 +551,14 @@ impl Streams {
     fn register(self) -> Result<(InputStream, OutputStream, OutputStream), ProcessError> {
         let pipe_err = |step| move |source| ProcessError::Pipe { step, source };
         match self {
-            Self::Pipes {
-                stdin,
-                stdout,
-                stderr,
-            } => {
+            Self::Stdin(stdin) => {
                 let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin)
                     .map_err(pipe_err("registering the command's stdin"))?;
-                let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)
-                    .map_err(pipe_err("registering the command's stdout"))?;
-                let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr)
-                    .map_err(pipe_err("registering the command's stderr"))?;
-                Ok((Box::pin(stdin), Box::pin(stdout), Box::pin(stderr)))
+                Ok((
+                    Box::pin(stdin),
+                    Box::pin(tokio::io::empty()),
+                    Box::pin(tokio::io::empty()),
+                ))
             }
             Self::Pty(master) => {
                 let pty_err = |step| move |source| ProcessError::Pty { step, source };

@@ -1,11 +1,12 @@
 //! What `seal` does on blocking threads: the run's cgroups, the mount plan, the
-//! probe inside.
+//! sandbox's pid 1, the probe inside.
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::libc;
@@ -15,75 +16,105 @@ use workspace_core::mount_plan::{MountPlan, PlanInputs};
 use super::error::ProcessError;
 use super::handover::{HandoverOutcome, hand_over};
 use super::observe::{self, Expected};
-use super::{ProcessOptions, workspace};
-use crate::cgroup::{CgroupLayout, Hierarchy, RunCgroup};
-use crate::spawn::{ResourceLimits, SpawnError, SpawnRequest, SpawnedChild, spawn};
+use super::{ProcessOptions, state, workspace};
+use crate::cgroup::{CgroupLayout, RunCgroup};
+use crate::spawn::{
+    JoinRequest, Pid1, ResourceLimits, Sandbox, SpawnError, SpawnRequest, SpawnedChild, join, spawn,
+};
 
 /// What every command of a sealed run starts from.
 pub(crate) struct RunSpec {
-    pub(crate) plan: MountPlan,
+    /// Where commands start: the workspace root inside.
+    pub(crate) workdir: String,
+    /// The run's private directory on the host (command output files).
+    pub(crate) run_dir: PathBuf,
     /// The plan's variables and the injected credentials (values never printed).
     pub(crate) env: Vec<(String, String)>,
     pub(crate) uid: u32,
     pub(crate) gid: u32,
-    pub(crate) host_uid: u32,
-    pub(crate) host_gid: u32,
-    pub(crate) cgroup_procs: Vec<PathBuf>,
-    /// The run's OOM-kill counter file, when it has a memory cgroup.
-    pub(crate) oom_file: Option<PathBuf>,
     /// `environment.limits.wall_time` in milliseconds.
     pub(crate) wall_time_ms: Option<u64>,
     /// The rlimits every command starts with.
     pub(crate) rlimits: ResourceLimits,
+    /// The number of the next command's cgroup (`cmd-<n>`).
+    pub(crate) next_command: AtomicU32,
 }
 
 impl fmt::Debug for RunSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RunSpec")
-            .field("hostname", &self.plan.hostname)
+            .field("workdir", &self.workdir)
             .field(
                 "env_names",
                 &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             )
             .field("uid", &self.uid)
-            .field("host_uid", &self.host_uid)
-            .field("cgroup_procs", &self.cgroup_procs)
             .finish_non_exhaustive()
     }
 }
 
 impl RunSpec {
-    /// A request for `argv` in this run, cwd and stdio left to the caller.
-    pub(crate) fn request(&self, argv: Vec<String>) -> SpawnRequest {
-        let mut request = SpawnRequest::new(self.plan.clone(), argv);
+    /// The spec of `plan`'s commands for `identity`.
+    fn new(run: &RunContext, plan: &SealPlan, workdir: String) -> Self {
+        let mut env: Vec<(String, String)> = plan
+            .environment
+            .vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for credential in &plan.identity.credentials {
+            env.retain(|(k, _)| *k != credential.name);
+            env.push((
+                credential.name.clone(),
+                credential.expose_value().to_owned(),
+            ));
+        }
+        Self {
+            workdir,
+            run_dir: run.run_dir.clone(),
+            env,
+            uid: plan.identity.uid,
+            gid: plan.identity.gid,
+            wall_time_ms: plan.environment.limits.wall_time_ms,
+            rlimits: rlimits(&plan.environment.limits),
+            next_command: AtomicU32::new(1),
+        }
+    }
+
+    /// A request for `argv` in this run joining `cgroup`, cwd and stdio left to
+    /// the caller.
+    pub(crate) fn request(&self, argv: Vec<String>, cgroup: &RunCgroup) -> JoinRequest {
+        let mut request = JoinRequest::new(argv, self.workdir.clone());
         request.env = self.env.clone();
         request.uid = self.uid;
         request.gid = self.gid;
-        request.host_uid = self.host_uid;
-        request.host_gid = self.host_gid;
-        request.cgroup_procs = self.cgroup_procs.clone();
+        request.cgroup_procs = cgroup
+            .paths()
+            .into_iter()
+            .map(|p| p.join("cgroup.procs"))
+            .collect();
         request.rlimits = self.rlimits;
         request
     }
 }
 
-/// A sealed run: what its commands start from, and its cgroups.
+/// A sealed run: its live sandbox, what its commands start from, its cgroups.
 #[derive(Debug)]
 pub(crate) struct Sealed {
     pub(crate) spec: Arc<RunSpec>,
-    pub(crate) cgroup: RunCgroup,
+    pub(crate) cgroup: Arc<RunCgroup>,
     pub(crate) layout: CgroupLayout,
+    pub(crate) sandbox: Arc<Sandbox>,
+    /// The sandbox's pid 1 when this instance started it (reaped at teardown).
+    pub(crate) holder: Option<SpawnedChild>,
     /// Each directory handed over to the run's identity, with what was done.
     pub(crate) handover: Vec<(PathBuf, HandoverOutcome)>,
+    /// The digest of the mount plan applied (for the evidence).
+    pub(crate) mount_plan_sha256: String,
 }
 
-/// Creates the run's cgroups and builds its plan (blocking).
-pub(crate) fn prepare(
-    run: &RunContext,
-    plan: &SealPlan,
-    options: &ProcessOptions,
-) -> Result<Sealed, ProcessError> {
-    let identity = &plan.identity;
+/// The host ids of the run's identity.
+fn host_ids(plan: &SealPlan, options: &ProcessOptions) -> Result<(u32, u32), ProcessError> {
     let host_id = |id: u32| {
         options
             .host_id_base
@@ -92,7 +123,17 @@ pub(crate) fn prepare(
                 problems: format!("host id base {} + id {id} overflows", options.host_id_base),
             })
     };
-    let (host_uid, host_gid) = (host_id(identity.uid)?, host_id(identity.gid)?);
+    Ok((host_id(plan.identity.uid)?, host_id(plan.identity.gid)?))
+}
+
+/// Creates the run's cgroups, builds its plan and starts its sandbox (blocking).
+pub(crate) fn prepare(
+    run: &RunContext,
+    plan: &SealPlan,
+    options: &ProcessOptions,
+) -> Result<Sealed, ProcessError> {
+    let identity = &plan.identity;
+    let (host_uid, host_gid) = host_ids(plan, options)?;
 
     // What the run may write becomes the run's own (see `handover.rs`): the whole
     // checkout, or a layered checkout's upper and work directories only. The lower
@@ -154,49 +195,125 @@ pub(crate) fn prepare(
         step: "creating the run's cgroups",
         source,
     })?;
-    let oom_file = cgroup.applied().memory.as_ref().map(|m| {
-        m.path.join(match m.hierarchy {
-            Hierarchy::V1 => "memory.oom_control",
-            Hierarchy::V2 => "memory.events",
-        })
-    });
-    let cgroup_procs = cgroup
+    let spec = RunSpec::new(run, plan, mount_plan.workdir.clone());
+    let mount_plan_sha256 =
+        workspace_core::digest::sha256_hex(&serde_json::to_vec(&mount_plan).unwrap_or_default());
+    let init = cgroup
+        .create_child(INIT_CGROUP)
+        .map_err(|source| ProcessError::Cgroup {
+            step: "creating the cgroup of the sandbox's pid 1",
+            source,
+        })?;
+    let mut request = SpawnRequest::new(mount_plan, Vec::new());
+    request.pid1 = Pid1::HoldSandbox;
+    request.cwd = "/".into();
+    request.uid = identity.uid;
+    request.gid = identity.gid;
+    request.host_uid = host_uid;
+    request.host_gid = host_gid;
+    request.rlimits = spec.rlimits;
+    request.cgroup_procs = init
         .paths()
         .into_iter()
         .map(|p| p.join("cgroup.procs"))
         .collect();
-
-    let mut env: Vec<(String, String)> = plan
-        .environment
-        .vars
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    for credential in &identity.credentials {
-        env.retain(|(k, _)| *k != credential.name);
-        env.push((
-            credential.name.clone(),
-            credential.expose_value().to_owned(),
-        ));
-    }
-    let spec = RunSpec {
-        plan: mount_plan,
-        env,
-        uid: identity.uid,
-        gid: identity.gid,
-        host_uid,
-        host_gid,
-        cgroup_procs,
-        oom_file,
-        wall_time_ms: plan.environment.limits.wall_time_ms,
-        rlimits: rlimits(&plan.environment.limits),
-    };
+    let holder = spawn(&request).map_err(|source| ProcessError::Spawn {
+        step: "starting the sandbox",
+        source,
+    })?;
+    let sandbox = Sandbox::of(&holder).map_err(|source| ProcessError::Spawn {
+        step: "opening the sandbox",
+        source,
+    })?;
+    state::write(
+        &run.run_dir,
+        &state::SandboxState {
+            pid: holder.pid(),
+            workdir: spec.workdir.clone(),
+            mount_plan_sha256: mount_plan_sha256.clone(),
+        },
+    )?;
+    tracing::info!(run_id = %run.run_id, pid = holder.pid(), "sandbox started");
     Ok(Sealed {
         spec: Arc::new(spec),
-        cgroup,
+        cgroup: Arc::new(cgroup),
         layout,
+        sandbox: Arc::new(sandbox),
+        holder: Some(holder),
         handover,
+        mount_plan_sha256,
     })
+}
+
+/// The name of the cgroup the sandbox's pid 1 lives in, below the run's.
+pub(crate) const INIT_CGROUP: &str = "init";
+
+/// Takes over the live sandbox of a run sealed by another instance (blocking);
+/// `Ok(Err(reason))` when nothing of it runs any more.
+pub(crate) fn adopt(
+    run: &RunContext,
+    plan: &SealPlan,
+    options: &ProcessOptions,
+) -> Result<Result<Sealed, String>, ProcessError> {
+    let Some(saved) = state::read(&run.run_dir)? else {
+        return Ok(Err("no sandbox was recorded for the run".into()));
+    };
+    let sandbox = match Sandbox::open(saved.pid) {
+        Ok(sandbox) => sandbox,
+        Err(e) => {
+            return Ok(Err(format!(
+                "the sandbox's pid 1 (pid {}) is gone: {e}",
+                saved.pid
+            )));
+        }
+    };
+    // The pidfd names one process for good; it is this run's pid 1 if it lives in
+    // the run's init cgroup (a pid reused by another process would not).
+    let suffix = format!(
+        "/{}/{}/{INIT_CGROUP}",
+        options.cgroup_parent.trim_matches('/'),
+        run.run_id
+    );
+    let cgroups =
+        std::fs::read_to_string(format!("/proc/{}/cgroup", saved.pid)).unwrap_or_default();
+    if !cgroups.lines().any(|line| line.ends_with(&suffix)) || !sandbox.is_alive() {
+        return Ok(Err(format!(
+            "pid {} is no longer the run's sandbox",
+            saved.pid
+        )));
+    }
+    let layout = CgroupLayout::detect().map_err(|source| ProcessError::Cgroup {
+        step: "detecting the cgroup layout",
+        source,
+    })?;
+    let Some(cgroup) =
+        RunCgroup::adopt(&layout, &options.cgroup_parent, &run.run_id).map_err(|source| {
+            ProcessError::Cgroup {
+                step: "finding the run's cgroups",
+                source,
+            }
+        })?
+    else {
+        return Ok(Err("the run's cgroups are gone".into()));
+    };
+    let spec = RunSpec::new(run, plan, saved.workdir);
+    let next = cgroup
+        .children()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|name| name.strip_prefix("cmd-")?.parse::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    spec.next_command.store(next + 1, Ordering::Relaxed);
+    Ok(Ok(Sealed {
+        spec: Arc::new(spec),
+        cgroup: Arc::new(cgroup),
+        layout,
+        sandbox: Arc::new(sandbox),
+        holder: None,
+        handover: Vec::new(),
+        mount_plan_sha256: saved.mount_plan_sha256,
+    }))
 }
 
 /// The rlimit baseline of a run's commands: `RLIMIT_NOFILE` = `limits.open_files`,
@@ -233,7 +350,7 @@ pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
 /// [`PROBE_TIMEOUT`](super::PROBE_TIMEOUT) by default); after that it is killed
 /// and the seal fails with [`ProcessError::ProbeTimeout`].
 pub(crate) fn probe(
-    spec: &RunSpec,
+    sealed: &Sealed,
     expected: &Expected,
     timeout: Duration,
 ) -> Result<ObservedBoundary, ProcessError> {
@@ -241,10 +358,19 @@ pub(crate) fn probe(
     let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let (read, write) = pipe("the probe's stdout pipe")?;
     let script = observe::probe_script(expected.toolchain.as_deref());
-    let mut request = spec.request(vec!["/bin/sh".into(), "-c".into(), script]);
+    let cgroup = sealed
+        .cgroup
+        .create_child("probe")
+        .map_err(|source| ProcessError::Cgroup {
+            step: "creating the probe's cgroup",
+            source,
+        })?;
+    let mut request = sealed
+        .spec
+        .request(vec!["/bin/sh".into(), "-c".into(), script], &cgroup);
     request.stdout = Some(write);
     request.setup_timeout = timeout;
-    let child = spawn(&request);
+    let child = join(&sealed.sandbox, &request);
     drop(request);
     let mut child: SpawnedChild = child.map_err(|source| match source {
         SpawnError::SetupTimeout { .. } => ProcessError::ProbeTimeout { after_ms },
@@ -277,10 +403,9 @@ pub(crate) fn probe(
         serde_json::json!(format!("{status:?}")),
     );
     // What was applied, as one digest a reviewer can compare across runs.
-    let plan = serde_json::to_vec(&spec.plan).unwrap_or_default();
     observed.facts.insert(
         "mount_plan_sha256".into(),
-        serde_json::json!(workspace_core::digest::sha256_hex(&plan)),
+        serde_json::json!(sealed.mount_plan_sha256),
     );
     Ok(observed)
 }

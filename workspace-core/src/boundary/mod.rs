@@ -42,8 +42,8 @@ pub use error::{BoundaryError, BoundaryKind};
 pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
 pub use identity::{CredentialSource, IdentityBoundary, IdentityPlan, IssuedCredential};
 pub use process::{
-    CommandSpec, Execution, ExitRecord, InputStream, KillCause, LeakReport, ObservedBoundary,
-    OutputStream, ProcessBoundary, SealPlan,
+    Attachment, CommandSpec, Execution, ExitRecord, InputStream, KillCause, LeakReport,
+    ObservedBoundary, OutputStream, ProcessBoundary, SealPlan,
 };
 pub use promotion::{
     ApprovalRecord, ChangeKind, ChangedPath, CheckResult, PatchExport, PromotionBoundary,

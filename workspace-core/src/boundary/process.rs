@@ -17,7 +17,10 @@ use super::{
 ///
 /// `seal` applies the filesystem record, the environment plan and the identity plan
 /// together (a backend that isolates with namespaces or a container does all three
-/// at once) and returns what a probe inside observed.
+/// at once) and returns what a probe inside observed. A sealed run is one live
+/// sandbox: every command `spawn`s into it, and what a command leaves running goes
+/// on until `teardown`. `detach` lets a runner go while the sandbox lives on;
+/// `attach` (in this process or another) takes it over again.
 #[async_trait]
 pub trait ProcessBoundary: Send + Sync + Debug + 'static {
     /// What this implementation supports.
@@ -45,6 +48,57 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
     /// Kills every process of the run (the whole tree, never by name) and removes
     /// what the boundary set up; then reports anything that survived.
     async fn teardown(&self, run: &RunContext) -> Result<LeakReport, BoundaryError>;
+
+    /// Lets go of a sealed run without stopping it: its sandbox (what its commands
+    /// left running) lives on with no runner attached, and this instance forgets
+    /// it. The default is for a boundary that cannot keep a sandbox alive without
+    /// its runner: it tears the run down and fails unless nothing was left, so a
+    /// later [`attach`](Self::attach) finds it [`Attachment::Lost`].
+    async fn detach(&self, run: &RunContext) -> Result<(), BoundaryError> {
+        let leaks = self.teardown(run).await?;
+        if leaks.is_clean() {
+            Ok(())
+        } else {
+            Err(BoundaryError::new(
+                super::BoundaryKind::Process,
+                "detach",
+                LeftBehind(leaks),
+            ))
+        }
+    }
+
+    /// Takes over the live sandbox of a run sealed and [detached](Self::detach)
+    /// earlier (by this process or another), for `plan` (the run's plans, prepared
+    /// again by the attaching runner). [`Attachment::Lost`] when nothing of it runs
+    /// any more (the host rebooted, it was killed): the runner then seals the run
+    /// again, and says so. The default keeps no sandbox between runners.
+    async fn attach(&self, run: &RunContext, plan: &SealPlan) -> Result<Attachment, BoundaryError> {
+        let _ = (run, plan);
+        Ok(Attachment::Lost {
+            reason: format!("{} keeps no sandbox alive without its runner", self.name()),
+        })
+    }
+}
+
+/// What a teardown could not remove, as an error.
+#[derive(Debug, thiserror::Error)]
+#[error("still present after teardown: {0:?}")]
+pub struct LeftBehind(pub LeakReport);
+
+/// What [`ProcessBoundary::attach`] found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "sandbox", rename_all = "kebab-case")]
+pub enum Attachment {
+    /// The sandbox is live and attached: commands join it.
+    Live {
+        /// Host pids of the processes running in it when it was attached.
+        processes: Vec<u32>,
+    },
+    /// Nothing of the sandbox runs any more; nothing was attached.
+    Lost {
+        /// Why, in one sentence.
+        reason: String,
+    },
 }
 
 /// Everything `seal` applies.

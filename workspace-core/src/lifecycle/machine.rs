@@ -354,9 +354,17 @@ impl Lifecycle {
     pub fn suspend(&mut self) -> Result<&State, LifecycleError> {
         self.apply(Operation::Suspend)
     }
-    /// Suspended -> Provisioning(Resumed).
+    /// Suspended or Detached -> Provisioning(Resumed).
     pub fn resume(&mut self) -> Result<&State, LifecycleError> {
         self.apply(Operation::Resume)
+    }
+    /// Sealed -> Detached.
+    pub fn detach(&mut self) -> Result<&State, LifecycleError> {
+        self.apply(Operation::Detach)
+    }
+    /// Detached -> Sealed.
+    pub fn attach(&mut self) -> Result<&State, LifecycleError> {
+        self.apply(Operation::Attach)
     }
     /// Sealed or Running -> Draining.
     pub fn drain(&mut self) -> Result<&State, LifecycleError> {

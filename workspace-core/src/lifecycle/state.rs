@@ -42,6 +42,10 @@ pub enum State {
     },
     /// Processes stopped; checkout and leases kept for a later resume.
     Suspended,
+    /// Sealed and live, with no runner attached: the workspace's sandbox keeps
+    /// running (what commands left in the background, services) while no process
+    /// holds the journal, until a runner attaches again or destroys it.
+    Detached,
     /// No new commands; in-flight ones finish or are killed.
     Draining,
     /// Writing the evidence bundle.
@@ -73,6 +77,7 @@ pub enum StateName {
     Sealed,
     Running,
     Suspended,
+    Detached,
     Draining,
     Exporting,
     Exported,
@@ -83,7 +88,7 @@ pub enum StateName {
 
 impl StateName {
     /// Every state, in lifecycle order.
-    pub const ALL: [StateName; 13] = [
+    pub const ALL: [StateName; 14] = [
         Self::Requested,
         Self::Waiting,
         Self::Provisioning,
@@ -91,6 +96,7 @@ impl StateName {
         Self::Sealed,
         Self::Running,
         Self::Suspended,
+        Self::Detached,
         Self::Draining,
         Self::Exporting,
         Self::Exported,
@@ -104,7 +110,7 @@ impl StateName {
     pub fn is_transient(self) -> bool {
         !matches!(
             self,
-            Self::Sealed | Self::Suspended | Self::Cleaned | Self::Failed
+            Self::Sealed | Self::Suspended | Self::Detached | Self::Cleaned | Self::Failed
         )
     }
 }
@@ -130,6 +136,7 @@ impl State {
             Self::Sealed => StateName::Sealed,
             Self::Running { .. } => StateName::Running,
             Self::Suspended => StateName::Suspended,
+            Self::Detached => StateName::Detached,
             Self::Draining => StateName::Draining,
             Self::Exporting => StateName::Exporting,
             Self::Exported => StateName::Exported,
@@ -198,8 +205,13 @@ pub enum Operation {
     Finish,
     /// Sealed -> Suspended.
     Suspend,
-    /// Suspended -> Provisioning(Resumed): re-verify before sealing again.
+    /// Suspended (or Detached, when its sandbox is gone) -> Provisioning(Resumed):
+    /// re-verify before sealing again.
     Resume,
+    /// Sealed -> Detached: the runner lets go, the sandbox stays live.
+    Detach,
+    /// Detached -> Sealed: a runner takes the live sandbox over again.
+    Attach,
     /// Sealed or Running -> Draining.
     Drain,
     /// Draining or Failed -> Exporting.
@@ -230,6 +242,8 @@ pub enum OperationName {
     Finish,
     Suspend,
     Resume,
+    Detach,
+    Attach,
     Drain,
     Export,
     FinishExport,
@@ -260,6 +274,8 @@ impl Operation {
             Self::Finish => OperationName::Finish,
             Self::Suspend => OperationName::Suspend,
             Self::Resume => OperationName::Resume,
+            Self::Detach => OperationName::Detach,
+            Self::Attach => OperationName::Attach,
             Self::Drain => OperationName::Drain,
             Self::Export => OperationName::Export,
             Self::FinishExport => OperationName::FinishExport,
@@ -317,9 +333,11 @@ pub fn next_state(state: &State, export_attempted: bool, op: &Operation) -> Resu
         (S::Sealed, Op::Run { command }) => S::Running { command: *command },
         (S::Running { .. }, Op::Finish) => S::Sealed,
         (S::Sealed, Op::Suspend) => S::Suspended,
-        (S::Suspended, Op::Resume) => S::Provisioning {
+        (S::Suspended | S::Detached, Op::Resume) => S::Provisioning {
             origin: Origin::Resumed,
         },
+        (S::Sealed, Op::Detach) => S::Detached,
+        (S::Detached, Op::Attach) => S::Sealed,
         (S::Sealed | S::Running { .. }, Op::Drain) => S::Draining,
         (S::Draining | S::Failed { .. }, Op::Export) => S::Exporting,
         (S::Exporting, Op::FinishExport) => S::Exported,

@@ -27,6 +27,8 @@ fn sample_op(name: OperationName) -> Operation {
         OperationName::Finish => Operation::Finish,
         OperationName::Suspend => Operation::Suspend,
         OperationName::Resume => Operation::Resume,
+        OperationName::Detach => Operation::Detach,
+        OperationName::Attach => Operation::Attach,
         OperationName::Drain => Operation::Drain,
         OperationName::Export => Operation::Export,
         OperationName::FinishExport => Operation::FinishExport,
@@ -38,7 +40,7 @@ fn sample_op(name: OperationName) -> Operation {
     }
 }
 
-const ALL_OPS: [OperationName; 14] = [
+const ALL_OPS: [OperationName; 16] = [
     OperationName::Admit,
     OperationName::Provision,
     OperationName::StartServices,
@@ -47,6 +49,8 @@ const ALL_OPS: [OperationName; 14] = [
     OperationName::Finish,
     OperationName::Suspend,
     OperationName::Resume,
+    OperationName::Detach,
+    OperationName::Attach,
     OperationName::Drain,
     OperationName::Export,
     OperationName::FinishExport,
@@ -82,6 +86,7 @@ fn path_to(state: StateName, failed_after_export: bool) -> Vec<Operation> {
     let tail: Vec<Operation> = match state {
         StateName::Running => vec![O::Run { command: 1 }],
         StateName::Suspended => vec![O::Suspend],
+        StateName::Detached => vec![O::Detach],
         StateName::Draining => vec![O::Drain],
         StateName::Exporting => vec![O::Drain, O::Export],
         StateName::Exported => vec![O::Drain, O::Export, O::FinishExport],
@@ -141,7 +146,9 @@ fn expected(
         (S::Sealed, O::Run) => Ok(S::Running),
         (S::Running, O::Finish) => Ok(S::Sealed),
         (S::Sealed, O::Suspend) => Ok(S::Suspended),
-        (S::Suspended, O::Resume) => Ok(S::Provisioning),
+        (S::Suspended | S::Detached, O::Resume) => Ok(S::Provisioning),
+        (S::Sealed, O::Detach) => Ok(S::Detached),
+        (S::Detached, O::Attach) => Ok(S::Sealed),
         (S::Sealed | S::Running, O::Drain) => Ok(S::Draining),
         (S::Draining | S::Failed, O::Export) => Ok(S::Exporting),
         (S::Exporting, O::FinishExport) => Ok(S::Exported),
@@ -197,8 +204,8 @@ fn every_state_operation_pair_follows_the_table() {
             }
         }
     }
-    // 13 non-failed-variant states + 1 extra Failed variant, 14 operations each.
-    assert_eq!(legal + refused, 14 * 14);
+    // 14 states + 1 extra Failed variant, 16 operations each.
+    assert_eq!(legal + refused, 15 * 16);
     assert!(
         legal >= 25 && refused >= 150,
         "legal {legal}, refused {refused}"
@@ -216,6 +223,7 @@ fn cleanup_before_export_is_refused_in_every_state_before_export() {
         StateName::Sealed,
         StateName::Running,
         StateName::Suspended,
+        StateName::Detached,
         StateName::Draining,
         StateName::Failed,
     ] {

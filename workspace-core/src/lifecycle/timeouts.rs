@@ -62,9 +62,11 @@ impl Timeouts {
             StateName::Exporting => Some(self.exporting),
             StateName::Exported => Some(self.exported),
             StateName::CleaningUp => Some(self.cleaning_up),
-            StateName::Sealed | StateName::Suspended | StateName::Cleaned | StateName::Failed => {
-                None
-            }
+            StateName::Sealed
+            | StateName::Suspended
+            | StateName::Detached
+            | StateName::Cleaned
+            | StateName::Failed => None,
         }
     }
 }

@@ -80,6 +80,9 @@ pub struct RecoveryReport {
     /// Runs parked in `Suspended`: nothing of them runs, their checkout waits for
     /// a resume or a destroy. Left alone.
     pub suspended: Vec<RunId>,
+    /// Runs left `Detached`: their sandbox is live (or, after a reboot, gone) and
+    /// waits for a runner to attach or destroy it. Left alone.
+    pub detached: Vec<RunId>,
     /// Journals that could not be used, with the reason.
     pub unreadable: Vec<(PathBuf, String)>,
 }
@@ -181,6 +184,10 @@ pub async fn recover(
         }
         if life.state() == &State::Suspended {
             report.suspended.push(run_id);
+            continue;
+        }
+        if life.state() == &State::Detached {
+            report.detached.push(run_id);
             continue;
         }
         let run = LostRun {

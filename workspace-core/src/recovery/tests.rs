@@ -100,6 +100,10 @@ fn abandoned_run(runtime: &Path, state: StateName) -> RunId {
             to_sealed(&mut life);
             life.suspend().expect("suspend");
         }
+        StateName::Detached => {
+            to_sealed(&mut life);
+            life.detach().expect("detach");
+        }
         StateName::Draining
         | StateName::Exporting
         | StateName::Exported
@@ -149,7 +153,7 @@ fn failure_cause(runtime: &Path, run_id: &RunId) -> Option<FailureCause> {
 }
 
 #[tokio::test]
-async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned_and_a_suspended_one_is_left() {
+async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned_and_parked_ones_are_left() {
     let runtime = TempDir::new().expect("tempdir");
     let hooks = RecordingHooks::default();
     let runs: Vec<(StateName, RunId)> = StateName::ALL
@@ -179,6 +183,16 @@ async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned_and_a_suspende
             assert_eq!(final_state(runtime.path(), run_id), State::Suspended);
             continue;
         }
+        if *state == StateName::Detached {
+            // Live without a runner, not lost: it waits for an attach or a destroy.
+            assert!(report.detached.contains(run_id));
+            assert!(
+                hooks.calls_for(run_id).is_empty(),
+                "a detached run was touched"
+            );
+            assert_eq!(final_state(runtime.path(), run_id), State::Detached);
+            continue;
+        }
         let outcome = report
             .recovered
             .iter()
@@ -206,15 +220,17 @@ async fn a_lost_run_in_every_state_is_reaped_exported_and_cleaned_and_a_suspende
         };
         assert_eq!(cause, Some(want_cause), "{state:?}");
     }
-    assert_eq!(report.recovered.len(), StateName::ALL.len() - 2);
+    // All but the cleaned, suspended and detached ones.
+    assert_eq!(report.recovered.len(), StateName::ALL.len() - 3);
 
     // Running recovery again finds nothing left to do.
     let again = recover(runtime.path(), &hooks, Timeouts::default())
         .await
         .expect("recover");
     assert!(again.recovered.is_empty());
-    assert_eq!(again.finished.len(), StateName::ALL.len() - 1);
+    assert_eq!(again.finished.len(), StateName::ALL.len() - 2);
     assert_eq!(again.suspended.len(), 1);
+    assert_eq!(again.detached.len(), 1);
 }
 
 #[tokio::test]

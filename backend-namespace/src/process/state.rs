@@ -1,0 +1,83 @@
+//! `<run dir>/sandbox.json`: where a run's live sandbox is, for the instance that
+//! attaches to it later (another process, after the one that sealed it exited).
+//!
+//! Only what cannot be derived again is kept: pid 1's host pid (checked against
+//! the run's cgroup before it is trusted, since pids are reused), the working
+//! directory inside and the digest of the mount plan applied. No credential is
+//! written: the attaching runner issues them again.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::ProcessError;
+
+/// The file's name in the run directory.
+pub(crate) const SANDBOX_STATE_FILE: &str = "sandbox.json";
+
+/// What is recorded of a live sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SandboxState {
+    /// The host pid of the sandbox's pid 1.
+    pub pid: u32,
+    /// Where commands start inside.
+    pub workdir: String,
+    /// The sha256 of the mount plan applied.
+    pub mount_plan_sha256: String,
+}
+
+fn path(run_dir: &Path) -> PathBuf {
+    run_dir.join(SANDBOX_STATE_FILE)
+}
+
+/// Writes the state (atomically: a temporary file renamed over it).
+pub(crate) fn write(run_dir: &Path, state: &SandboxState) -> Result<(), ProcessError> {
+    let target = path(run_dir);
+    let io = |source| ProcessError::Io {
+        step: "recording the sandbox",
+        path: target.clone(),
+        source,
+    };
+    std::fs::create_dir_all(run_dir).map_err(io)?;
+    let staging = run_dir.join(format!(".{SANDBOX_STATE_FILE}.tmp"));
+    let text = serde_json::to_vec_pretty(state).map_err(|e| io(std::io::Error::other(e)))?;
+    std::fs::write(&staging, text).map_err(io)?;
+    std::fs::rename(&staging, &target).map_err(io)
+}
+
+/// The recorded state, `None` when there is none.
+pub(crate) fn read(run_dir: &Path) -> Result<Option<SandboxState>, ProcessError> {
+    let target = path(run_dir);
+    let text = match std::fs::read(&target) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(ProcessError::Io {
+                step: "reading the sandbox record",
+                path: target,
+                source,
+            });
+        }
+    };
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|e| ProcessError::Io {
+            step: "reading the sandbox record",
+            path: target,
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })
+}
+
+/// Removes the record (nothing to remove is fine).
+pub(crate) fn remove(run_dir: &Path) -> Result<(), ProcessError> {
+    let target = path(run_dir);
+    match std::fs::remove_file(&target) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(ProcessError::Io {
+            step: "removing the sandbox record",
+            path: target,
+            source,
+        }),
+    }
+}
