@@ -22,9 +22,9 @@ pub(crate) struct CreateArgs {
     evidence: Option<PathBuf>,
 }
 
-/// Creates a run (provisioned, sealed, probed), then suspends it: nothing of it
-/// runs, its checkout waits for `exec`, `export`, `promote` or `destroy`. Prints
-/// the run id on stdout.
+/// Creates a run (provisioned, sealed, probed), then detaches from it: its
+/// sandbox stays live (what `exec` leaves running goes on) and waits for `exec`,
+/// `export`, `promote` or `destroy`. Prints the run id on stdout.
 pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
     let contract = match args.contract.resolve("agent-workspace create") {
         Ok(contract) => contract,
@@ -47,13 +47,13 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
             Ok(workspace) => workspace,
             Err(error) => return report_run_error(&error),
         };
-        match workspace.suspend().await {
-            Ok(suspended) => {
-                println!("{}", suspended.run_id);
+        match workspace.detach().await {
+            Ok(detached) => {
+                println!("{}", detached.run_id);
                 eprintln!(
                     "agent-workspace: run {} created; evidence {}",
-                    suspended.run_id,
-                    suspended.evidence.display()
+                    detached.run_id,
+                    detached.evidence.display()
                 );
                 ExitCode::SUCCESS
             }

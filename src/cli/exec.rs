@@ -24,9 +24,10 @@ pub(crate) struct ExecArgs {
     command: Vec<String>,
 }
 
-/// Resumes the run (its checkout re-verified, sealed and probed again), runs the
-/// command with its output passed through and recorded, and suspends the run
-/// again. Exits with the command's status.
+/// Attaches to the run's live sandbox, runs the command in it with its output
+/// passed through and recorded, and detaches again: what the command left
+/// running in the background goes on until `destroy`. Exits with the command's
+/// status.
 pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
     if args.timeout == Some(0) {
         eprintln!("agent-workspace: --timeout 0: the timeout must be at least 1 second");
@@ -50,8 +51,8 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         };
         let io = CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr());
         let outcome = workspace.exec(&command, io).await;
-        let suspended = workspace.suspend().await;
-        match (outcome, suspended) {
+        let detached = workspace.detach().await;
+        match (outcome, detached) {
             (Ok(outcome), Ok(_)) => {
                 let status = outcome.shell_status().clamp(0, 255);
                 ExitCode::from(u8::try_from(status).unwrap_or(EXIT_RUNNER_FAILED))

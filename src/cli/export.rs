@@ -22,7 +22,7 @@ pub(crate) struct ExportArgs {
 
 /// Prints the run's changes against its base commit as a patch `git apply`
 /// accepts, and their sha256 (the digest checks and approvals are bound to) on
-/// stderr. The run stays suspended.
+/// stderr. The run stays as it was (detached and live, or suspended).
 pub(crate) fn run(args: ExportArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
         let patch = match runner.export_patch(&run_id).await {

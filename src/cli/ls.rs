@@ -306,7 +306,7 @@ fn table(rows: &[Row]) -> String {
                 (Some(_), _, _) => "?",
                 (None, true, _) => "live",
                 (None, false, "cleaned") => "-",
-                (None, false, "suspended") => "parked",
+                (None, false, "suspended" | "detached") => "parked",
                 (None, false, _) => "lost",
             };
             [
@@ -344,10 +344,11 @@ fn table(rows: &[Row]) -> String {
             push_line(&["", &format!("error: {error}")]);
         }
     }
-    if rows
-        .iter()
-        .any(|r| !r.held && r.error.is_none() && r.state != "cleaned" && r.state != "suspended")
-    {
+    if rows.iter().any(|r| {
+        !r.held
+            && r.error.is_none()
+            && !matches!(r.state.as_str(), "cleaned" | "suspended" | "detached")
+    }) {
         out.push_str(
             "(runs marked lost have no live runner: `agent-workspace recover` finishes them)\n",
         );

@@ -49,7 +49,7 @@ struct Cli {
 enum Command {
     /// Run one command in a fresh, isolated workspace; export its evidence.
     Run(run::RunArgs),
-    /// Create a sealed workspace and keep it (suspended) for `exec`; print its id.
+    /// Create a sealed, live workspace and keep it for `exec`; print its id.
     Create(create::CreateArgs),
     /// Run one more command in a created workspace.
     Exec(exec::ExecArgs),

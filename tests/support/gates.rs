@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use workspace_core::boundary::{
-    BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary, PatchExport,
+    Attachment, BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary, PatchExport,
     ProcessBoundary, ProcessCapabilities, PromotionBoundary, PromotionCapabilities,
     PromotionRecord, PromotionRequest, RunContext, SealPlan, SourceBoundary, SourceCapabilities,
     SourceRecord, Stack,
@@ -217,6 +217,18 @@ impl ProcessBoundary for Gated<dyn ProcessBoundary> {
     boundary_method! {
         fn teardown(&self, run: &'life1 RunContext) -> LeakReport {
             self.gate.around(Some(Hold::Teardown), || self.inner.teardown(run), None)
+        }
+    }
+
+    boundary_method! {
+        fn detach(&self, run: &'life1 RunContext) -> () {
+            self.inner.detach(run)
+        }
+    }
+
+    boundary_method! {
+        fn attach(&self, run: &'life1 RunContext, plan: &'life2 SealPlan) -> Attachment {
+            self.inner.attach(run, plan)
         }
     }
 }

@@ -350,6 +350,7 @@ impl ProcessBoundary for NamespaceProcess {
                 }
             }
             state::remove(&run_dir)?;
+            output::remove(&run_dir)?;
             let cgroups = leaked_paths(&layout, &parent, &run_id).map_err(|source| {
                 ProcessError::Cgroup {
                     step: "looking for the run's cgroups",
@@ -430,7 +431,7 @@ fn stop(sealed: Sealed, run_dir: &std::path::Path) {
     if let Some(mut holder) = sealed.holder {
         let _ = holder.wait();
     }
-    if let Err(e) = state::remove(run_dir) {
+    if let Err(e) = state::remove(run_dir).and_then(|()| output::remove(run_dir)) {
         tracing::warn!(error = %e, "removing the sandbox record of a failed seal failed");
     }
 }

@@ -146,3 +146,19 @@ fn truncated(file: &mut File, offset: u64) -> bool {
     }
     false
 }
+
+/// Removes the run's output files, once every process of the run has ended. The
+/// directory is the runner's own (nothing in a sandbox can reach it), so it holds
+/// only the regular files made here.
+pub(crate) fn remove(run_dir: &Path) -> Result<(), ProcessError> {
+    let dir = run_dir.join(OUTPUT_DIR);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(ProcessError::Io {
+            step: "removing the command output files",
+            path: dir,
+            source,
+        }),
+    }
+}

@@ -73,8 +73,8 @@ pub enum RunErrorKind {
         #[source]
         source: std::io::Error,
     },
-    /// The run is not suspended, so it cannot be resumed.
-    #[error("the run is {state}, not suspended")]
+    /// The run is neither suspended nor detached, so it cannot be resumed.
+    #[error("the run is {state}, not suspended or detached")]
     NotSuspended {
         /// Its state.
         state: crate::lifecycle::StateName,

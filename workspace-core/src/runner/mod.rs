@@ -57,7 +57,7 @@ pub use outcome::{CommandOutcome, Outcome, RunReport};
 pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use recovery::StackRecovery;
 pub use scrub::{MIN_REDACTED_LEN, Scrubber};
-pub use workspace::{SuspendedRun, Workspace};
+pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 
 use crate::RunId;
 use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
@@ -263,11 +263,14 @@ impl Runner {
         }
     }
 
-    /// Takes a suspended run (suspended by this process or another) back to
-    /// `Sealed`: its journal is locked again, its records are read back, the
-    /// checkout is re-verified and the run is sealed and probed again. A run that
-    /// is not suspended is refused and left as it is; a run that fails on the way
-    /// is concluded (exported, cleaned up) and the error names its evidence.
+    /// Takes a parked run (by this process or another) back to `Sealed`: its
+    /// journal is locked again and its records are read back. A detached run is
+    /// attached to its live sandbox (everything its commands left running is still
+    /// there); one whose sandbox is gone (the host rebooted), like a suspended run,
+    /// has its checkout re-verified and is sealed and probed again, and the journal
+    /// says so. A run that is neither is refused and left as it is; a run that
+    /// fails on the way is concluded (exported, cleaned up) and the error names its
+    /// evidence.
     pub async fn resume(
         &self,
         run_id: &RunId,
@@ -301,7 +304,12 @@ impl Runner {
             scrubber: Scrubber::default(),
             concluded: false,
         };
-        match workspace.bring_back().await {
+        let taken = if workspace.state() == &crate::lifecycle::State::Detached {
+            workspace.reattach().await
+        } else {
+            workspace.bring_back().await
+        };
+        match taken {
             Ok(()) => Ok(workspace),
             Err(kind) => Err(workspace.abort(kind).await),
         }

@@ -1,4 +1,5 @@
-//! What a suspended run left on disk, read back to resume it.
+//! What a parked run (suspended, or detached with its sandbox live) left on disk,
+//! read back to take it over.
 
 use std::path::Path;
 
@@ -15,8 +16,8 @@ use crate::contract::Contract;
 use crate::evidence::{COMMANDS_DIR, CommandRecord, EvidenceFile, EvidenceWriter};
 use crate::lifecycle::{Lifecycle, State};
 
-/// A suspended run taken over by this process: its journal locked, its records
-/// read back. Dropping it releases the journal.
+/// A parked run (suspended or detached) taken over by this process: its journal
+/// locked, its records read back. Dropping it releases the journal.
 pub(super) struct Parked {
     pub paths: RunPaths,
     pub life: Lifecycle,
@@ -26,13 +27,13 @@ pub(super) struct Parked {
 
 impl Parked {
     /// Locks the journal of `run_id` and reads its records; refuses a run that is
-    /// not suspended (and leaves it as it is).
+    /// neither suspended nor detached (and leaves it as it is).
     pub(super) fn take(config: &RunnerConfig, run_id: &RunId) -> Result<Self, RunError> {
         let refuse = |kind| RunError::refused(run_id, kind);
         let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
         let (life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
             .map_err(|e| refuse(e.into()))?;
-        if life.state() != &State::Suspended {
+        if !matches!(life.state(), State::Suspended | State::Detached) {
             return Err(refuse(RunErrorKind::NotSuspended {
                 state: life.state().name(),
             }));

@@ -17,7 +17,8 @@ use super::scrub::Scrubber;
 use super::state_files::{create_dir, read_state, write_state};
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
-    CommandSpec, EnvironmentPlan, FilesystemRecord, RunContext, SealPlan, SourceRecord,
+    Attachment, CommandSpec, EnvironmentPlan, FilesystemRecord, IdentityPlan, RunContext, SealPlan,
+    SourceRecord,
 };
 use crate::capacity::{Grant, Resources};
 use crate::contract::CheckoutOrigin;
@@ -128,13 +129,57 @@ impl Workspace {
     /// re-verified against its record (a checkout that is not what it claims to be
     /// fails the run, never silently continues), sealed and probed again.
     pub(super) async fn bring_back(&mut self) -> Result<(), RunErrorKind> {
-        let stack = self.runner.stack().clone();
-        let cancel = self.cancel.clone();
         let environment = self.reserve().await?;
         self.life.resume()?;
+        self.lease_again()?;
+        self.verify_source().await?;
+        self.seal(environment).await
+    }
+
+    /// Attaches a detached run to its live sandbox: capacity and leases again,
+    /// the environment and identity prepared again (credentials are issued anew),
+    /// then the process boundary takes the sandbox over. A sandbox that is gone is
+    /// not pretended to be there: the run goes through `Provisioning(Resumed)`
+    /// (the checkout re-verified) and is sealed again, as after a suspend.
+    pub(super) async fn reattach(&mut self) -> Result<(), RunErrorKind> {
+        let stack = self.runner.stack().clone();
+        let environment = self.reserve().await?;
+        self.lease_again()?;
+        let mut live = environment.clone();
+        live.vars.extend(self.leases.names.vars());
+        let identity = stack.identity.prepare(&self.run).await?;
+        let plan = self.seal_plan(live, identity.clone())?;
+        self.sealing = true;
+        match stack.process.attach(&self.run, &plan).await? {
+            Attachment::Live { processes } => {
+                self.scrubber = Scrubber::new(&identity.credentials);
+                self.life.attach()?;
+                tracing::info!(run_id = %self.run.run_id, processes = processes.len(),
+                    "attached to the live sandbox");
+                Ok(())
+            }
+            Attachment::Lost { reason } => {
+                tracing::warn!(run_id = %self.run.run_id, %reason,
+                    "the detached sandbox is gone; sealing the run again");
+                self.sealing = false;
+                self.life.resume()?;
+                self.verify_source().await?;
+                self.seal(environment).await
+            }
+        }
+    }
+
+    /// The cache prefix and schema names the run had, leased again.
+    fn lease_again(&mut self) -> Result<(), RunErrorKind> {
         let previous: Option<LeasedNames> =
             read_state(&self.paths.run_dir.join(LEASES_STATE_FILE))?;
-        self.lease(Some(previous.unwrap_or_default()))?;
+        self.lease(Some(previous.unwrap_or_default()))
+    }
+
+    /// Re-verifies the checkout against its record.
+    async fn verify_source(&mut self) -> Result<(), RunErrorKind> {
+        let stack = self.runner.stack().clone();
+        let cancel = self.cancel.clone();
         let source = self.source.clone().ok_or_else(|| RunErrorKind::Io {
             path: self.evidence.path_of(EvidenceFile::Source),
             source: std::io::Error::new(
@@ -150,8 +195,7 @@ impl Workspace {
                 .await
                 .map_err(RunErrorKind::from)
         })
-        .await?;
-        self.seal(environment).await
+        .await
     }
 
     /// Resolves the environment and reserves the capacity its limits need
@@ -197,25 +241,11 @@ impl Workspace {
         environment.vars.extend(self.leases.names.vars());
         let stack = self.runner.stack().clone();
         let cancel = self.cancel.clone();
-        let (Some(source), Some(filesystem)) = (self.source.clone(), self.filesystem.clone())
-        else {
-            return Err(RunErrorKind::Io {
-                path: self.paths.run_dir.clone(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the run has no provisioned checkout to seal",
-                ),
-            });
-        };
         self.life.start_services()?;
         let identity = stack.identity.prepare(&self.run).await?;
         self.scrubber = Scrubber::new(&identity.credentials);
-        let plan = SealPlan {
-            source,
-            filesystem: filesystem.clone(),
-            environment: environment.clone(),
-            identity: identity.clone(),
-        };
+        let plan = self.seal_plan(environment.clone(), identity.clone())?;
+        let filesystem = plan.filesystem.clone();
         self.sealing = true;
         let limit = self.limit(StateName::StartingServices);
         let probe = bounded(StateName::StartingServices, limit, &cancel, async {
@@ -236,6 +266,64 @@ impl Workspace {
             .write_json(EvidenceFile::Observed, &observed)?;
         self.life.seal()?;
         Ok(())
+    }
+
+    /// The plans the process boundary applies, from the provisioned records.
+    fn seal_plan(
+        &self,
+        environment: EnvironmentPlan,
+        identity: IdentityPlan,
+    ) -> Result<SealPlan, RunErrorKind> {
+        let (Some(source), Some(filesystem)) = (self.source.clone(), self.filesystem.clone())
+        else {
+            return Err(RunErrorKind::Io {
+                path: self.paths.run_dir.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the run has no provisioned checkout to seal",
+                ),
+            });
+        };
+        Ok(SealPlan {
+            source,
+            filesystem,
+            environment,
+            identity,
+        })
+    }
+
+    /// Lets go of the sealed run without stopping anything: it is parked in
+    /// `Detached`, its sandbox stays live (what its commands left running goes
+    /// on), the capacity and leases are given back and the journal is released.
+    /// [`Runner::resume`] (in this process or another) attaches to it again;
+    /// crash recovery leaves a detached run alone. This is how a workspace lives
+    /// across separate processes (`create`, then `exec`, `exec`, `promote`).
+    ///
+    /// Only a sealed run (no command running) can be detached; a run the process
+    /// boundary cannot detach is failed and concluded instead.
+    pub async fn detach(mut self) -> Result<DetachedRun, RunError> {
+        if self.life.state() != &State::Sealed {
+            let refused = self.life.detach().map(drop).map_err(RunErrorKind::from);
+            return Err(self.error(refused.err().unwrap_or(RunErrorKind::Failed(
+                FailureCause::Runner {
+                    message: "only a sealed run can be detached".into(),
+                },
+            ))));
+        }
+        let stack = self.runner.stack().clone();
+        if let Err(e) = stack.process.detach(&self.run).await {
+            return Err(self.abort(e.into()).await);
+        }
+        self.sealing = false;
+        self.journal(|life| life.detach().map(drop))?;
+        self.reservation = None;
+        self.leases = RunLeases::default();
+        self.concluded = true;
+        tracing::info!(run_id = %self.run.run_id, "run detached");
+        Ok(DetachedRun {
+            run_id: self.run.run_id.clone(),
+            evidence: self.evidence.dir().to_path_buf(),
+        })
     }
 
     /// Stops every process of the run and parks it in `Suspended`: the checkout
@@ -432,6 +520,15 @@ impl Drop for Workspace {
                 "workspace dropped without finish; the run is left to crash recovery");
         }
     }
+}
+
+/// A run parked in `Detached` by [`Workspace::detach`], its sandbox live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DetachedRun {
+    /// The run, for [`Runner::resume`].
+    pub run_id: crate::RunId,
+    /// Its evidence bundle (unsealed until the run ends).
+    pub evidence: std::path::PathBuf,
 }
 
 /// A run parked in `Suspended` by [`Workspace::suspend`].
