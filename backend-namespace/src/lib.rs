@@ -15,12 +15,14 @@
 //! * [`environment`] and [`identity`]: the Environment and Identity boundaries'
 //!   decisions (a cleared environment with an allowlist, finite default limits, the
 //!   run user, issued credentials), which the process boundary applies;
-//! * [`spawn`]: one command in fresh user, mount, pid, net, uts, ipc and cgroup
-//!   namespaces with the mount plan applied on a new root, a minimal init as pid 1,
-//!   emptied capability sets and `no_new_privs`;
+//! * [`spawn`]: fresh user, mount, pid, net, uts, ipc and cgroup namespaces with
+//!   the mount plan applied on a new root, a minimal init as pid 1, emptied
+//!   capability sets and `no_new_privs`, for one command or as a live sandbox that
+//!   further commands [`join`](spawn::join);
 //! * [`process`]: [`process::NamespaceProcess`], the Process boundary: seals a run
-//!   (workspace handover to the run's identity, cgroups, mount plan, a probe inside
-//!   with a timeout), spawns commands in it with tokio streams (or a
+//!   (workspace handover to the run's identity, cgroups, mount plan, the run's live
+//!   sandbox, a probe inside with a timeout), spawns commands into that sandbox
+//!   (each in a cgroup of its own) with tokio streams (or a
 //!   pseudo-terminal, `tty = true`), time, memory, open
 //!   file and file size limits, and tears it down with a leak report — also a run
 //!   sealed by another, dead instance (crash recovery, by the run's cgroups).

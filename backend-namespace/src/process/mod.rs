@@ -20,15 +20,29 @@
 //!   `environment.assurance = required` any mismatch fails the seal (and removes
 //!   the cgroups); `best-effort` records them. The observation's `handover` fact
 //!   lists what the handover changed and left alone.
-//! * **spawn**: each command gets a fresh set of namespaces with the run's plan,
-//!   its environment plus the injected credentials, the run's cgroups, and the
-//!   identity's uid/gid mapped to `host_id_base + id` on the host, and the rlimit
-//!   baseline (soft = hard): `RLIMIT_NOFILE` = `limits.open_files`,
-//!   `RLIMIT_CORE` = 0, `RLIMIT_FSIZE` = `limits.disk` (each file at most the disk
-//!   cap; unlimited without one). Its stdio are
-//!   pipes turned into tokio streams. A bare program name is looked up in the run's
-//!   `PATH` inside the run, as `execvp` does; one with a `/` is relative to `cwd`.
-//!   `cwd` is relative to the workspace root, without `..`.
+//!   The seal then starts the run's **live sandbox**: a pid 1 in new user, mount,
+//!   pid, network, UTS and IPC namespaces with the mount plan applied, every
+//!   privilege dropped, in the run's `init` cgroup, that holds the namespaces
+//!   until teardown ([`crate::spawn::Pid1::HoldSandbox`]); the probe joins it.
+//!   Where it is (pid 1's host pid, checked against the run's cgroup before it is
+//!   trusted) is recorded in `<run dir>/sandbox.json`.
+//! * **spawn**: each command joins the sandbox ([`crate::spawn::join`]): the same
+//!   namespaces, file system, network and processes as every other command of the
+//!   run, in a cgroup of its own below the run's (`cmd-<n>`, so its timeout, kill
+//!   and memory-limit cause cover its tree only), with the run's environment plus
+//!   the injected credentials, the identity's uid/gid (mapped to
+//!   `host_id_base + id` on the host) and the rlimit baseline (soft = hard):
+//!   `RLIMIT_NOFILE` = `limits.open_files`, `RLIMIT_CORE` = 0, `RLIMIT_FSIZE` =
+//!   `limits.disk` (each file at most the disk cap; unlimited without one). Its
+//!   stdin is a pipe; its stdout and stderr are files of the run (`output.rs`),
+//!   followed as tokio streams until the command itself ends, so what it leaves
+//!   running in the background can go on writing after the command and its runner
+//!   are gone. A bare program name is looked up in the run's `PATH` inside the
+//!   run, as `execvp` does; one with a `/` is relative to `cwd`. `cwd` is relative
+//!   to the workspace root, without `..`.
+//! * **detach / attach**: `detach` lets the sandbox outlive this instance (and
+//!   the process it lives in); `attach`, in any process, finds it again from its
+//!   record and cgroups, or reports it lost (the host rebooted, pid 1 was killed).
 //! * **terminal** (`CommandSpec::tty = true`): the command's stdin, stdout and
 //!   stderr are the slave of a pseudo-terminal allocated by the runner before the
 //!   clone ([`PTY_WINDOW_SIZE`], 80x24), and the command makes it its controlling
@@ -45,20 +59,23 @@
 //!   devpts instance of its own at `/dev/pts` (`newinstance`, `ptmxmode=0666`,
 //!   `/dev/ptmx` a link into it) for terminals it opens itself; no host terminal
 //!   is visible there.
-//! * **wait** honours the smaller of `timeout_ms` and the run's wall-time limit:
-//!   the command's pid namespace is killed and the record says
-//!   [`KillCause::Timeout`]. When the run's memory cgroup counted an OOM kill while
-//!   the command ran, it says [`KillCause::MemoryLimit`] (even if the process the
-//!   kernel chose was not the command itself).
-//! * **teardown**: kills everything in the run's cgroups, removes them, forgets the
-//!   run; the [`LeakReport`] lists pids still in the cgroups and cgroup directories
+//! * **wait** returns when the command itself ended and honours the smaller of
+//!   `timeout_ms` and the run's wall-time limit: the command's cgroup (its whole
+//!   tree, background processes included) is killed and the record says
+//!   [`KillCause::Timeout`]. When the command's memory cgroup counted an OOM kill,
+//!   it says [`KillCause::MemoryLimit`] (even if the process the kernel chose was
+//!   not the command itself).
+//! * **teardown**: kills everything in the run's cgroups (the sandbox's pid 1 and
+//!   everything any command left running), removes them and the run's output files
+//!   and sandbox record, forgets the run; the [`LeakReport`] lists pids still in the cgroups and cgroup directories
 //!   still present. A run this instance did not seal (crash recovery: the runner
 //!   that sealed it died) is torn down the same way: its cgroups are found by the
 //!   names `seal` gives them (`<mount>/<cgroup_parent>/<run id>` in every
 //!   hierarchy, [`RunCgroup::adopt`]), everything in them is killed, and they are
 //!   removed. No cgroup left is a clean report. Idempotent.
 //!
-//! Not yet: resizing a command's terminal (the window stays [`PTY_WINDOW_SIZE`]), a
+//! Not yet: output that background processes write after their command ended is
+//! not yet copied into the evidence; resizing a command's terminal (the window stays [`PTY_WINDOW_SIZE`]), a
 //! terminal allocated in the run's own devpts instance (so that `ttyname` works
 //! inside), port/cache leases, networks other than loopback, a disk quota on the
 //! workspace itself (`limits.disk` caps only the size of each file a process

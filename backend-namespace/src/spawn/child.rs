@@ -207,7 +207,12 @@ pub(super) fn fail(stage: ChildStage, op: u32) -> impl Fn(Errno) -> Report {
     }
 }
 
-fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
+/// What every cloned child does first, before anything of the run exists:
+/// signals reset, `umask`, the kept descriptors moved and every other one closed,
+/// the go byte read, non-dumpable, the runner's command line blanked, the run's
+/// cgroups joined (still in the host's view of them). Returns the go byte and how
+/// many cgroup files were kept (the descriptors after them follow).
+pub(super) fn begin(p: &Prepared, error_fd: &mut c_int) -> Result<(u8, c_int), Report> {
     reset_signals();
     // SAFETY: umask only changes this process's creation mask.
     unsafe { libc::umask(0o022) };
@@ -238,6 +243,11 @@ fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
         // SAFETY: the cgroup file descriptor is ours and no longer needed.
         unsafe { libc::close(fd) };
     }
+    Ok((go, cgroups))
+}
+
+fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
+    let (go, _cgroups) = begin(p, error_fd)?;
     // SAFETY: unshare of the cgroup namespace affects this process only.
     raw::check(unsafe { libc::unshare(libc::CLONE_NEWCGROUP) })
         .map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;

@@ -25,8 +25,7 @@ use std::ptr;
 use nix::libc;
 
 use super::child::{
-    FD_CGROUP, FD_ERROR, FD_GO, GO_CLEAR_GROUPS, clone_with, drop_privileges, fail,
-    forget_runner_command_line, keep_descriptors, reset_signals, run_setup, set_rlimits,
+    FD_CGROUP, GO_CLEAR_GROUPS, begin, clone_with, drop_privileges, fail, run_setup, set_rlimits,
     stay_undumpable,
 };
 use super::error::{ChildStage, Report, SpawnError, op};
@@ -52,27 +51,7 @@ fn run(prepared: &Prepared) -> ! {
 }
 
 fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
-    reset_signals();
-    // SAFETY: umask only changes this process's creation mask.
-    unsafe { libc::umask(0o022) };
-    let cgroups = keep_descriptors(p, error_fd).map_err(fail(ChildStage::Descriptors, op::CALL))?;
-    *error_fd = FD_ERROR;
-    let go = raw::read_byte(FD_GO).map_err(fail(ChildStage::Go, op::READ))?;
-    let Some(go) = go else {
-        // The parent gave up: nothing to report to.
-        // SAFETY: `_exit` ends the process without the parent's handlers.
-        unsafe { libc::_exit(127) }
-    };
-    // SAFETY: FD_GO is ours and no longer needed.
-    unsafe { libc::close(FD_GO) };
-    stay_undumpable();
-    forget_runner_command_line(p);
-
-    for fd in FD_CGROUP..FD_CGROUP + cgroups {
-        raw::write_all(fd, b"0").map_err(fail(ChildStage::Cgroup, op::WRITE))?;
-        // SAFETY: the cgroup file descriptor is ours and no longer needed.
-        unsafe { libc::close(fd) };
-    }
+    let (go, cgroups) = begin(p, error_fd)?;
     let sandbox = FD_CGROUP + cgroups;
     // SAFETY: setns on the sandbox's pidfd (kept at this number) with namespace
     // flags; this process is single-threaded and shares no fs struct.
