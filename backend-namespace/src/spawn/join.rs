@@ -213,7 +213,9 @@ impl JoinRequest {
     }
 }
 
-/// Starts `request.argv` inside `sandbox` (see the [module docs](self)).
+/// Starts `request.argv` inside `sandbox`: a fork-style clone, `setns` through
+/// the sandbox's pidfd, the privilege drop, and a supervisor that outlives only the
+/// command (see `join.rs`).
 ///
 /// Returns once the command has been `exec`'d, or with the child's first failure
 /// (naming the stage). Blocking: from async code call it in `spawn_blocking`.
