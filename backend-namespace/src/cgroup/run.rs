@@ -258,16 +258,7 @@ impl RunCgroup {
         let mut dirs = Vec::with_capacity(self.dirs.len());
         for dir in &self.dirs {
             if dir.hierarchy == Hierarchy::V2 {
-                let file = dir.path.join("cgroup.subtree_control");
-                for controller in &dir.controllers {
-                    fsio::write_raw(&file, &format!("+{controller}")).map_err(|source| {
-                        CgroupError::EnableController {
-                            controller: *controller,
-                            path: file.clone(),
-                            source,
-                        }
-                    })?;
-                }
+                hand_down(&dir.path, &dir.controllers)?;
             }
             let path = dir.path.join(name);
             make_dir(&path)?;
@@ -455,16 +446,23 @@ fn enable_v2_controllers(
     }
     for dir in levels {
         create_dir_all(&dir)?;
-        let file = dir.join("cgroup.subtree_control");
-        for controller in controllers {
-            fsio::write_raw(&file, &format!("+{controller}")).map_err(|source| {
-                CgroupError::EnableController {
-                    controller: *controller,
-                    path: file.clone(),
-                    source,
-                }
-            })?;
-        }
+        hand_down(&dir, controllers)?;
+    }
+    Ok(())
+}
+
+/// Enables `controllers` for the children of the v2 group `dir`
+/// (`cgroup.subtree_control`).
+fn hand_down(dir: &Path, controllers: &[Controller]) -> Result<(), CgroupError> {
+    let file = dir.join("cgroup.subtree_control");
+    for controller in controllers {
+        fsio::write_raw(&file, &format!("+{controller}")).map_err(|source| {
+            CgroupError::EnableController {
+                controller: *controller,
+                path: file.clone(),
+                source,
+            }
+        })?;
     }
     Ok(())
 }
