@@ -180,6 +180,7 @@ fn command() -> CommandSpec {
         cwd: ".".into(),
         timeout_ms: None,
         tty: false,
+        output: None,
     }
 }
 

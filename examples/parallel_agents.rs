@@ -146,6 +146,7 @@ async fn run_agent(
         cwd: ".".into(),
         timeout_ms: None,
         tty: false,
+        output: None,
     };
     let outcome = workspace.exec(&command, CommandIo::captured()).await?;
     if !outcome.succeeded() {

@@ -436,6 +436,7 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
             cwd: ".".into(),
             timeout_ms: None,
             tty: false,
+            output: None,
         };
         tasks.push(tokio::spawn(async move {
             runner

@@ -71,7 +71,7 @@ impl EnvironmentBoundary for NamespaceEnvironment {
                 LimitKind::WallTime,
                 LimitKind::OpenFiles,
             ],
-            services: false,
+            services: true,
         }
     }
 

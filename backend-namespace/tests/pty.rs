@@ -53,6 +53,7 @@ impl Fixture {
 fn sh(script: &str, tty: bool) -> CommandSpec {
     CommandSpec {
         tty,
+        output: None,
         ..command(&["/bin/sh", "-c", script], Some(30_000))
     }
 }
@@ -145,6 +146,7 @@ async fn a_timeout_kills_the_whole_tree_of_a_tty_command() {
             &f.run,
             &CommandSpec {
                 tty: true,
+                output: None,
                 ..command(
                     &[
                         "/bin/sh",
@@ -297,6 +299,7 @@ async fn ctrl_c_interrupts_the_foreground_command() {
             &f.run,
             &CommandSpec {
                 tty: true,
+                output: None,
                 ..command(&["sleep", "30"], Some(30_000))
             },
         )

@@ -38,6 +38,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         cwd: ".".into(),
         timeout_ms: args.timeout.map(|secs| secs.saturating_mul(1000)),
         tty: false,
+        output: None,
     };
     on_run(host, &args.run, |runner, run_id| async move {
         let options = CreateOptions {

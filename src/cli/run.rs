@@ -42,6 +42,7 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         cwd: ".".into(),
         timeout_ms: None, // the contract's wall time applies
         tty: false,
+        output: None,
     };
     let json = args.json;
     block_on(async move {

@@ -69,27 +69,12 @@ impl Summary {
         if let Some(failure) = &self.failure
             && !matches!(failure, FailureCause::Cancelled)
         {
-            line.push_str(&format!("; run failed: {}", describe(failure)));
+            line.push_str(&format!("; run failed: {}", failure));
         }
         if !self.cleaned {
             line.push_str("; not cleaned up (run `agent-workspace recover`)");
         }
         line
-    }
-}
-
-fn describe(cause: &FailureCause) -> String {
-    match cause {
-        FailureCause::Timeout { state, limit_ms } => {
-            format!("{state} took longer than {limit_ms} ms")
-        }
-        FailureCause::RunnerLost => "the runner was lost".into(),
-        FailureCause::Cancelled => "cancelled".into(),
-        FailureCause::Boundary { boundary, message } => format!("{boundary} boundary: {message}"),
-        FailureCause::BoundaryViolation { mismatches } => {
-            format!("the boundary probe saw {}", mismatches.join("; "))
-        }
-        FailureCause::Runner { message } => message.clone(),
     }
 }
 

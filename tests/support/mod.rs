@@ -219,6 +219,7 @@ pub fn command(argv: &[&str], timeout_ms: Option<u64>) -> CommandSpec {
         cwd: ".".into(),
         timeout_ms,
         tty: false,
+        output: None,
     }
 }
 

@@ -179,6 +179,50 @@ fn each_malformed_contract_names_its_field_path() {
             "duplicate service name \"db\"",
         ),
         (
+            "two readiness checks",
+            with(
+                "[[environment.services]]\nname = \"web\"\ncommand = [\"srv\"]\nhealth = { tcp = 8000, log = \"up\" }\n",
+            ),
+            "environment.services[0].health",
+            "declare exactly one of command, tcp, http or log",
+        ),
+        (
+            "no readiness check",
+            with("[[environment.services]]\nname = \"web\"\ncommand = [\"srv\"]\nhealth = {}\n"),
+            "environment.services[0].health",
+            "declare exactly one of command, tcp, http or log",
+        ),
+        (
+            "dependency declared later",
+            with(
+                "[[environment.services]]\nname = \"app\"\ndepends_on = [\"db\"]\ncommand = [\"app\"]\nhealth = { tcp = 8000 }\n[[environment.services]]\nname = \"db\"\ncommand = [\"pg\"]\nhealth = { tcp = 5432 }\n",
+            ),
+            "environment.services[0].depends_on[0]",
+            "\"db\" is not a service declared before this one",
+        ),
+        (
+            "service name with a slash",
+            with(
+                "[[environment.services]]\nname = \"a/b\"\ncommand = [\"srv\"]\nhealth = { tcp = 1 }\n",
+            ),
+            "environment.services[0].name",
+            "may only hold letters, digits",
+        ),
+        (
+            "http path without slash",
+            with(
+                "[[environment.services]]\nname = \"web\"\ncommand = [\"srv\"]\nhealth = { http = { port = 80, path = \"health\" } }\n",
+            ),
+            "environment.services[0].health.http.path",
+            "does not start with '/'",
+        ),
+        (
+            "preview check on an unpublished port",
+            with("[process]\nports = [8000]\npreview_check = { port = 3000 }\n"),
+            "process.preview_check.port",
+            "port 3000 is not published",
+        ),
+        (
             "empty network allowlist",
             with("[environment.network]\nmode = \"allowlist\"\nallow = []\n"),
             "environment.network.allow",

@@ -70,9 +70,22 @@ pub enum ProcessError {
         /// The run.
         run_id: RunId,
     },
+    /// No connection to a port inside the sandbox.
+    #[error("connecting to port {port} inside the sandbox")]
+    Connect {
+        /// The port inside.
+        port: u16,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The command has no program.
     #[error("argv is empty")]
     EmptyArgv,
+    /// Output files were asked for a command with a terminal, whose output is
+    /// one stream.
+    #[error("output: a command with tty = true has one output stream, not output files")]
+    TtyWithOutputFiles,
     /// The command's working directory leaves the workspace or is not normalized.
     #[error("cwd {cwd:?} must be a relative path under the workspace root without `..`")]
     BadCwd {

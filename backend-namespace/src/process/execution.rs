@@ -14,7 +14,7 @@ use workspace_core::boundary::{
 
 use super::error::ProcessError;
 use crate::cgroup::RunCgroup;
-use crate::spawn::SpawnedChild;
+use crate::spawn::{ChildKiller, SpawnedChild};
 
 /// The run's OOM-kill counter (`oom_kill` in v2 `memory.events` or v1
 /// `memory.oom_control`) and its value when the command started.
@@ -69,6 +69,10 @@ pub struct NamespaceExecution {
     killed: Option<KillCause>,
     oom: Option<OomCounter>,
     exit: Option<ExitRecord>,
+    /// Signals the command's supervisor, which passes the signal on.
+    killer: ChildKiller,
+    /// Let go by [`Execution::release`]: dropping it kills nothing.
+    released: bool,
 }
 
 type WaitResult = (
@@ -105,6 +109,8 @@ impl NamespaceExecution {
         Self {
             run_id: parts.run_id,
             tree: parts.tree,
+            killer: parts.child.killer(),
+            released: false,
             child: Some(parts.child),
             stdin: Some(parts.stdin),
             stdout: Some(parts.stdout),
@@ -218,11 +224,43 @@ impl Execution for NamespaceExecution {
             .await
             .map_err(|e| e.into_boundary("kill command"))
     }
+
+    async fn terminate(&mut self, grace: Duration) -> Result<ExitRecord, BoundaryError> {
+        const OP: &str = "terminate command";
+        if self.exit.is_none() {
+            self.killer.signal(nix::libc::SIGTERM).map_err(|source| {
+                ProcessError::Spawn {
+                    step: "asking the command to stop",
+                    source,
+                }
+                .into_boundary(OP)
+            })?;
+            if tokio::time::timeout(grace, self.wait()).await.is_err() {
+                tracing::info!(run_id = %self.run_id, grace_ms = grace.as_millis() as u64,
+                    "command did not stop in its grace period; killing its tree");
+                self.kill(KillCause::Teardown).await?;
+            }
+        }
+        let exit = self.wait().await?;
+        // What the command started and left behind ends with it.
+        kill_tree(&self.tree)
+            .await
+            .map_err(|e| e.into_boundary(OP))?;
+        Ok(exit)
+    }
+
+    fn release(mut self: Box<Self>) {
+        self.released = true;
+        if let Some(child) = self.child.take() {
+            child.release();
+        }
+        tracing::debug!(run_id = %self.run_id, "command released; it runs on in the sandbox");
+    }
 }
 
 impl Drop for NamespaceExecution {
     fn drop(&mut self) {
-        if self.exit.is_none() {
+        if self.exit.is_none() && !self.released {
             // Unfinished: end the command's whole tree (an unfinished wait's
             // blocking thread then returns).
             if let Err(e) = self.tree.kill_all() {

@@ -85,6 +85,7 @@
 //! [`KillCause::Timeout`]: workspace_core::boundary::KillCause::Timeout
 //! [`KillCause::MemoryLimit`]: workspace_core::boundary::KillCause::MemoryLimit
 
+mod connect;
 mod error;
 mod execution;
 mod handover;
@@ -94,6 +95,7 @@ mod output;
 mod pty;
 mod seal;
 mod state;
+mod terminate;
 mod workspace;
 
 use std::collections::HashMap;
@@ -105,7 +107,7 @@ use async_trait::async_trait;
 use workspace_core::RunId;
 use workspace_core::boundary::{
     Attachment, BoundaryError, CommandSpec, Execution, InputStream, LeakReport, ObservedBoundary,
-    OutputStream, ProcessBoundary, ProcessCapabilities, RunContext, SealPlan,
+    OutputStream, ProcessBoundary, ProcessCapabilities, RunContext, SealPlan, TerminateReport,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 use workspace_core::mount_plan::HostLayout;
@@ -134,6 +136,9 @@ pub const DEFAULT_HOST_ID_BASE: u32 = 100_000;
 /// the seal forever. It is killed and the seal fails with
 /// [`ProcessError::ProbeTimeout`] (and removes the run's cgroups).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long [`ProcessBoundary::connect`] waits for a port inside to accept.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a [`NamespaceProcess`] sets runs up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -386,6 +391,54 @@ impl ProcessBoundary for NamespaceProcess {
         Ok(report)
     }
 
+    async fn terminate(
+        &self,
+        run: &RunContext,
+        grace: Duration,
+    ) -> Result<TerminateReport, BoundaryError> {
+        const OP: &str = "terminate";
+        let live = self.live(&run.run_id).map_err(|e| e.into_boundary(OP))?;
+        let report = blocking("stopping the run's processes", move || {
+            terminate::terminate(&live.cgroup, grace)
+        })
+        .await
+        .map_err(|e| e.into_boundary(OP))?;
+        tracing::info!(run_id = %run.run_id, signalled = report.signalled, killed = report.killed,
+            "the run's processes were asked to stop");
+        Ok(report)
+    }
+
+    async fn connect(
+        &self,
+        run: &RunContext,
+        port: u16,
+    ) -> Result<tokio::net::TcpStream, BoundaryError> {
+        const OP: &str = "connect";
+        let live = self.live(&run.run_id).map_err(|e| e.into_boundary(OP))?;
+        let pidfd = live
+            .sandbox
+            .pidfd()
+            .try_clone_to_owned()
+            .map_err(|source| ProcessError::Pipe {
+                step: "duplicating the sandbox's pidfd",
+                source,
+            })
+            .map_err(|e| e.into_boundary(OP))?;
+        let stream = blocking("connecting into the sandbox", move || {
+            connect::connect(pidfd, port, CONNECT_TIMEOUT)
+        })
+        .await
+        .and_then(|stream| {
+            stream
+                .set_nonblocking(true)
+                .map_err(|source| ProcessError::Connect { port, source })?;
+            tokio::net::TcpStream::from_std(stream)
+                .map_err(|source| ProcessError::Connect { port, source })
+        })
+        .map_err(|e| e.into_boundary(OP))?;
+        Ok(stream)
+    }
+
     async fn detach(&self, run: &RunContext) -> Result<(), BoundaryError> {
         let Some(sealed) = self.runs().remove(&run.run_id) else {
             return Err(ProcessError::NotSealed {
@@ -470,8 +523,12 @@ async fn spawn_command(
         spec.next_command
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
+    if command.tty && command.output.is_some() {
+        return Err(ProcessError::TtyWithOutputFiles);
+    }
     let (tree, files) = {
         let (spec, name, tty) = (Arc::clone(&spec), name.clone(), command.tty);
+        let output = command.output.clone();
         blocking("preparing the command", move || {
             let tree = cgroup
                 .create_child(&name)
@@ -479,10 +536,12 @@ async fn spawn_command(
                     step: "creating the command's cgroup",
                     source,
                 })?;
-            let files = if tty {
-                None
-            } else {
-                Some(OutputFiles::create(&spec.run_dir, &name)?)
+            let files = match (tty, output) {
+                (true, _) => None,
+                (false, Some(output)) => {
+                    Some(OutputFiles::create_at(&output.stdout, &output.stderr)?)
+                }
+                (false, None) => Some(OutputFiles::create(&spec.run_dir, &name)?),
             };
             Ok((tree, files))
         })

@@ -261,7 +261,11 @@ pub fn compare(facts: &BTreeMap<String, Value>, expected: &Expected) -> Vec<Stri
 pub fn observe(output: &str, expected: &Expected) -> ObservedBoundary {
     let facts = parse(output);
     let mismatches = compare(&facts, expected);
-    ObservedBoundary { facts, mismatches }
+    ObservedBoundary {
+        facts,
+        mismatches,
+        previews: Vec::new(),
+    }
 }
 
 fn show(value: Option<&Value>) -> String {

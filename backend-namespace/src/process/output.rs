@@ -52,6 +52,15 @@ impl OutputFiles {
             stderr: open_pair(&dir.join(format!("{name}.stderr")))?,
         })
     }
+
+    /// Creates `stdout` and `stderr` (new files, in existing directories the
+    /// runner chose).
+    pub(crate) fn create_at(stdout: &Path, stderr: &Path) -> Result<Self, ProcessError> {
+        Ok(Self {
+            stdout: open_pair(&stdout.to_path_buf())?,
+            stderr: open_pair(&stderr.to_path_buf())?,
+        })
+    }
 }
 
 fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ProcessError {

@@ -42,8 +42,9 @@ pub use error::{BoundaryError, BoundaryKind};
 pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
 pub use identity::{CredentialSource, IdentityBoundary, IdentityPlan, IssuedCredential};
 pub use process::{
-    Attachment, CommandSpec, Execution, ExitRecord, InputStream, KillCause, LeakReport,
-    ObservedBoundary, OutputStream, ProcessBoundary, SealPlan,
+    Attachment, CommandOutput, CommandSpec, Execution, ExitRecord, InputStream, KillCause,
+    LeakReport, ObservedBoundary, OutputStream, PreviewEndpoint, ProcessBoundary, SealPlan,
+    TerminateReport,
 };
 pub use promotion::{
     ApprovalRecord, ChangeKind, ChangedPath, CheckResult, PatchExport, PromotionBoundary,

@@ -3,6 +3,7 @@
 use std::fmt::Debug;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -49,6 +50,34 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
     /// what the boundary set up; then reports anything that survived.
     async fn teardown(&self, run: &RunContext) -> Result<LeakReport, BoundaryError>;
 
+    /// Asks every process of the run but the sandbox itself to stop (`SIGTERM`:
+    /// services, what commands left running), gives them `grace` to end, then
+    /// kills what is left; the sandbox stays until [`teardown`](Self::teardown).
+    /// The default does nothing: teardown kills everything.
+    async fn terminate(
+        &self,
+        run: &RunContext,
+        grace: Duration,
+    ) -> Result<TerminateReport, BoundaryError> {
+        let _ = (run, grace);
+        Ok(TerminateReport::default())
+    }
+
+    /// Opens a TCP connection to `port` on the run's own loopback, from the
+    /// host (a service's readiness check). The default is for a boundary
+    /// without a network of its own: the run's ports are the host's, so it
+    /// connects to the host's loopback.
+    async fn connect(
+        &self,
+        run: &RunContext,
+        port: u16,
+    ) -> Result<tokio::net::TcpStream, BoundaryError> {
+        let _ = run;
+        tokio::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port))
+            .await
+            .map_err(|e| BoundaryError::new(super::BoundaryKind::Process, "connect", e))
+    }
+
     /// Lets go of a sealed run without stopping it: its sandbox (what its commands
     /// left running) lives on with no runner attached, and this instance forgets
     /// it. The default is for a boundary that cannot keep a sandbox alive without
@@ -78,6 +107,16 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
             reason: format!("{} keeps no sandbox alive without its runner", self.name()),
         })
     }
+}
+
+/// What [`ProcessBoundary::terminate`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminateReport {
+    /// Processes sent `SIGTERM`.
+    pub signalled: u32,
+    /// Of those and what they started, processes still running after the grace
+    /// period, then killed.
+    pub killed: u32,
 }
 
 /// What a teardown could not remove, as an error.
@@ -125,6 +164,36 @@ pub struct CommandSpec {
     pub timeout_ms: Option<u64>,
     /// Whether to give the command a pseudo-terminal.
     pub tty: bool,
+    /// Where its stdout and stderr go; `None`: wherever the backend keeps a
+    /// command's output (the streams of its [`Execution`] show it either way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<CommandOutput>,
+}
+
+impl CommandSpec {
+    /// `argv` from the workspace root, without a time limit, terminal or output
+    /// files.
+    pub fn new(argv: Vec<String>) -> Self {
+        Self {
+            argv,
+            cwd: ".".into(),
+            timeout_ms: None,
+            tty: false,
+            output: None,
+        }
+    }
+}
+
+/// Two files of the runner a command writes its stdout and stderr to (created
+/// new, appended to): for a command whose output must outlive the runner that
+/// started it, like a service's. Not with a terminal (`tty`), whose output is
+/// one stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandOutput {
+    /// The file of its standard output.
+    pub stdout: PathBuf,
+    /// The file of its standard error.
+    pub stderr: PathBuf,
 }
 
 /// A boxed byte stream from a running command.
@@ -149,6 +218,20 @@ pub trait Execution: Send + Debug {
     async fn wait(&mut self) -> Result<ExitRecord, BoundaryError>;
     /// Kills the command's whole process tree, recording why.
     async fn kill(&mut self, cause: KillCause) -> Result<(), BoundaryError>;
+
+    /// Asks the command to stop (`SIGTERM`), gives it `grace` to end, then kills
+    /// its whole tree; returns how it ended. The default kills at once.
+    async fn terminate(&mut self, grace: Duration) -> Result<ExitRecord, BoundaryError> {
+        let _ = grace;
+        self.kill(KillCause::Teardown).await?;
+        self.wait().await
+    }
+
+    /// Lets the command run on without this handle, in the live sandbox, until
+    /// the run drains (a service, a command started with `exec --detach`). The
+    /// default drops the handle, which ends the command in a backend that cannot
+    /// keep it without one.
+    fn release(self: Box<Self>) {}
 }
 
 /// How a command ended.
@@ -181,6 +264,19 @@ pub struct ObservedBoundary {
     pub facts: std::collections::BTreeMap<String, serde_json::Value>,
     /// Where the observation differs from the contract, one sentence each.
     pub mismatches: Vec<String>,
+    /// The preview endpoints of `process.ports`, as bound (read back).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previews: Vec<PreviewEndpoint>,
+}
+
+/// A port of the workspace published on the host: connections to `host` are
+/// forwarded to `port` inside the workspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviewEndpoint {
+    /// The port inside the workspace.
+    pub port: u16,
+    /// The host address that forwards to it (on the host's loopback).
+    pub host: std::net::SocketAddr,
 }
 
 /// What survived a teardown: empty when the run left nothing behind.

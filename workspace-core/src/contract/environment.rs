@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checks;
 use super::problem::{Problems, indexed};
+use super::services::Service;
 use super::units::{ByteSize, DurationSpec};
 
 /// The runtime a run executes in.
@@ -27,7 +28,8 @@ pub struct EnvironmentSection {
     /// Named test fixtures the run relies on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fixtures: Vec<Fixture>,
-    /// Services started before the run is sealed, gated by their health checks.
+    /// Services started in the run's sandbox before it is sealed, in declared
+    /// order, each gated by its health check (see [`Service`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<Service>,
     /// What the run may reach over the network.
@@ -68,40 +70,6 @@ pub struct Fixture {
     /// Its expected sha256 (hex); a different file fails the run before it starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
-}
-
-/// A service the run depends on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Service {
-    /// Unique name of the service within the contract.
-    pub name: String,
-    /// Program and arguments, run inside the workspace's boundary.
-    pub command: Vec<String>,
-    /// When the service counts as ready.
-    pub health: HealthCheck,
-}
-
-/// A readiness check: a command that exits 0 once the service is ready.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HealthCheck {
-    /// Program and arguments of the check.
-    pub command: Vec<String>,
-    /// Pause between attempts.
-    #[serde(default = "default_health_interval")]
-    pub interval: DurationSpec,
-    /// How long the service may take to become ready before the run fails.
-    #[serde(default = "default_health_timeout")]
-    pub timeout: DurationSpec,
-}
-
-fn default_health_interval() -> DurationSpec {
-    DurationSpec::from_millis(500)
-}
-
-fn default_health_timeout() -> DurationSpec {
-    DurationSpec::from_secs(60)
 }
 
 /// What the run may reach over the network.
@@ -225,35 +193,6 @@ impl EnvironmentSection {
                 problems.push(
                     format!("{field}.sha256"),
                     "is not a sha256 digest (64 hex digits)",
-                );
-            }
-        }
-        let mut services = Vec::new();
-        for (i, service) in self.services.iter().enumerate() {
-            let field = indexed("environment.services", i);
-            checks::unique_name(
-                problems,
-                &format!("{field}.name"),
-                &service.name,
-                &mut services,
-                "service",
-            );
-            checks::command(problems, &format!("{field}.command"), &service.command);
-            checks::command(
-                problems,
-                &format!("{field}.health.command"),
-                &service.health.command,
-            );
-            if service.health.interval.as_millis() == 0 {
-                problems.push(
-                    format!("{field}.health.interval"),
-                    "is zero; checks would spin",
-                );
-            }
-            if service.health.timeout.as_millis() == 0 {
-                problems.push(
-                    format!("{field}.health.timeout"),
-                    "is zero; the service could never become ready",
                 );
             }
         }

@@ -32,6 +32,7 @@ mod identity;
 mod problem;
 mod process;
 mod promotion;
+mod services;
 mod shape;
 mod source;
 mod units;
@@ -40,8 +41,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use environment::{
-    Assurance, EnvironmentSection, Fixture, HealthCheck, Limits, Network, NetworkMode, Runtime,
-    Service,
+    Assurance, EnvironmentSection, Fixture, Limits, Network, NetworkMode, Runtime,
 };
 pub use error::{ContractError, Format};
 pub use filesystem::{FilesystemSection, HomeDir, HostMount, MountMode, exclusion_glob};
@@ -49,6 +49,7 @@ pub use identity::{Authority, Credential, IdentitySection, MAX_CREDENTIAL_TTL, U
 pub use problem::{Problem, Problems};
 pub use process::{CleanupOwner, IsolationLevel, ProcessSection};
 pub use promotion::{Approval, PromotionSection, PromotionTarget, RequiredCheck};
+pub use services::{HealthCheck, HttpCheck, Probe, Service};
 pub use shape::TaskShape;
 pub use source::{CheckoutOrigin, Materialization, SourceSection, UntrackedInput};
 pub use units::{ByteSize, DurationSpec};
@@ -144,6 +145,7 @@ impl Contract {
         self.filesystem.validate(&mut problems);
         self.process.validate(&mut problems);
         self.environment.validate(&mut problems);
+        services::validate(&self.environment.services, &mut problems);
         self.identity.validate(&mut problems);
         self.promotion.validate(&mut problems);
         self.validate_cross_sections(&mut problems);
@@ -153,6 +155,17 @@ impl Contract {
 
     /// Rules that relate two sections.
     fn validate_cross_sections(&self, problems: &mut Problems) {
+        if let Some(check) = &self.process.preview_check
+            && !self.process.ports.contains(&check.port)
+        {
+            problems.push(
+                "process.preview_check.port",
+                format!(
+                    "port {} is not published; add it to process.ports",
+                    check.port
+                ),
+            );
+        }
         for (i, credential) in self.identity.credentials.iter().enumerate() {
             if self.environment.env.contains_key(&credential.name)
                 || self.environment.env_allow.contains(&credential.name)

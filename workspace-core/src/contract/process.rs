@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::checks;
 use super::problem::{Problems, indexed};
+use super::services::HttpCheck;
 
 /// Which processes, ports, caches and databases belong to this run alone.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -13,10 +14,17 @@ pub struct ProcessSection {
     /// How the run's processes are separated from the host's and other runs'.
     #[serde(default)]
     pub isolation: IsolationLevel,
-    /// Ports leased to this run for its whole life (unique across concurrent runs
-    /// on the host).
+    /// Ports of the workspace published as preview endpoints: with a network of
+    /// the run's own, each is a port inside the workspace that the runner
+    /// forwards from a host loopback port of its own (any number of runs may use
+    /// the same port); without one, the port itself, leased on the host for the
+    /// run's whole life.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<u16>,
+    /// An HTTP request through a preview endpoint when the run drains (before
+    /// anything is stopped): its answer is recorded in `preview.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview_check: Option<HttpCheck>,
     /// A cache key prefix leased to this run (e.g. `run-742`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_prefix: Option<String>,

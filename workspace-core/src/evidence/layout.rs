@@ -11,6 +11,9 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 /// The directory holding one sub-directory per recorded command.
 pub const COMMANDS_DIR: &str = "commands";
 
+/// The directory holding one sub-directory per service (`services/NAME/stdout`).
+pub const SERVICES_DIR: &str = "services";
+
 /// The well-known top-level files of a bundle, so that no caller passes a free path
 /// string into the evidence directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -37,11 +40,17 @@ pub enum EvidenceFile {
     /// `promotion.json`: what promoting the patch did, or why it was refused
     /// (present only when promotion was asked for).
     Promotion,
+    /// `services.json`: each service of the run: its command, when it started
+    /// and became ready, its readiness attempts, how it ended.
+    Services,
+    /// `preview.json`: the run's preview endpoints and what the declared preview
+    /// check got.
+    Preview,
 }
 
 impl EvidenceFile {
     /// Every well-known file, in layout order.
-    pub const ALL: [EvidenceFile; 10] = [
+    pub const ALL: [EvidenceFile; 12] = [
         Self::Contract,
         Self::Source,
         Self::Observed,
@@ -52,6 +61,8 @@ impl EvidenceFile {
         Self::Journal,
         Self::Outcome,
         Self::Promotion,
+        Self::Services,
+        Self::Preview,
     ];
 
     /// The file's name inside the run directory.
@@ -67,6 +78,8 @@ impl EvidenceFile {
             Self::Journal => "journal.jsonl",
             Self::Outcome => "outcome.json",
             Self::Promotion => "promotion.json",
+            Self::Services => "services.json",
+            Self::Preview => "preview.json",
         }
     }
 }

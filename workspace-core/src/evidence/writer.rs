@@ -126,6 +126,35 @@ impl EvidenceWriter {
         write_atomic(&self.dir, file.file_name(), bytes)
     }
 
+    /// Writes the output `stream` (`stdout` or `stderr`) of the service `name`
+    /// to `services/NAME/STREAM`, atomically and durably. `name` is one path
+    /// component (a contract's service names are letters, digits, `-` and `_`).
+    pub fn write_service_output(
+        &self,
+        name: &str,
+        stream: &str,
+        bytes: &[u8],
+    ) -> Result<(), EvidenceError> {
+        let _state = self.unsealed()?;
+        let dir = self.dir.join(layout::SERVICES_DIR).join(name);
+        if let Some(reason) =
+            layout::bad_path_reason(&format!("{}/{name}/{stream}", layout::SERVICES_DIR)).or_else(
+                || (name.contains('/') || stream.contains('/')).then_some("a name holds '/'"),
+            )
+        {
+            return Err(EvidenceError::CreateDir {
+                path: dir,
+                source: io::Error::new(io::ErrorKind::InvalidInput, reason),
+            });
+        }
+        fs::create_dir_all(&dir).map_err(|source| EvidenceError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        write_atomic(&dir, stream, bytes)?;
+        sync_dir(&dir)
+    }
+
     /// Copies the host file `from` into a well-known file (for the journal).
     ///
     /// `from` must be a regular file: a symlink is refused, not followed (it is

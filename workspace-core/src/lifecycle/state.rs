@@ -174,11 +174,36 @@ pub enum FailureCause {
         /// The mismatches, one sentence each.
         mismatches: Vec<String>,
     },
+    /// A service of the run exited, or did not become ready in time.
+    Service {
+        /// The service's name.
+        name: String,
+        /// What happened, with the tail of its log.
+        message: String,
+    },
     /// The runner itself failed (its journal, its evidence, a task it started).
     Runner {
         /// The error, as text.
         message: String,
     },
+}
+
+impl fmt::Display for FailureCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Timeout { state, limit_ms } => {
+                write!(f, "{state} took longer than {limit_ms} ms")
+            }
+            Self::RunnerLost => f.write_str("the runner was lost"),
+            Self::Cancelled => f.write_str("cancelled"),
+            Self::Boundary { boundary, message } => write!(f, "{boundary} boundary: {message}"),
+            Self::BoundaryViolation { mismatches } => {
+                write!(f, "the boundary probe saw {}", mismatches.join("; "))
+            }
+            Self::Service { name, message } => write!(f, "service {name}: {message}"),
+            Self::Runner { message } => f.write_str(message),
+        }
+    }
 }
 
 /// An operation on a run: what a verb asks the state machine to do.

@@ -4,13 +4,43 @@ use super::execute::millis;
 use super::export::{CheckRun, ExportInputs, export_bundle};
 use super::leases::RunLeases;
 use super::outcome::{Outcome, RunReport};
+use super::preview::{self, PreviewRecord};
 use super::state_files::remove_private_state;
 use super::{RunError, Workspace};
 use crate::boundary::{ApprovalRecord, LeakReport};
-use crate::evidence::unix_ms_now;
+use crate::evidence::{EvidenceFile, unix_ms_now};
 use crate::lifecycle::{FailureCause, Lifecycle, State};
 
 impl Workspace {
+    /// Writes `preview.json` when the run published ports: the endpoints, and
+    /// the contract's preview check when the run is draining normally.
+    async fn export_preview(&mut self, healthy: bool) {
+        let observed = self.evidence.path_of(EvidenceFile::Observed);
+        let endpoints = match preview::endpoints(&observed) {
+            Ok(endpoints) => endpoints,
+            Err(e) => {
+                self.errors.push(format!(
+                    "reading the preview endpoints: {}",
+                    crate::error_chain(&e)
+                ));
+                return;
+            }
+        };
+        let declared = self.run.contract.process.preview_check.clone();
+        if endpoints.is_empty() && declared.is_none() {
+            return;
+        }
+        let check = match (&declared, healthy) {
+            (Some(check), true) => Some(preview::check(&endpoints, check).await),
+            _ => None,
+        };
+        let record = PreviewRecord { endpoints, check };
+        if let Err(e) = self.evidence.write_json(EvidenceFile::Preview, &record) {
+            self.errors
+                .push(format!("writing preview.json: {}", crate::error_chain(&e)));
+        }
+    }
+
     /// Stops the processes, exports, cleans up: the common end of every run.
     pub(super) async fn conclude(
         mut self,
@@ -26,6 +56,26 @@ impl Workspace {
         };
         // Stop every process before the workspace is read: nothing may change it
         // while its patch is taken, and nothing may be running when it is removed.
+        // The preview is asked first, while everything still runs; services are
+        // stopped gently before the rest is killed.
+        if self.sealing {
+            self.export_preview(failure.is_none()).await;
+            let services = self.run.contract.environment.services.clone();
+            let mut errors = Vec::new();
+            self.services
+                .stop_all(stack.process.as_ref(), &self.run, &services, &mut errors)
+                .await;
+            self.errors.extend(errors);
+        }
+        if let Err(e) = self
+            .services
+            .export(&self.evidence, &self.paths.run_dir, &self.scrubber)
+        {
+            self.errors.push(format!(
+                "exporting the services: {}",
+                crate::error_chain(&e)
+            ));
+        }
         let leaks = if self.sealing {
             match stack.process.teardown(&self.run).await {
                 Ok(report) => Some(report),

@@ -59,7 +59,7 @@ pub enum RunErrorKind {
     #[error(transparent)]
     Boundary(#[from] BoundaryError),
     /// The run failed (timeout, cancel, probe mismatch); evidence was exported.
-    #[error("the run failed: {0:?}")]
+    #[error("the run failed: {0}")]
     Failed(FailureCause),
     /// A cache prefix, schema name or port could not be leased.
     #[error("process.leases: {0}")]

@@ -36,9 +36,11 @@ mod leases;
 mod observed;
 mod outcome;
 mod paths;
+mod preview;
 mod recovery;
 mod resume;
 mod scrub;
+mod services;
 mod state_files;
 mod workspace;
 
@@ -55,8 +57,10 @@ pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};
 pub use outcome::{CommandOutcome, Outcome, RunReport};
 pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
+pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
 pub use scrub::{MIN_REDACTED_LEN, Scrubber};
+pub use services::{SERVICES_STATE_FILE, ServiceRecord, log_files};
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 
 use crate::RunId;
@@ -66,6 +70,7 @@ use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
 use crate::lifecycle::{Lifecycle, Timeouts, TransitionObserver};
 use crate::recovery::{RecoveryError, RecoveryReport, recover};
+use services::Services;
 
 /// Where a runner keeps runs, and how long their transient states may last.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -255,6 +260,7 @@ impl Runner {
             started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
             scrubber: Scrubber::default(),
+            services: Services::default(),
             concluded: false,
         };
         match workspace.bring_up().await {
@@ -302,6 +308,7 @@ impl Runner {
             started_unix_ms: stored.started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
             scrubber: Scrubber::default(),
+            services: Services::default(),
             concluded: false,
         };
         let taken = if workspace.state() == &crate::lifecycle::State::Detached {

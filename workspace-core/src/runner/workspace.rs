@@ -14,6 +14,7 @@ use super::observed::{AppliedEnvironment, ObservedRecord};
 use super::outcome::{CommandOutcome, RunReport};
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::scrub::Scrubber;
+use super::services::{Services, connection_vars};
 use super::state_files::{create_dir, read_state, write_state};
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
@@ -53,6 +54,8 @@ pub struct Workspace {
     pub(super) cancel: CancellationToken,
     /// Redacts the run's credential values from command output.
     pub(super) scrubber: Scrubber,
+    /// The run's services.
+    pub(super) services: Services,
     pub(super) concluded: bool,
 }
 
@@ -132,6 +135,8 @@ impl Workspace {
         let environment = self.reserve().await?;
         self.life.resume()?;
         self.lease_again()?;
+        self.services = Services::load(&self.paths.run_dir)?;
+        self.services.lost("stopped when the run was suspended");
         self.verify_source().await?;
         self.seal(environment).await
     }
@@ -150,6 +155,7 @@ impl Workspace {
         let identity = stack.identity.prepare(&self.run).await?;
         let plan = self.seal_plan(live, identity.clone())?;
         self.sealing = true;
+        self.services = Services::load(&self.paths.run_dir)?;
         match stack.process.attach(&self.run, &plan).await? {
             Attachment::Live { processes } => {
                 self.scrubber = Scrubber::new(&identity.credentials);
@@ -162,6 +168,8 @@ impl Workspace {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the detached sandbox is gone; sealing the run again");
                 self.sealing = false;
+                self.services
+                    .lost("its sandbox was gone when the run was attached again");
                 self.life.resume()?;
                 self.verify_source().await?;
                 self.seal(environment).await
@@ -238,7 +246,10 @@ impl Workspace {
 
     /// Starts services, applies the boundaries and probes them: `Sealed`.
     async fn seal(&mut self, mut environment: EnvironmentPlan) -> Result<(), RunErrorKind> {
-        environment.vars.extend(self.leases.names.vars());
+        let leased = self.leases.names.vars();
+        let services = self.run.contract.environment.services.clone();
+        environment.vars.extend(connection_vars(&services, &leased));
+        environment.vars.extend(leased);
         let stack = self.runner.stack().clone();
         let cancel = self.cancel.clone();
         self.life.start_services()?;
@@ -264,6 +275,19 @@ impl Workspace {
         };
         self.evidence
             .write_json(EvidenceFile::Observed, &observed)?;
+        let process = stack.process.clone();
+        let started = bounded(StateName::StartingServices, limit, &cancel, async {
+            self.services
+                .start_all(
+                    process.as_ref(),
+                    &self.run,
+                    &services,
+                    &cancel,
+                    &self.scrubber,
+                )
+                .await
+        });
+        started.await?;
         self.life.seal()?;
         Ok(())
     }
@@ -311,6 +335,7 @@ impl Workspace {
             ))));
         }
         let stack = self.runner.stack().clone();
+        self.services.release();
         if let Err(e) = stack.process.detach(&self.run).await {
             return Err(self.abort(e.into()).await);
         }
@@ -441,6 +466,7 @@ impl Workspace {
                     cwd: ".".into(),
                     timeout_ms: check.timeout.map(|t| millis(t.as_duration())),
                     tty: false,
+                    output: None,
                 };
                 let outcome = self.exec(&spec, CommandIo::captured()).await?;
                 checks.push(CheckRun {

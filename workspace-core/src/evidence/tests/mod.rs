@@ -80,6 +80,20 @@ pub(super) fn full_bundle() -> (TempDir, std::path::PathBuf, Manifest) {
     .unwrap();
     second.finish(end(ExitStatusRecord::Signal(9))).unwrap();
 
+    writer
+        .write_service_output("db", STDOUT_FILE, b"ready to accept connections\n")
+        .unwrap();
+    assert!(
+        writer
+            .write_service_output("../db", STDOUT_FILE, b"x")
+            .is_err()
+    );
+    assert!(
+        writer
+            .write_service_output("db", "../stdout", b"x")
+            .is_err()
+    );
+
     let manifest = writer.seal().unwrap();
     let dir = writer.dir().to_path_buf();
     (root, dir, manifest)
@@ -98,6 +112,7 @@ fn full_bundle_is_intact_and_manifest_lists_exactly_its_files() {
             expected.push(format!("commands/{seq}/{name}"));
         }
     }
+    expected.push(format!("services/db/{STDOUT_FILE}"));
     expected.sort();
     let listed: Vec<String> = manifest.files.keys().cloned().collect();
     assert_eq!(listed, expected);
@@ -136,7 +151,7 @@ fn full_bundle_is_intact_and_manifest_lists_exactly_its_files() {
     let report = verify(&dir).unwrap();
     assert!(report.is_intact(), "{:?}", report.problems);
     assert_eq!(report.files_checked, expected.len());
-    assert_eq!(report.files_checked, 16);
+    assert_eq!(report.files_checked, 19);
 }
 
 #[test]

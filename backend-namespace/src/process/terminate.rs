@@ -1,0 +1,88 @@
+//! Stopping what runs in a live sandbox, gently, without ending the sandbox.
+//!
+//! Every process of the run lives in a child cgroup of the run's: `init` holds
+//! the sandbox's pid 1, each command (and service) has its own. Terminating
+//! signals every process of every other group with `SIGTERM` through a pidfd
+//! (never by pid number: a pid reused since the group was read is never hit),
+//! waits until the groups are empty or the grace period ends, then kills
+//! what is left, group by group.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::libc;
+use workspace_core::boundary::TerminateReport;
+
+use super::error::ProcessError;
+use super::seal::INIT_CGROUP;
+use crate::cgroup::RunCgroup;
+
+/// How often the groups are looked at while they stop.
+const POLL: Duration = Duration::from_millis(20);
+
+/// `SIGTERM` to every process of `run`'s command groups, `grace` to end, then
+/// `SIGKILL` to what is left. Blocking.
+pub(super) fn terminate(run: &RunCgroup, grace: Duration) -> Result<TerminateReport, ProcessError> {
+    let cgroup_error = |step| move |source| ProcessError::Cgroup { step, source };
+    let groups: Vec<RunCgroup> = run
+        .children()
+        .map_err(cgroup_error("listing the run's command groups"))?
+        .iter()
+        .filter(|name| name.as_str() != INIT_CGROUP)
+        .filter_map(|name| run.child(name))
+        .collect();
+    let mut report = TerminateReport::default();
+    for group in &groups {
+        for pid in group.pids().unwrap_or_default() {
+            if signal(pid, libc::SIGTERM) {
+                report.signalled += 1;
+            }
+        }
+    }
+    let deadline = Instant::now() + grace;
+    let running = |groups: &[RunCgroup]| -> usize {
+        groups.iter().map(|g| g.pids().map_or(0, |p| p.len())).sum()
+    };
+    while running(&groups) > 0 && Instant::now() < deadline {
+        std::thread::sleep(POLL);
+    }
+    for group in &groups {
+        let left = group.pids().map_or(0, |p| p.len());
+        if left > 0 {
+            report.killed += u32::try_from(left).unwrap_or(u32::MAX);
+            group
+                .kill_all()
+                .map_err(cgroup_error("killing what did not stop"))?;
+        }
+    }
+    Ok(report)
+}
+
+/// Sends `signal` to `pid` through a pidfd; `false` when it is already gone.
+fn signal(pid: u32, signal: libc::c_int) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: pidfd_open with integer arguments; a returned descriptor is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+    // SAFETY: pidfd_send_signal on the descriptor just opened, no siginfo.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if sent < 0 && Errno::last() != Errno::ESRCH {
+        tracing::debug!(pid, error = %Errno::last(), "signalling a process of the run failed");
+    }
+    sent == 0
+}

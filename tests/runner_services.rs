@@ -1,0 +1,281 @@
+//! Services of a live workspace through the library API, over the default stack
+//! (real namespaces, cgroups and checkouts): they start in the run's sandbox in
+//! declared order, each ready by its own kind of check, the run's commands reach
+//! them through their connection variables, they are stopped with `SIGTERM` when
+//! the run drains, and their records and logs are in the evidence. A service that
+//! exits or is never ready fails the run naming it, with the tail of its log,
+//! and still leaves nothing behind. Two runs of the PostgreSQL example at once
+//! each have a database of their own.
+//!
+//! Needs root, user namespaces and cgroups (as every namespace-backend test),
+//! `python3` (Debian's `python3`) and PostgreSQL (Debian's `postgresql`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod support;
+
+use std::path::Path;
+
+use support::{Fixture, marker, read_json, shell};
+use workspace_core::contract::{Contract, SourceSection};
+use workspace_core::lifecycle::FailureCause;
+use workspace_core::runner::{CommandIo, CreateOptions, RunErrorKind, RunReport};
+
+fn with_services(fx: &Fixture, services_toml: &str) -> Contract {
+    let toml = format!(
+        "objective = \"services test\"\nshape = \"narrow-fix\"\n\
+         [source]\nrepo = {:?}\nrevision = \"HEAD\"\n\
+         [filesystem]\nwritable = [\".\"]\n{services_toml}",
+        fx.repo.to_str().unwrap()
+    );
+    Contract::from_toml(&toml).unwrap()
+}
+
+fn evidence_text(report: &RunReport, rel: &str) -> String {
+    String::from_utf8(std::fs::read(report.evidence.join(rel)).unwrap()).unwrap()
+}
+
+fn require(path: &str, package: &str) {
+    assert!(
+        Path::new(path).exists(),
+        "this test needs {path} (install Debian's {package})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_start_in_order_serve_the_commands_and_stop_when_the_run_drains() {
+    require("/usr/bin/python3", "python3");
+    let fx = Fixture::new("services-order");
+    let waiter = marker("svc-waiter");
+    let contract = with_services(
+        &fx,
+        &format!(
+            r#"
+[[environment.services]]
+name = "web"
+command = ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/workspace"]
+health = {{ http = {{ port = 8000, path = "/hello.txt" }}, interval = "50ms", timeout = "20s" }}
+connection = {{ WEB_URL = "http://127.0.0.1:8000/hello.txt" }}
+
+[[environment.services]]
+name = "waiter"
+depends_on = ["web"]
+command = ["sh", "-c", "echo waiting for work; trap 'echo bye; exit 0' TERM; while :; do sleep 0.1; done", "{waiter}"]
+health = {{ log = "waiting for work", interval = "50ms" }}
+"#
+        ),
+    );
+    let client = "import os, urllib.request\n\
+                  print(urllib.request.urlopen(os.environ['WEB_URL']).read().decode(), end='')";
+    let command = support::command(&["python3", "-c", client], None);
+    let report = fx
+        .runner()
+        .run(
+            contract,
+            &command,
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(report.outcome.failure.is_none(), "{:?}", report.outcome);
+    assert_eq!(report.last_command().unwrap().shell_status(), 0);
+    assert_eq!(
+        evidence_text(&report, "commands/0001/stdout"),
+        support::HELLO
+    );
+
+    let services = read_json(&report.evidence, "services.json");
+    let services = services.as_array().unwrap();
+    assert_eq!(services.len(), 2);
+    let (web, waiter_record) = (&services[0], &services[1]);
+    assert_eq!(web["name"], "web");
+    assert!(web["ready_unix_ms"].as_u64().unwrap() >= web["started_unix_ms"].as_u64().unwrap());
+    // The second started only once the first was ready.
+    assert!(
+        waiter_record["started_unix_ms"].as_u64().unwrap()
+            >= web["ready_unix_ms"].as_u64().unwrap()
+    );
+    for service in services {
+        assert_eq!(
+            service["ended"], "stopped by SIGTERM when the run drained",
+            "{service}"
+        );
+    }
+    assert_eq!(
+        waiter_record["exit"]["kind"], "code",
+        "the trap ran: {waiter_record}"
+    );
+    assert_eq!(
+        evidence_text(&report, "services/waiter/stdout"),
+        "waiting for work\nbye\n"
+    );
+    assert!(
+        evidence_text(&report, "services/web/stderr").contains("GET /hello.txt"),
+        "the server logged the check's and the command's requests"
+    );
+    fx.assert_nothing_left(&report.run_id, &[&waiter]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_never_ready_fails_the_run_naming_it_with_its_log_tail() {
+    let fx = Fixture::new("services-never");
+    let stuck = marker("svc-stuck");
+    let contract = with_services(
+        &fx,
+        &format!(
+            r#"
+[[environment.services]]
+name = "stuck"
+command = ["sh", "-c", "echo starting up; echo cannot bind >&2; while :; do sleep 0.1; done", "{stuck}"]
+health = {{ tcp = 9999, interval = "50ms", timeout = "1s" }}
+"#
+        ),
+    );
+    let error = fx
+        .runner()
+        .run(
+            contract,
+            &shell("echo never runs", "cmd"),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    let RunErrorKind::Failed(FailureCause::Service { name, message }) = error.kind.as_ref() else {
+        panic!("not a service failure: {error:?}");
+    };
+    assert_eq!(name, "stuck");
+    assert!(message.contains("not ready after 1000 ms"), "{message}");
+    assert!(
+        message.contains("cannot bind") && message.contains("starting up"),
+        "{message}"
+    );
+
+    let evidence = error.evidence.clone().unwrap();
+    let outcome = support::read_outcome(&evidence);
+    assert!(outcome.commands.is_empty(), "the command never ran");
+    let services = read_json(&evidence, "services.json");
+    assert!(
+        services[0]["ended"]
+            .as_str()
+            .unwrap()
+            .starts_with("not ready after"),
+        "{services}"
+    );
+    assert!(services[0]["attempts"].as_u64().unwrap() >= 2);
+    let stderr = std::fs::read_to_string(evidence.join("services/stuck/stderr")).unwrap();
+    assert_eq!(stderr, "cannot bind\n");
+    support::assert_intact(&evidence);
+    fx.assert_nothing_left(&outcome.run_id, &[&stuck]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_exits_before_it_is_ready_fails_the_run() {
+    let fx = Fixture::new("services-exit");
+    let contract = with_services(
+        &fx,
+        r#"
+[[environment.services]]
+name = "crashes"
+command = ["sh", "-c", "echo config missing >&2; exit 3"]
+health = { log = "ready", interval = "50ms", timeout = "30s" }
+"#,
+    );
+    let error = fx
+        .runner()
+        .run(
+            contract,
+            &shell("true", "cmd"),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    let RunErrorKind::Failed(FailureCause::Service { name, message }) = error.kind.as_ref() else {
+        panic!("not a service failure: {error:?}");
+    };
+    assert_eq!(name, "crashes");
+    assert!(
+        message.contains("exited before it was ready (Code(3))"),
+        "{message}"
+    );
+    assert!(message.contains("config missing"), "{message}");
+    let evidence = error.evidence.clone().unwrap();
+    let services = read_json(&evidence, "services.json");
+    assert_eq!(services[0]["exit"]["value"], 3);
+}
+
+/// The PostgreSQL example on this fixture's repository.
+fn postgres_contract(fx: &Fixture) -> Contract {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/contracts/postgres.toml"),
+    )
+    .unwrap();
+    let mut contract = Contract::from_toml(&text).unwrap();
+    contract.source = SourceSection::new(fx.repo.to_string_lossy(), "HEAD");
+    contract
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_of_the_postgres_example_each_have_a_database_of_their_own() {
+    require("/usr/lib/postgresql", "postgresql");
+    require("/usr/bin/psql", "postgresql-client");
+    let fx = Fixture::new("services-postgres");
+    let runner = fx.runner();
+    // Each run creates a table named after itself, waits until the other has
+    // surely created its own, and lists the tables it can see.
+    let script = |me: &str| {
+        format!(
+            "psql -qc 'create table made_by_{me} (x int)' && sleep 2 && \
+             psql -tAc \"select 40+2\" && \
+             psql -tAc \"select string_agg(tablename, ',') from pg_tables where tablename like 'made_by_%'\" && \
+             psql \"$DATABASE_URL\" -tAc 'select current_database()'"
+        )
+    };
+    let (command_a, command_b) = (shell(&script("a"), "pg-a"), shell(&script("b"), "pg-b"));
+    let (a, b) = tokio::join!(
+        runner.run(
+            postgres_contract(&fx),
+            &command_a,
+            CommandIo::captured(),
+            CreateOptions::default()
+        ),
+        runner.run(
+            postgres_contract(&fx),
+            &command_b,
+            CommandIo::captured(),
+            CreateOptions::default()
+        ),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let mut databases = Vec::new();
+    for (report, me) in [(&a, "a"), (&b, "b")] {
+        assert!(report.outcome.failure.is_none(), "{:?}", report.outcome);
+        let stdout = evidence_text(report, "commands/0001/stdout");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines.len(),
+            3,
+            "{stdout}{}",
+            evidence_text(report, "commands/0001/stderr")
+        );
+        assert_eq!(lines[0], "42");
+        assert_eq!(lines[1], format!("made_by_{me}"), "only its own table");
+        databases.push(lines[2].to_owned());
+        let services = read_json(&report.evidence, "services.json");
+        assert_eq!(services[0]["name"], "postgres");
+        assert_eq!(
+            services[0]["ended"],
+            "stopped by SIGTERM when the run drained"
+        );
+        fx.assert_nothing_left(&report.run_id, &[]);
+    }
+    assert_ne!(
+        databases[0], databases[1],
+        "each run its leased schema name"
+    );
+    assert!(
+        databases.iter().all(|d| d.starts_with("app")),
+        "{databases:?}"
+    );
+}

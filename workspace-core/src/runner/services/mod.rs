@@ -1,0 +1,381 @@
+//! The run's services (`environment.services`): started in its live sandbox
+//! before it is sealed, each after the ones it depends on (declared order),
+//! ready once its health check passes, stopped when the run drains, recorded in
+//! `services.json` with their logs.
+//!
+//! A service writes its stdout and stderr to files of the run
+//! (`<run dir>/services/NAME/stdout|stderr`), so it can keep running and logging
+//! after the runner that started it detached; the runner that concludes the run
+//! copies them, scrubbed of credential values, into the evidence. The records
+//! are kept in `<run dir>/services.json` for the same reason.
+//!
+//! A service that exits or is not ready in time fails the run with
+//! [`FailureCause::Service`](crate::lifecycle::FailureCause::Service), naming it
+//! and quoting the tail of its log; the run is concluded as any failed run.
+
+mod probe;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::RunErrorKind;
+use super::scrub::Scrubber;
+use super::state_files::{read_state, write_state};
+use crate::boundary::{CommandOutput, CommandSpec, Execution, ProcessBoundary, RunContext};
+use crate::contract::Service;
+use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord, unix_ms_now};
+use crate::lifecycle::FailureCause;
+
+pub(crate) use probe::get_status;
+
+/// The file in the run directory that records the run's services.
+pub const SERVICES_STATE_FILE: &str = "services.json";
+/// The directory of the run directory that holds the services' logs.
+const LOGS_DIR: &str = "services";
+/// How much of a failed service's log its error quotes.
+const LOG_TAIL_BYTES: usize = 2000;
+
+/// One service of the run, as `services.json` records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceRecord {
+    /// The service's name.
+    pub name: String,
+    /// Its program and arguments.
+    pub argv: Vec<String>,
+    /// Its readiness check, in words.
+    pub probe: String,
+    /// When it started, in milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// When its check first passed.
+    pub ready_unix_ms: Option<u64>,
+    /// How many times the check ran.
+    pub attempts: u32,
+    /// Why the last failed attempt failed.
+    pub last_failure: Option<String>,
+    /// How it ended, in words (`None` while it runs).
+    pub ended: Option<String>,
+    /// Its exit status, when the runner that stopped it saw it.
+    pub exit: Option<ExitStatusRecord>,
+}
+
+/// The run's services: their records, and the handles of those this runner
+/// started or stopped.
+#[derive(Debug, Default)]
+pub(super) struct Services {
+    records: Vec<ServiceRecord>,
+    /// `(index into records, handle)` of services started by this runner.
+    running: Vec<(usize, Box<dyn Execution>)>,
+}
+
+/// The variables the run's commands get from its services' `connection`
+/// tables, `${NAME}` in a value replaced by the leased name `NAME`.
+pub(super) fn connection_vars(
+    services: &[Service],
+    leased: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut vars = BTreeMap::new();
+    for service in services {
+        for (name, value) in &service.connection {
+            let mut value = value.clone();
+            for (leased_name, leased_value) in leased {
+                value = value.replace(&format!("${{{leased_name}}}"), leased_value);
+            }
+            vars.insert(name.clone(), value);
+        }
+    }
+    vars
+}
+
+impl Services {
+    /// The records a runner before this one kept (a detached run attached again).
+    pub(super) fn load(run_dir: &Path) -> Result<Self, RunErrorKind> {
+        let records = read_state(&run_dir.join(SERVICES_STATE_FILE))?.unwrap_or_default();
+        Ok(Self {
+            records,
+            running: Vec::new(),
+        })
+    }
+
+    /// Starts `services` in order, each ready before the next starts.
+    pub(super) async fn start_all(
+        &mut self,
+        process: &dyn ProcessBoundary,
+        run: &RunContext,
+        services: &[Service],
+        cancel: &CancellationToken,
+        scrubber: &Scrubber,
+    ) -> Result<(), RunErrorKind> {
+        for service in services {
+            self.start(process, run, service, cancel, scrubber).await?;
+        }
+        Ok(())
+    }
+
+    /// Records that the services started before did not survive (`why`): the
+    /// run's sandbox was stopped or lost; they are started again with it.
+    pub(super) fn lost(&mut self, why: &str) {
+        for record in self.records.iter_mut().filter(|r| r.ended.is_none()) {
+            record.ended = Some(why.to_owned());
+        }
+    }
+
+    async fn start(
+        &mut self,
+        process: &dyn ProcessBoundary,
+        run: &RunContext,
+        service: &Service,
+        cancel: &CancellationToken,
+        scrubber: &Scrubber,
+    ) -> Result<(), RunErrorKind> {
+        let Some(check) = service.health.probe() else {
+            return Err(failed(
+                service,
+                "declares no single health check".into(),
+                "",
+            ));
+        };
+        let logs = log_files(&run.run_dir, &service.name);
+        let dir = run.run_dir.join(LOGS_DIR).join(&service.name);
+        std::fs::create_dir_all(&dir).map_err(|source| RunErrorKind::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut spec = CommandSpec::new(service.command.clone());
+        spec.output = Some(logs.clone());
+        let index = self.records.len();
+        self.records.push(ServiceRecord {
+            name: service.name.clone(),
+            argv: service.command.clone(),
+            probe: probe::describe(check),
+            started_unix_ms: unix_ms_now(),
+            ready_unix_ms: None,
+            attempts: 0,
+            last_failure: None,
+            ended: None,
+            exit: None,
+        });
+        let mut execution = process.spawn(run, &spec).await?;
+        // The files keep the output; the streams that follow them are not needed.
+        drop((execution.take_stdout(), execution.take_stderr()));
+        tracing::info!(run_id = %run.run_id, service = %service.name, "service started");
+        self.save(&run.run_dir)?;
+
+        let interval = service.health.interval.as_duration();
+        let deadline = Instant::now() + service.health.timeout.as_duration();
+        let files = [logs.stdout.as_path(), logs.stderr.as_path()];
+        let outcome = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let attempt = probe::attempt(process, run, check, files, left.max(interval)).await;
+            let record = &mut self.records[index];
+            record.attempts += 1;
+            match attempt {
+                Ok(()) => break Ok(()),
+                Err(why) => record.last_failure = Some(why),
+            }
+            if Instant::now() >= deadline {
+                break Err(format!(
+                    "not ready after {} ms ({} attempts; last: {})",
+                    service.health.timeout.as_millis(),
+                    record.attempts,
+                    record.last_failure.as_deref().unwrap_or("-"),
+                ));
+            }
+            tokio::select! {
+                exit = execution.wait() => {
+                    let status = exit.map(|e| e.status).unwrap_or(ExitStatusRecord::Unknown);
+                    record.exit = Some(status);
+                    break Err(format!("exited before it was ready ({status:?})"));
+                }
+                () = tokio::time::sleep(interval) => {}
+                () = cancel.cancelled() => break Err("cancelled before it was ready".into()),
+            }
+        };
+        match outcome {
+            Ok(()) => {
+                self.records[index].ready_unix_ms = Some(unix_ms_now());
+                self.running.push((index, execution));
+                self.save(&run.run_dir)?;
+                tracing::info!(run_id = %run.run_id, service = %service.name, "service ready");
+                Ok(())
+            }
+            Err(why) => {
+                let exit = execution.kill(crate::boundary::KillCause::Teardown).await;
+                let record = &mut self.records[index];
+                record.ended = Some(why.clone());
+                if let Err(e) = exit {
+                    record.ended = Some(format!("{why}; killing it: {}", crate::error_chain(&e)));
+                }
+                self.save(&run.run_dir)?;
+                Err(failed(service, why, &log_tail(&logs, scrubber)))
+            }
+        }
+    }
+
+    /// Stops the services: each one this runner holds with `SIGTERM` and its
+    /// grace period (the last started first), then everything else the run left
+    /// running, through the process boundary.
+    pub(super) async fn stop_all(
+        &mut self,
+        process: &dyn ProcessBoundary,
+        run: &RunContext,
+        services: &[Service],
+        errors: &mut Vec<String>,
+    ) {
+        let grace_of = |name: &str| {
+            services
+                .iter()
+                .find(|s| s.name == name)
+                .map_or(Duration::from_secs(5), |s| s.stop_grace.as_duration())
+        };
+        while let Some((index, mut execution)) = self.running.pop() {
+            let record = &mut self.records[index];
+            let grace = grace_of(&record.name);
+            match execution.terminate(grace).await {
+                Ok(exit) => {
+                    record.ended = Some(match exit.killed {
+                        Some(_) => {
+                            format!("killed after a grace period of {} ms", grace.as_millis())
+                        }
+                        None => "stopped by SIGTERM when the run drained".into(),
+                    });
+                    record.exit = Some(exit.status);
+                }
+                Err(e) => {
+                    record.ended = Some(format!("stopping it failed: {}", crate::error_chain(&e)));
+                    errors.push(format!(
+                        "stopping service {}: {}",
+                        record.name,
+                        crate::error_chain(&e)
+                    ));
+                }
+            }
+        }
+        let longest = services.iter().map(|s| s.stop_grace.as_duration()).max();
+        let unstopped = self.records.iter().any(|r| r.ended.is_none());
+        if unstopped {
+            // Started by another runner (the run was detached and attached again):
+            // stopped with everything else the run left running.
+            let grace = longest.unwrap_or(Duration::from_secs(5));
+            let ended = match process.terminate(run, grace).await {
+                Ok(report) => format!(
+                    "stopped with the run's other processes (SIGTERM to {}, {} killed after {} ms)",
+                    report.signalled,
+                    report.killed,
+                    grace.as_millis()
+                ),
+                Err(e) => {
+                    errors.push(format!(
+                        "stopping the run's processes: {}",
+                        crate::error_chain(&e)
+                    ));
+                    format!("left to teardown: {}", crate::error_chain(&e))
+                }
+            };
+            for record in self.records.iter_mut().filter(|r| r.ended.is_none()) {
+                record.ended = Some(ended.clone());
+            }
+        }
+        if let Err(e) = self.save(&run.run_dir) {
+            errors.push(format!(
+                "recording the services: {}",
+                crate::error_chain(&e)
+            ));
+        }
+    }
+
+    /// Lets the services run on without this runner (the run is detached).
+    pub(super) fn release(&mut self) {
+        for (_, execution) in self.running.drain(..) {
+            execution.release();
+        }
+    }
+
+    /// `services.json` and each service's scrubbed logs into the evidence.
+    pub(super) fn export(
+        &self,
+        evidence: &EvidenceWriter,
+        run_dir: &Path,
+        scrubber: &Scrubber,
+    ) -> Result<(), EvidenceError> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
+        evidence.write_json(EvidenceFile::Services, &self.records)?;
+        for record in &self.records {
+            let logs = log_files(run_dir, &record.name);
+            for (stream, path) in [("stdout", &logs.stdout), ("stderr", &logs.stderr)] {
+                let bytes = scrubbed(&std::fs::read(path).unwrap_or_default(), scrubber);
+                evidence.write_service_output(&record.name, stream, &bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the services' logs and records from the run directory.
+    pub(super) fn remove_files(run_dir: &Path, errors: &mut Vec<String>) {
+        let logs = run_dir.join(LOGS_DIR);
+        if let Err(e) = std::fs::remove_dir_all(&logs)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            errors.push(format!("removing {}: {e}", logs.display()));
+        }
+        let state = run_dir.join(SERVICES_STATE_FILE);
+        if let Err(e) = std::fs::remove_file(&state)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            errors.push(format!("removing {}: {e}", state.display()));
+        }
+    }
+
+    fn save(&self, run_dir: &Path) -> Result<(), RunErrorKind> {
+        write_state(&run_dir.join(SERVICES_STATE_FILE), &self.records)
+    }
+}
+
+/// The log files of the service `name` in `run_dir`.
+pub fn log_files(run_dir: &Path, name: &str) -> CommandOutput {
+    let dir: PathBuf = run_dir.join(LOGS_DIR).join(name);
+    CommandOutput {
+        stdout: dir.join("stdout"),
+        stderr: dir.join("stderr"),
+    }
+}
+
+/// `raw` without the run's credential values.
+fn scrubbed(raw: &[u8], scrubber: &Scrubber) -> Vec<u8> {
+    let mut scrubber = scrubber.clone();
+    let mut bytes = scrubber.feed(raw);
+    bytes.extend(scrubber.finish());
+    bytes
+}
+
+fn failed(service: &Service, why: String, tail: &str) -> RunErrorKind {
+    let message = if tail.is_empty() {
+        why
+    } else {
+        format!("{why}; its log ends with:\n{tail}")
+    };
+    RunErrorKind::Failed(FailureCause::Service {
+        name: service.name.clone(),
+        message,
+    })
+}
+
+/// The last [`LOG_TAIL_BYTES`] of the service's stderr and stdout.
+fn log_tail(logs: &CommandOutput, scrubber: &Scrubber) -> String {
+    let mut tail = String::new();
+    for path in [&logs.stderr, &logs.stdout] {
+        let bytes = scrubbed(&std::fs::read(path).unwrap_or_default(), scrubber);
+        let start = bytes.len().saturating_sub(LOG_TAIL_BYTES);
+        let text = String::from_utf8_lossy(&bytes[start..]);
+        tail.push_str(text.trim_end());
+        if !tail.is_empty() && !tail.ends_with('\n') {
+            tail.push('\n');
+        }
+    }
+    tail.trim_end().to_owned()
+}
