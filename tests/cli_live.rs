@@ -1,6 +1,8 @@
 //! A live workspace through the command line, as the issue's user tried it: a
 //! server started by one `exec` (a process of its own, which exits) answers the
-//! next `exec`, and nothing of it outlives `destroy`.
+//! next `exec` and the host at its preview endpoint (`ports`), and nothing of
+//! it outlives `destroy`: no process, no listener. A service's log is what
+//! `logs` prints.
 //!
 //! Needs root, user namespaces and cgroups (as every namespace-backend test), and
 //! `python3` on the host (Debian's `python3`).
@@ -13,9 +15,34 @@ use std::time::Duration;
 use support::cli::{CliFixture, text};
 use support::{marker, processes_with, wait_until_gone};
 
+/// A contract that publishes port 8000 and runs one service that logs a line.
+const CONTRACT: &str = r#"
+objective = "a live workspace"
+shape = "narrow-fix"
+[source]
+repo = "."
+revision = "HEAD"
+[filesystem]
+writable = ["."]
+[process]
+ports = [8000]
+[[environment.services]]
+name = "ticker"
+command = ["sh", "-c", "echo tick; echo tock >&2; exec sleep 1000"]
+health = { log = "tick" }
+"#;
+
 fn create(fixture: &CliFixture) -> String {
     let repo = fixture.repo();
-    let out = fixture.agent_workspace(&["create", "--repo", repo.to_str().unwrap()]);
+    let contract = fixture.path().join("live.toml");
+    std::fs::write(&contract, CONTRACT).unwrap();
+    let out = fixture.agent_workspace(&[
+        "create",
+        "--contract",
+        contract.to_str().unwrap(),
+        "--repo",
+        repo.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     text(&out.stdout).trim().to_owned()
 }
@@ -61,6 +88,36 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
     // the server the first exec started, in the same network namespace.
     assert_eq!(text(&out.stdout), "404\n", "{}", text(&out.stderr));
 
+    // The host reaches the same server at the preview endpoint of port 8000.
+    let ports = fixture.agent_workspace(&["ports", &run]);
+    assert_eq!(ports.status.code(), Some(0), "{}", text(&ports.stderr));
+    let line = text(&ports.stdout);
+    let (host, inside) = line.trim().split_once(" -> ").expect("HOST -> PORT");
+    assert_eq!(inside, "8000");
+    let host: std::net::SocketAddr = host.parse().unwrap();
+    assert!(
+        host.ip().is_loopback(),
+        "the endpoint binds the host's loopback only: {host}"
+    );
+    assert_eq!(
+        http_status(host),
+        Some(404),
+        "the preview reaches the server"
+    );
+
+    let logs = fixture.agent_workspace(&["logs", &run, "ticker"]);
+    assert_eq!(logs.status.code(), Some(0), "{}", text(&logs.stderr));
+    assert_eq!(
+        (text(&logs.stdout), text(&logs.stderr)),
+        ("tick\n".into(), "tock\n".into())
+    );
+    let logs = fixture.agent_workspace(&["logs", &run, "nothing"]);
+    assert_eq!(
+        logs.status.code(),
+        Some(2),
+        "an unknown service is bad input"
+    );
+
     let ls = fixture.agent_workspace(&["ls"]);
     let listing = text(&ls.stdout);
     assert!(
@@ -86,6 +143,30 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
             "a process of the workspace outlived destroy"
         );
     }
+    assert_eq!(
+        http_status(host),
+        None,
+        "the preview endpoint closed with the workspace"
+    );
     let ls = fixture.agent_workspace(&["ls"]);
     assert!(!text(&ls.stdout).contains(&run), "{}", text(&ls.stdout));
+    let evidence = fixture
+        .state_home()
+        .join("agent-workspace/evidence")
+        .join(&run);
+    let services = std::fs::read_to_string(evidence.join("services.json")).unwrap();
+    assert!(services.contains("\"ticker\""), "{services}");
+}
+
+/// The status of `GET /` at `address`, `None` when nothing answers.
+fn http_status(address: std::net::SocketAddr) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
 }

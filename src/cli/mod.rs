@@ -9,7 +9,9 @@ mod destroy;
 mod exec;
 mod export;
 mod host;
+mod logs;
 mod ls;
+mod ports;
 mod probe;
 mod progress;
 mod promote;
@@ -66,6 +68,10 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// List the runs under the runtime directory that are not cleaned up.
     Ls(ls::LsArgs),
+    /// Print where a live workspace's ports are published on the host.
+    Ports(ports::PortsArgs),
+    /// Print what a live workspace's services wrote.
+    Logs(logs::LogsArgs),
     /// Finish every run whose runner died: reap, export its evidence, clean up.
     Recover(recover::RecoverArgs),
     /// Check whether this host can run the namespace backend.
@@ -98,6 +104,8 @@ pub(crate) fn main() -> ExitCode {
         Command::Contract(command) => contract::run(command),
         Command::Verify(args) => verify::run(&args),
         Command::Ls(args) => ls::run(&args, &cli.host),
+        Command::Ports(args) => ports::run(args, &cli.host),
+        Command::Logs(args) => logs::run(args, &cli.host),
         Command::Recover(args) => recover::run(&args, &cli.host),
         Command::CheckHost(args) => check_host::run(&args),
         Command::Probe(args) => probe::run(args, &cli.host),

@@ -265,6 +265,7 @@ impl ProcessBoundary for NamespaceProcess {
         })
         .await;
         let (sealed, mut observed) = result.map_err(|e| e.into_boundary(OP))?;
+        observed.previews = sealed.previews.clone();
         observed.facts.insert(
             "handover".into(),
             serde_json::json!(

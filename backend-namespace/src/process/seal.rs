@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::net::{Ipv4Addr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::libc;
-use workspace_core::boundary::{ObservedBoundary, ResolvedLimits, RunContext, SealPlan};
+use workspace_core::boundary::{
+    ObservedBoundary, PreviewEndpoint, ResolvedLimits, RunContext, SealPlan,
+};
 use workspace_core::mount_plan::{MountPlan, PlanInputs};
 
 use super::error::ProcessError;
@@ -19,7 +22,8 @@ use super::observe::{self, Expected};
 use super::{ProcessOptions, state, workspace};
 use crate::cgroup::{CgroupLayout, RunCgroup};
 use crate::spawn::{
-    JoinRequest, Pid1, ResourceLimits, Sandbox, SpawnError, SpawnRequest, SpawnedChild, join, spawn,
+    JoinRequest, Pid1, Published, ResourceLimits, Sandbox, SpawnError, SpawnRequest, SpawnedChild,
+    join, spawn,
 };
 
 /// What every command of a sealed run starts from.
@@ -111,6 +115,8 @@ pub(crate) struct Sealed {
     pub(crate) handover: Vec<(PathBuf, HandoverOutcome)>,
     /// The digest of the mount plan applied (for the evidence).
     pub(crate) mount_plan_sha256: String,
+    /// The published ports' host ends, as bound.
+    pub(crate) previews: Vec<PreviewEndpoint>,
 }
 
 /// The host ids of the run's identity.
@@ -217,6 +223,7 @@ pub(crate) fn prepare(
         .into_iter()
         .map(|p| p.join("cgroup.procs"))
         .collect();
+    let previews = publish(&run.contract.process.ports, &mut request)?;
     let holder = spawn(&request).map_err(|source| ProcessError::Spawn {
         step: "starting the sandbox",
         source,
@@ -231,6 +238,7 @@ pub(crate) fn prepare(
             pid: holder.pid(),
             workdir: spec.workdir.clone(),
             mount_plan_sha256: mount_plan_sha256.clone(),
+            previews: previews.clone(),
         },
     )?;
     tracing::info!(run_id = %run.run_id, pid = holder.pid(), "sandbox started");
@@ -242,7 +250,31 @@ pub(crate) fn prepare(
         holder: Some(holder),
         handover,
         mount_plan_sha256,
+        previews,
     })
+}
+
+/// Binds a listener on the host's loopback for each port of `ports` (the kernel
+/// picks a free port, which stays the run's while the socket is bound: no other
+/// process can take it) and hands them to the sandbox's pid 1 to forward.
+fn publish(
+    ports: &[u16],
+    request: &mut SpawnRequest,
+) -> Result<Vec<PreviewEndpoint>, ProcessError> {
+    let mut previews = Vec::with_capacity(ports.len());
+    for &port in ports {
+        let io = |source| ProcessError::Connect { port, source };
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io)?;
+        listener.set_nonblocking(true).map_err(io)?;
+        // Read back from the socket: the address it is bound to.
+        let host = listener.local_addr().map_err(io)?;
+        previews.push(PreviewEndpoint { port, host });
+        request.publish.push(Published {
+            listener: listener.into(),
+            port,
+        });
+    }
+    Ok(previews)
 }
 
 /// The name of the cgroup the sandbox's pid 1 lives in, below the run's.
@@ -313,6 +345,7 @@ pub(crate) fn adopt(
         holder: None,
         handover: Vec::new(),
         mount_plan_sha256: saved.mount_plan_sha256,
+        previews: saved.previews,
     }))
 }
 

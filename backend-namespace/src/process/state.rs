@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use workspace_core::boundary::PreviewEndpoint;
+
 use super::error::ProcessError;
 
 /// The file's name in the run directory.
@@ -24,6 +26,9 @@ pub(crate) struct SandboxState {
     pub workdir: String,
     /// The sha256 of the mount plan applied.
     pub mount_plan_sha256: String,
+    /// The published ports' host ends (held by pid 1).
+    #[serde(default)]
+    pub previews: Vec<PreviewEndpoint>,
 }
 
 fn path(run_dir: &Path) -> PathBuf {

@@ -285,7 +285,7 @@ fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
     init::install_seccomp(p)?;
     match p.pid1 {
         Pid1::RunCommand => init::fork_command(p, init::Supervisor::NamespaceInit),
-        Pid1::HoldSandbox => init::hold(),
+        Pid1::HoldSandbox => init::hold(p),
     }
 }
 

@@ -196,10 +196,12 @@ pub enum ChildStage {
     ControllingTerminal = 26,
     /// Entering a live sandbox's namespaces (`setns` through its pidfd).
     JoinNamespaces = 27,
+    /// Setting up a live sandbox's forwarder of published ports.
+    Forward = 28,
 }
 
 impl ChildStage {
-    const ALL: [ChildStage; 27] = [
+    const ALL: [ChildStage; 28] = [
         Self::Signals,
         Self::Descriptors,
         Self::Go,
@@ -227,6 +229,7 @@ impl ChildStage {
         Self::Rlimits,
         Self::ControllingTerminal,
         Self::JoinNamespaces,
+        Self::Forward,
     ];
 
     pub(crate) fn from_u32(value: u32) -> Option<Self> {
@@ -264,6 +267,7 @@ impl fmt::Display for ChildStage {
             Self::Rlimits => "setting the resource limits",
             Self::ControllingTerminal => "making the pseudo-terminal the controlling terminal",
             Self::JoinNamespaces => "entering the sandbox's namespaces",
+            Self::Forward => "setting up the forwarder of the published ports",
         };
         f.write_str(text)
     }

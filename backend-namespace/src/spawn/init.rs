@@ -30,6 +30,7 @@ use nix::libc;
 
 use super::child::{FD_ERROR, FD_STATUS};
 use super::error::{ChildStage, Report, op};
+use super::forward;
 use super::prepared::Prepared;
 use super::raw;
 
@@ -120,25 +121,34 @@ pub(crate) fn fork_command(p: &Prepared, supervisor: Supervisor) -> Result<Infal
     init(pid as libc::pid_t, supervisor)
 }
 
-/// pid 1 of a live sandbox: it holds the namespaces until it is killed. It
+/// pid 1 of a live sandbox: it holds the namespaces until it is killed (and
+/// forwards the published ports, [`forward`]). It
 /// leaves the runner's session, closes its stdio and the error pipe (EOF tells the
 /// parent the sandbox is ready; the status pipe stays open, so the parent does not
 /// mistake readiness for an early death), then reaps whatever is reparented to it
 /// for the sandbox's whole life. Every signal stays blocked and only `SIGCHLD` is
 /// taken: an init without handlers ignores the rest, from inside or from the host,
 /// except `SIGKILL`, which ends the whole sandbox.
-pub(crate) fn hold() -> Result<Infallible, Report> {
+pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     // SAFETY: setsid has no memory arguments; pid 1 is not a group leader (its
     // process group is the runner's), so it cannot fail with EPERM here.
     if unsafe { libc::setsid() } < 0 {
         return Err(report(ChildStage::Session, raw::errno()));
     }
+    let forwarder = if p.published.is_empty() {
+        None
+    } else {
+        Some(forward::prepare()?)
+    };
     // SAFETY: closing descriptors pid 1 no longer needs.
     unsafe {
         libc::close(0);
         libc::close(1);
         libc::close(2);
         libc::close(FD_ERROR);
+    }
+    if let Some(forwarder) = forwarder {
+        forward::serve(forwarder, &p.published);
     }
     // SAFETY: `sigset_t` is plain data initialised here.
     let waited = unsafe {

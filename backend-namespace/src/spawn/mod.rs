@@ -105,6 +105,7 @@
 
 mod child;
 pub mod error;
+mod forward;
 mod handle;
 mod idmap;
 mod idmapped;
@@ -205,6 +206,22 @@ pub struct SpawnRequest {
     /// successful `execve` or the child's failure report) before it kills the
     /// child and returns [`SpawnError::SetupTimeout`]. Must not be zero.
     pub setup_timeout: Duration,
+    /// Ports of the sandbox published on the host, with [`Pid1::HoldSandbox`]
+    /// only (at most 16): pid 1 keeps each listener and forwards every connection
+    /// accepted on it to the port on the sandbox's loopback, for the sandbox's
+    /// whole life.
+    pub publish: Vec<Published>,
+}
+
+/// A listening TCP socket of the host (bound and listening, non-blocking) whose
+/// connections the sandbox's pid 1 forwards to `port` on the sandbox's own
+/// loopback.
+#[derive(Debug)]
+pub struct Published {
+    /// The listener.
+    pub listener: OwnedFd,
+    /// The port inside the sandbox.
+    pub port: u16,
 }
 
 /// The default [`SpawnRequest::setup_timeout`].
@@ -238,6 +255,7 @@ impl SpawnRequest {
             cgroup_procs: Vec::new(),
             rlimits: ResourceLimits::default(),
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
+            publish: Vec::new(),
         }
     }
 }

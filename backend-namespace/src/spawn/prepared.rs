@@ -93,6 +93,8 @@ pub(crate) struct ChildFds {
     pub lowers: Vec<OwnedFd>,
     /// The pidfd of the sandbox a joining child enters (`join.rs`).
     pub sandbox: Option<OwnedFd>,
+    /// The listeners of the published ports (`forward.rs`).
+    pub listeners: Vec<OwnedFd>,
 }
 
 /// The parent's ends of the pipes.
@@ -130,7 +132,8 @@ pub(crate) struct Prepared {
     pub child_fds: ChildFds,
     pub parent_fds: ParentFds,
     /// The raw numbers of every descriptor the child keeps, in their final order
-    /// (stdio, go, error, status, cgroup files, idmapped lower layers).
+    /// (stdio, go, error, status, cgroup files, idmapped lower layers or the
+    /// sandbox pidfd, published ports' listeners).
     pub kept: Vec<c_int>,
     /// Scratch space the child fills while moving `kept` (no allocation there).
     pub moved: Vec<Cell<c_int>>,
@@ -138,6 +141,8 @@ pub(crate) struct Prepared {
     pub source_fds: Vec<Cell<c_int>>,
     /// The `struct open_how` the child resolves every bind source with.
     pub source_how: OpenHow,
+    /// The published ports, with their listeners' numbers in the child.
+    pub published: Vec<super::forward::Published>,
     /// Where the runner's command line lies in memory (`arg_start..arg_end` of
     /// `/proc/self/stat`): the child's copy is blanked, so the run's pid 1 does not
     /// show the runner's arguments in `/proc/1/cmdline`, which anyone may read.
@@ -227,8 +232,38 @@ impl Prepared {
         prepared.steps = steps;
         prepared.source_fds = vec![Cell::new(-1); binds];
         prepared.child_fds.lowers = lowers;
+        prepared.publish(&request.publish, request.pid1)?;
         prepared.keep();
         Ok(prepared)
+    }
+
+    /// Keeps the published ports' listeners for pid 1.
+    fn publish(&mut self, published: &[super::Published], pid1: Pid1) -> Result<(), SpawnError> {
+        if published.is_empty() {
+            return Ok(());
+        }
+        if pid1 != Pid1::HoldSandbox {
+            return Err(invalid(
+                "publish",
+                "only a sandbox held by pid 1 forwards ports",
+            ));
+        }
+        if published.len() > super::forward::MAX_PUBLISHED {
+            return Err(invalid("publish", "more than 16 ports"));
+        }
+        for p in published {
+            let listener = p.listener.try_clone().map_err(|e| SpawnError::Prepare {
+                step: "duplicating a published port's listener",
+                path: format!("port {}", p.port).into(),
+                source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+            })?;
+            self.child_fds.listeners.push(listener);
+            self.published.push(super::forward::Published {
+                listener: -1,
+                port: p.port,
+            });
+        }
+        Ok(())
     }
 
     /// Checks a request that joins `sandbox` and prepares everything: no mount
@@ -325,6 +360,7 @@ impl Prepared {
                 cgroup_procs: Vec::new(),
                 lowers: Vec::new(),
                 sandbox: None,
+                listeners: Vec::new(),
             },
             parent_fds: ParentFds {
                 go_write,
@@ -335,6 +371,7 @@ impl Prepared {
             moved: Vec::new(),
             source_fds: Vec::new(),
             source_how: OpenHow::no_symlinks(),
+            published: Vec::new(),
             arg_area: runner_arg_area(),
         };
         for path in request.cgroup_procs {
@@ -364,9 +401,15 @@ impl Prepared {
             .chain(&fds.cgroup_procs)
             .chain(&fds.lowers)
             .chain(&fds.sandbox)
+            .chain(&fds.listeners)
             .map(|fd| fd.as_raw_fd())
             .collect();
         self.moved = vec![Cell::new(-1); self.kept.len()];
+        // The listeners come last: their numbers in the child follow from that.
+        let first = self.kept.len() - fds.listeners.len();
+        for (i, published) in self.published.iter_mut().enumerate() {
+            published.listener = (first + i) as c_int;
+        }
     }
 }
 

@@ -64,6 +64,7 @@ pub use services::{SERVICES_STATE_FILE, ServiceRecord, log_files};
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 
 use crate::RunId;
+use crate::boundary::{CommandOutput, PreviewEndpoint};
 use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
 use crate::capacity::{AdmissionControl, Capacity};
 use crate::contract::Contract;
@@ -336,6 +337,39 @@ impl Runner {
             .map_err(|e| RunError::refused(run_id, e.into()))?;
         drop(parked); // releases the journal
         Ok(patch)
+    }
+
+    /// The preview endpoints of a live run: each published port and the host
+    /// address that forwards to it, as its seal bound them (`observed.json`).
+    /// Empty when the run publishes no port or is not sealed.
+    pub fn previews(&self, run_id: &RunId) -> Result<Vec<PreviewEndpoint>, RunError> {
+        let config = &self.inner.config;
+        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
+        let observed = paths.evidence.join(EvidenceFile::Observed.file_name());
+        preview::endpoints(&observed).map_err(|kind| RunError::refused(run_id, kind))
+    }
+
+    /// The services of a live run, as recorded so far (`services.json`).
+    pub fn services(&self, run_id: &RunId) -> Result<Vec<ServiceRecord>, RunError> {
+        let config = &self.inner.config;
+        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
+        state_files::read_state(&paths.run_dir.join(SERVICES_STATE_FILE))
+            .map(Option::unwrap_or_default)
+            .map_err(|kind| RunError::refused(run_id, kind))
+    }
+
+    /// The files the service `name` of a live run writes its stdout and stderr
+    /// to (raw: not scrubbed of credential values, unlike the copies the
+    /// evidence gets). `None` when the run has no such service running.
+    pub fn service_logs(&self, run_id: &RunId, name: &str) -> Option<CommandOutput> {
+        let config = &self.inner.config;
+        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
+        let valid = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let logs = log_files(&paths.run_dir, name);
+        (valid && logs.stdout.is_file()).then_some(logs)
     }
 
     /// One command in a fresh run of `contract`: create, exec, finish.

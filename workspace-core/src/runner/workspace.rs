@@ -150,8 +150,7 @@ impl Workspace {
         let stack = self.runner.stack().clone();
         let environment = self.reserve().await?;
         self.lease_again()?;
-        let mut live = environment.clone();
-        live.vars.extend(self.leases.names.vars());
+        let live = self.with_run_vars(environment.clone());
         let identity = stack.identity.prepare(&self.run).await?;
         let plan = self.seal_plan(live, identity.clone())?;
         self.sealing = true;
@@ -245,11 +244,9 @@ impl Workspace {
     }
 
     /// Starts services, applies the boundaries and probes them: `Sealed`.
-    async fn seal(&mut self, mut environment: EnvironmentPlan) -> Result<(), RunErrorKind> {
-        let leased = self.leases.names.vars();
+    async fn seal(&mut self, environment: EnvironmentPlan) -> Result<(), RunErrorKind> {
+        let environment = self.with_run_vars(environment);
         let services = self.run.contract.environment.services.clone();
-        environment.vars.extend(connection_vars(&services, &leased));
-        environment.vars.extend(leased);
         let stack = self.runner.stack().clone();
         let cancel = self.cancel.clone();
         self.life.start_services()?;
@@ -290,6 +287,16 @@ impl Workspace {
         started.await?;
         self.life.seal()?;
         Ok(())
+    }
+
+    /// `environment` with what the run adds for its commands: its leased names
+    /// and its services' connection variables.
+    fn with_run_vars(&self, mut environment: EnvironmentPlan) -> EnvironmentPlan {
+        let leased = self.leases.names.vars();
+        let services = &self.run.contract.environment.services;
+        environment.vars.extend(connection_vars(services, &leased));
+        environment.vars.extend(leased);
+        environment
     }
 
     /// The plans the process boundary applies, from the provisioned records.

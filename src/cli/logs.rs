@@ -1,0 +1,59 @@
+//! `agent-workspace logs RUN [SERVICE]`: what a live workspace's services wrote.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::host::HostArgs;
+use super::session::on_run;
+use super::summary::report_run_error;
+
+#[derive(Debug, Args)]
+pub(crate) struct LogsArgs {
+    /// The run, as `create` printed it.
+    run: String,
+    /// One service of `environment.services`; without it, every service, each
+    /// line prefixed with `NAME | `.
+    service: Option<String>,
+}
+
+/// Prints a service's stdout on stdout and its stderr on stderr, as written so
+/// far. These are the raw files of the live run: the copies in the evidence are
+/// scrubbed of credential values when the run ends.
+pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
+    on_run(host, &args.run, |runner, run_id| async move {
+        let names = match &args.service {
+            Some(name) => vec![name.clone()],
+            None => match runner.services(&run_id) {
+                Ok(records) => records.into_iter().map(|r| r.name).collect(),
+                Err(error) => return report_run_error(&error),
+            },
+        };
+        let prefix = args.service.is_none();
+        for name in &names {
+            let Some(logs) = runner.service_logs(&run_id, name) else {
+                eprintln!("agent-workspace: run {run_id} has no service {name:?} running");
+                return ExitCode::from(super::EXIT_BAD_INPUT);
+            };
+            let print = |path: &std::path::Path, out: &mut dyn Write| {
+                let bytes = std::fs::read(path).unwrap_or_default();
+                if !prefix {
+                    return out.write_all(&bytes);
+                }
+                for line in bytes.split_inclusive(|b| *b == b'\n') {
+                    write!(out, "{name} | ")?;
+                    out.write_all(line)?;
+                }
+                Ok(())
+            };
+            let written = print(&logs.stdout, &mut std::io::stdout().lock())
+                .and_then(|()| print(&logs.stderr, &mut std::io::stderr().lock()));
+            if let Err(e) = written {
+                eprintln!("agent-workspace: {e}");
+                return ExitCode::from(super::EXIT_RUNNER_FAILED);
+            }
+        }
+        ExitCode::SUCCESS
+    })
+}
