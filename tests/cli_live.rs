@@ -128,6 +128,10 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
         !listing.contains("lost"),
         "a live workspace is not lost: {listing}"
     );
+    assert!(
+        listing.contains(&format!("ports: {host} -> 8000")) && listing.contains("ticker (ready)"),
+        "ls shows the workspace's ports and services: {listing}"
+    );
 
     let out = fixture.agent_workspace(&["destroy", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -169,4 +173,79 @@ fn http_status(address: std::net::SocketAddr) -> Option<u16> {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     answer.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The counter a background process of the workspace keeps in its checkout,
+/// read from the host.
+fn count(checkout: &std::path::Path) -> u64 {
+    std::fs::read_to_string(checkout.join("count"))
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+#[test]
+fn suspend_freezes_a_counter_in_place_and_resume_from_another_process_thaws_it() {
+    let fixture = CliFixture::new("live-suspend");
+    let run = create(&fixture);
+    let counter = marker("live-counter");
+    let script = format!(
+        "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /workspace/count; sleep 0.05; done' {counter} \
+         >/dev/null 2>&1 & sleep 0.5"
+    );
+    let out = exec(&fixture, &run, &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let evidence = fixture
+        .state_home()
+        .join("agent-workspace/evidence")
+        .join(&run);
+    let source: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("source.json")).unwrap()).unwrap();
+    // What the run writes lands in the upper layer of a layered checkout.
+    let written = source["layers"]["upper"].as_str();
+    let checkout = std::path::PathBuf::from(written.or(source["workspace"].as_str()).unwrap());
+    assert!(count(&checkout) > 0, "the counter counts");
+
+    let out = fixture.agent_workspace(&["suspend", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("processes frozen"),
+        "{}",
+        text(&out.stderr)
+    );
+    let frozen = count(&checkout);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(count(&checkout), frozen, "a frozen counter does not count");
+    assert_eq!(processes_with(&counter).len(), 1, "frozen, not killed");
+    let listing = text(&fixture.agent_workspace(&["ls"]).stdout);
+    assert!(listing.contains("suspended"), "{listing}");
+
+    let out = fixture.agent_workspace(&["resume", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::thread::sleep(Duration::from_millis(500));
+    let after = count(&checkout);
+    assert!(
+        after > frozen && after < frozen + 40,
+        "the counter went on from {frozen} (now {after}), it did not start again"
+    );
+    let source: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("source.json")).unwrap()).unwrap();
+    let resumes = source["resumes"].as_array().unwrap();
+    assert_eq!(resumes.len(), 1, "{source}");
+    assert!(
+        resumes[0]["note"]
+            .as_str()
+            .unwrap()
+            .starts_with("resumed with "),
+        "{source}"
+    );
+
+    let out = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        wait_until_gone(&counter, Duration::from_secs(5)),
+        Vec::<u32>::new(),
+        "the counter outlived destroy"
+    );
 }

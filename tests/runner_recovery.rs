@@ -246,16 +246,14 @@ async fn crash_while_suspended() {
     // Recovery changed nothing: the journal still ends in `suspended`.
     assert_eq!(journal_states(&paths.journal), states);
 
-    // Nothing of the run runs; its checkout, with the command's change, stays.
+    // The command ended; the run's sandbox is frozen in place (its cgroups stay
+    // for the resume), its checkout, with the command's change, stays.
     let alive = wait_until_gone(&mark, Duration::from_secs(5));
-    assert!(
-        alive.is_empty(),
-        "processes of the suspended run: {alive:?}"
-    );
+    assert!(alive.is_empty(), "the command still runs: {alive:?}");
     let cgroups = run_cgroups(&fx, &run_id);
     assert!(
-        cgroups.is_empty(),
-        "cgroups of the suspended run: {cgroups:?}"
+        !cgroups.is_empty(),
+        "the suspended run's frozen sandbox is gone"
     );
     let source: SourceRecord =
         serde_json::from_slice(&std::fs::read(paths.evidence.join("source.json")).unwrap())
@@ -268,13 +266,19 @@ async fn crash_while_suspended() {
         list_tree(&paths.run_dir)
     );
 
-    // Another runner resumes it, sealed again, and finishes it.
+    // Another runner resumes it (its sandbox thawed, as source.json says) and
+    // finishes it.
     let runner = fx.runner();
     let ws = runner
         .resume(&run_id, CreateOptions::default())
         .await
         .unwrap();
     assert_eq!(ws.state(), &State::Sealed);
+    let source: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(paths.evidence.join("source.json")).unwrap())
+            .unwrap();
+    let note = source["resumes"][0]["note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("resumed with "), "{source}");
     let done = ws.finish().await.unwrap();
     assert!(done.cleaned, "not cleaned: {:?}", done.cleanup_errors);
     assert!(done.cleanup_errors.is_empty(), "{:?}", done.cleanup_errors);

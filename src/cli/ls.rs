@@ -6,10 +6,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use serde::Serialize;
+use workspace_core::RunId;
+use workspace_core::boundary::PreviewEndpoint;
 use workspace_core::capacity::{CapacitySnapshot, Resources};
 use workspace_core::journal::{self, JournalRead};
 use workspace_core::lifecycle::{FailureCause, State, StateName, Transition};
 use workspace_core::recovery::JOURNAL_DIR;
+use workspace_core::runner::RunPaths;
 
 use super::contract_args::one_line;
 use super::host::{HostArgs, host_capacity};
@@ -49,9 +52,23 @@ struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     capacity: Option<PoolPlace>,
     journal: PathBuf,
+    /// For a run that is not cleaned up: where its `process.ports` are published.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ports: Vec<PreviewEndpoint>,
+    /// Its services, by name, and whether each is ready (or how it ended).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    services: Vec<ServiceLine>,
     /// Why the journal could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// A service of a listed run.
+#[derive(Debug, Serialize)]
+struct ServiceLine {
+    name: String,
+    /// `ready`, `starting`, or how it ended.
+    status: String,
 }
 
 /// A run's ticket in the host capacity pool.
@@ -88,11 +105,15 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
         }
     };
     let now = unix_ms_now();
+    let dirs = host.dirs();
     let mut rows: Vec<Row> = paths
         .iter()
         .map(|path| row(path, now))
         .filter(|row| args.all || row.state != StateName::Cleaned.to_string())
         .collect();
+    for row in &mut rows {
+        live_parts(row, &dirs.runtime, &dirs.evidence);
+    }
     rows.sort_by(|a, b| (a.since_unix_ms, &a.run_id).cmp(&(b.since_unix_ms, &b.run_id)));
     let pool = match host_capacity(host).snapshot() {
         Ok(pool) => Some(pool),
@@ -141,6 +162,31 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Fills in the published ports and services of a run that is not cleaned up.
+fn live_parts(row: &mut Row, runtime: &Path, evidence: &Path) {
+    if row.state == StateName::Cleaned.to_string() {
+        return;
+    }
+    let Ok(run_id) = RunId::new(row.run_id.as_str()) else {
+        return;
+    };
+    let paths = RunPaths::locate(runtime, evidence, &run_id);
+    row.ports = paths.previews().unwrap_or_default();
+    row.services = paths
+        .services()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| ServiceLine {
+            status: match (&s.ended, s.ready_unix_ms) {
+                (Some(ended), _) => ended.clone(),
+                (None, Some(_)) => "ready".into(),
+                (None, None) => "starting".into(),
+            },
+            name: s.name,
+        })
+        .collect();
 }
 
 /// Marks each row the pool knows (by label = run id) as holding or waiting; a
@@ -254,6 +300,8 @@ fn row(path: &Path, now: u64) -> Row {
         queue_position: None,
         capacity: None,
         journal: path.to_path_buf(),
+        ports: Vec::new(),
+        services: Vec::new(),
         error: None,
     };
     match journal::is_held(path) {
@@ -340,6 +388,22 @@ fn table(rows: &[Row]) -> String {
     push_line(&header);
     for (line, row) in cells.iter().zip(rows) {
         push_line(&line.each_ref().map(String::as_str));
+        let ports: Vec<String> = row
+            .ports
+            .iter()
+            .map(|p| format!("{} -> {}", p.host, p.port))
+            .collect();
+        if !ports.is_empty() {
+            push_line(&["", &format!("ports: {}", ports.join(", "))]);
+        }
+        let services: Vec<String> = row
+            .services
+            .iter()
+            .map(|s| format!("{} ({})", s.name, s.status))
+            .collect();
+        if !services.is_empty() {
+            push_line(&["", &format!("services: {}", services.join(", "))]);
+        }
         if let Some(error) = &row.error {
             push_line(&["", &format!("error: {error}")]);
         }

@@ -19,6 +19,7 @@ mod recover;
 mod run;
 mod session;
 mod summary;
+mod suspend;
 mod verify;
 
 use std::process::ExitCode;
@@ -68,6 +69,10 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// List the runs under the runtime directory that are not cleaned up.
     Ls(ls::LsArgs),
+    /// Freeze a live workspace's processes in place and give its capacity back.
+    Suspend(suspend::SuspendArgs),
+    /// Thaw a suspended workspace (its checkout re-verified) and keep it live.
+    Resume(suspend::SuspendArgs),
     /// Print where a live workspace's ports are published on the host.
     Ports(ports::PortsArgs),
     /// Print what a live workspace's services wrote.
@@ -104,6 +109,8 @@ pub(crate) fn main() -> ExitCode {
         Command::Contract(command) => contract::run(command),
         Command::Verify(args) => verify::run(&args),
         Command::Ls(args) => ls::run(&args, &cli.host),
+        Command::Suspend(args) => suspend::suspend(args, &cli.host),
+        Command::Resume(args) => suspend::resume(args, &cli.host),
         Command::Ports(args) => ports::run(args, &cli.host),
         Command::Logs(args) => logs::run(args, &cli.host),
         Command::Recover(args) => recover::run(&args, &cli.host),

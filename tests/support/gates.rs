@@ -14,7 +14,7 @@ use workspace_core::boundary::{
     Attachment, BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary, PatchExport,
     ProcessBoundary, ProcessCapabilities, PromotionBoundary, PromotionCapabilities,
     PromotionRecord, PromotionRequest, RunContext, SealPlan, SourceBoundary, SourceCapabilities,
-    SourceRecord, Stack,
+    SourceRecord, Stack, Suspension, TerminateReport,
 };
 use workspace_core::lifecycle::CleanupPermit;
 
@@ -223,6 +223,38 @@ impl ProcessBoundary for Gated<dyn ProcessBoundary> {
     boundary_method! {
         fn detach(&self, run: &'life1 RunContext) -> () {
             self.inner.detach(run)
+        }
+    }
+
+    fn terminate<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        run: &'life1 RunContext,
+        grace: std::time::Duration,
+    ) -> BoxFuture<'async_trait, Result<TerminateReport, BoundaryError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        self.inner.terminate(run, grace)
+    }
+
+    fn connect<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        run: &'life1 RunContext,
+        port: u16,
+    ) -> BoxFuture<'async_trait, Result<tokio::net::TcpStream, BoundaryError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        self.inner.connect(run, port)
+    }
+
+    boundary_method! {
+        fn suspend(&self, run: &'life1 RunContext) -> Suspension {
+            self.inner.suspend(run)
         }
     }
 

@@ -137,6 +137,19 @@ pub enum CgroupError {
         /// The pids still present.
         remaining: Vec<u32>,
     },
+    /// The group has no freezer: neither a cgroup v2 directory nor one in the v1
+    /// freezer hierarchy.
+    #[error("cgroup: {path} has no freezer (cgroup v2 or the v1 freezer hierarchy)")]
+    NoFreezer {
+        /// The group's first directory.
+        path: PathBuf,
+    },
+    /// The group did not reach the frozen state in time (and was thawed again).
+    #[error("cgroup: {path} did not freeze in time")]
+    FreezeIncomplete {
+        /// The directory whose freezer was used.
+        path: PathBuf,
+    },
     /// Removing a cgroup directory failed.
     #[error("cgroup: removing directory {path} failed after {attempts} attempts")]
     RemoveDir {

@@ -53,6 +53,7 @@
 //! [`ResolvedLimits`]: workspace_core::boundary::ResolvedLimits
 
 mod error;
+mod freezer;
 mod fsio;
 mod kill;
 mod layout;

@@ -107,7 +107,8 @@ use async_trait::async_trait;
 use workspace_core::RunId;
 use workspace_core::boundary::{
     Attachment, BoundaryError, CommandSpec, Execution, InputStream, LeakReport, ObservedBoundary,
-    OutputStream, ProcessBoundary, ProcessCapabilities, RunContext, SealPlan, TerminateReport,
+    OutputStream, ProcessBoundary, ProcessCapabilities, RunContext, SealPlan, Suspension,
+    TerminateReport,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 use workspace_core::mount_plan::HostLayout;
@@ -457,6 +458,40 @@ impl ProcessBoundary for NamespaceProcess {
         Ok(())
     }
 
+    async fn suspend(&self, run: &RunContext) -> Result<Suspension, BoundaryError> {
+        const OP: &str = "suspend";
+        let Some(sealed) = self.runs().remove(&run.run_id) else {
+            return Err(ProcessError::NotSealed {
+                run_id: run.run_id.clone(),
+            }
+            .into_boundary(OP));
+        };
+        let cgroup = Arc::clone(&sealed.cgroup);
+        let frozen = blocking("freezing the run's processes", move || {
+            cgroup.freeze().map_err(|source| ProcessError::Cgroup {
+                step: "freezing the run's processes",
+                source,
+            })?;
+            Ok(cgroup.pids().unwrap_or_default())
+        })
+        .await;
+        let processes = match frozen {
+            Ok(processes) => processes,
+            Err(e) => {
+                // Not frozen: the run stays sealed here, for the runner to end.
+                self.runs().insert(run.run_id.clone(), sealed);
+                return Err(e.into_boundary(OP));
+            }
+        };
+        // Frozen in place: let go as detach does; attach thaws them.
+        sealed.cgroup.release();
+        if let Some(holder) = sealed.holder {
+            holder.release();
+        }
+        tracing::info!(run_id = %run.run_id, processes = processes.len(), "run frozen");
+        Ok(Suspension::Frozen { processes })
+    }
+
     async fn attach(&self, run: &RunContext, plan: &SealPlan) -> Result<Attachment, BoundaryError> {
         const OP: &str = "attach";
         if self.runs().contains_key(&run.run_id) {
@@ -478,6 +513,19 @@ impl ProcessBoundary for NamespaceProcess {
                 return Ok(Attachment::Lost { reason });
             }
         };
+        // A suspended run's processes are frozen: they go on from where they were.
+        let cgroup = Arc::clone(&sealed.cgroup);
+        let thawed = blocking("thawing the run's processes", move || {
+            cgroup.thaw().map_err(|source| ProcessError::Cgroup {
+                step: "thawing the run's processes",
+                source,
+            })
+        })
+        .await;
+        if let Err(e) = thawed {
+            sealed.cgroup.release();
+            return Err(e.into_boundary(OP));
+        }
         let processes = sealed.cgroup.pids().unwrap_or_default();
         tracing::info!(run_id = %run.run_id, pid = sealed.sandbox.pid(),
             processes = processes.len(), "run attached to its live sandbox");

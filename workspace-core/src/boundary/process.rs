@@ -96,8 +96,27 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
         }
     }
 
+    /// Suspends a sealed run: freezes every process of it in place and lets go
+    /// of it, as [`detach`](Self::detach) does, so that a later
+    /// [`attach`](Self::attach) (in any process) thaws them where they were.
+    /// The default is for a boundary that cannot freeze: it tears the run down
+    /// (failing unless nothing was left) and says the processes were stopped.
+    async fn suspend(&self, run: &RunContext) -> Result<Suspension, BoundaryError> {
+        let leaks = self.teardown(run).await?;
+        if leaks.is_clean() {
+            Ok(Suspension::Stopped)
+        } else {
+            Err(BoundaryError::new(
+                super::BoundaryKind::Process,
+                "suspend",
+                LeftBehind(leaks),
+            ))
+        }
+    }
+
     /// Takes over the live sandbox of a run sealed and [detached](Self::detach)
-    /// earlier (by this process or another), for `plan` (the run's plans, prepared
+    /// or [suspended](Self::suspend) earlier (by this process or another; a
+    /// frozen sandbox is thawed), for `plan` (the run's plans, prepared
     /// again by the attaching runner). [`Attachment::Lost`] when nothing of it runs
     /// any more (the host rebooted, it was killed): the runner then seals the run
     /// again, and says so. The default keeps no sandbox between runners.
@@ -123,6 +142,19 @@ pub struct TerminateReport {
 #[derive(Debug, thiserror::Error)]
 #[error("still present after teardown: {0:?}")]
 pub struct LeftBehind(pub LeakReport);
+
+/// What [`ProcessBoundary::suspend`] did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "sandbox", rename_all = "kebab-case")]
+pub enum Suspension {
+    /// Every process of the run is frozen in place; attaching thaws them.
+    Frozen {
+        /// Host pids of the processes frozen.
+        processes: Vec<u32>,
+    },
+    /// Every process of the run was stopped; resuming seals the run again.
+    Stopped,
+}
 
 /// What [`ProcessBoundary::attach`] found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -345,16 +345,17 @@ impl Runner {
     pub fn previews(&self, run_id: &RunId) -> Result<Vec<PreviewEndpoint>, RunError> {
         let config = &self.inner.config;
         let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
-        let observed = paths.evidence.join(EvidenceFile::Observed.file_name());
-        preview::endpoints(&observed).map_err(|kind| RunError::refused(run_id, kind))
+        paths
+            .previews()
+            .map_err(|kind| RunError::refused(run_id, kind))
     }
 
     /// The services of a live run, as recorded so far (`services.json`).
     pub fn services(&self, run_id: &RunId) -> Result<Vec<ServiceRecord>, RunError> {
         let config = &self.inner.config;
         let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
-        state_files::read_state(&paths.run_dir.join(SERVICES_STATE_FILE))
-            .map(Option::unwrap_or_default)
+        paths
+            .services()
             .map_err(|kind| RunError::refused(run_id, kind))
     }
 

@@ -19,7 +19,7 @@ use super::state_files::{create_dir, read_state, write_state};
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
     Attachment, CommandSpec, EnvironmentPlan, FilesystemRecord, IdentityPlan, RunContext, SealPlan,
-    SourceRecord,
+    SourceRecord, Suspension,
 };
 use crate::capacity::{Grant, Resources};
 use crate::contract::CheckoutOrigin;
@@ -128,17 +128,76 @@ impl Workspace {
         self.seal(environment).await
     }
 
-    /// Brings a suspended run back to `Sealed`: capacity again, the checkout
-    /// re-verified against its record (a checkout that is not what it claims to be
-    /// fails the run, never silently continues), sealed and probed again.
+    /// Brings a suspended run back to `Sealed`: capacity and leases again, the
+    /// checkout re-verified against its record (a checkout that is not what it
+    /// claims to be fails the run, never silently continues), then the frozen
+    /// sandbox thawed, its processes going on where they were. Where they could
+    /// not be kept (the host rebooted, the boundary cannot freeze) the run is
+    /// sealed again and its services start again. `source.json` records which.
     pub(super) async fn bring_back(&mut self) -> Result<(), RunErrorKind> {
+        let stack = self.runner.stack().clone();
+        // Its frozen sandbox may still be there: whatever fails from here on,
+        // the conclusion tears it down.
+        self.sealing = true;
         let environment = self.reserve().await?;
         self.life.resume()?;
         self.lease_again()?;
         self.services = Services::load(&self.paths.run_dir)?;
-        self.services.lost("stopped when the run was suspended");
         self.verify_source().await?;
-        self.seal(environment).await
+        let plan = self.attach_plan(environment.clone()).await?;
+        match stack.process.attach(&self.run, &plan).await? {
+            Attachment::Live { processes } => {
+                self.scrubber = Scrubber::new(&plan.identity.credentials);
+                self.life.start_services()?;
+                self.life.seal()?;
+                let note = format!("resumed with {} live processes", processes.len());
+                tracing::info!(run_id = %self.run.run_id, %note);
+                self.record_resume(Some(processes.len()), note)
+            }
+            Attachment::Lost { reason } => {
+                tracing::warn!(run_id = %self.run.run_id, %reason,
+                    "the suspended run's processes are gone; sealing it again");
+                self.sealing = false;
+                self.services.lost("gone when the run was resumed");
+                self.record_resume(
+                    None,
+                    format!("resumed without its processes ({reason}); sealed again, services started again"),
+                )?;
+                self.seal(environment).await
+            }
+        }
+    }
+
+    /// The plans to attach with: the environment with the run's variables and
+    /// the identity prepared again (credentials are issued anew).
+    async fn attach_plan(&self, environment: EnvironmentPlan) -> Result<SealPlan, RunErrorKind> {
+        let identity = self.runner.stack().identity.prepare(&self.run).await?;
+        self.seal_plan(self.with_run_vars(environment), identity)
+    }
+
+    /// Adds what a resume inherited to `resumes` in `source.json`.
+    fn record_resume(
+        &self,
+        live_processes: Option<usize>,
+        note: String,
+    ) -> Result<(), RunErrorKind> {
+        let path = self.evidence.path_of(EvidenceFile::Source);
+        let mut source: serde_json::Value = read_state(&path)?.unwrap_or_default();
+        let resume = serde_json::json!({
+            "at_unix_ms": crate::evidence::unix_ms_now(),
+            "live_processes": live_processes,
+            "note": note,
+        });
+        if let Some(object) = source.as_object_mut() {
+            match object.get_mut("resumes").and_then(|r| r.as_array_mut()) {
+                Some(resumes) => resumes.push(resume),
+                None => {
+                    object.insert("resumes".into(), serde_json::json!([resume]));
+                }
+            }
+        }
+        self.evidence.write_json(EvidenceFile::Source, &source)?;
+        Ok(())
     }
 
     /// Attaches a detached run to its live sandbox: capacity and leases again,
@@ -148,16 +207,16 @@ impl Workspace {
     /// (the checkout re-verified) and is sealed again, as after a suspend.
     pub(super) async fn reattach(&mut self) -> Result<(), RunErrorKind> {
         let stack = self.runner.stack().clone();
+        // Its live sandbox is there: whatever fails from here on, the
+        // conclusion tears it down.
+        self.sealing = true;
         let environment = self.reserve().await?;
         self.lease_again()?;
-        let live = self.with_run_vars(environment.clone());
-        let identity = stack.identity.prepare(&self.run).await?;
-        let plan = self.seal_plan(live, identity.clone())?;
-        self.sealing = true;
+        let plan = self.attach_plan(environment.clone()).await?;
         self.services = Services::load(&self.paths.run_dir)?;
         match stack.process.attach(&self.run, &plan).await? {
             Attachment::Live { processes } => {
-                self.scrubber = Scrubber::new(&identity.credentials);
+                self.scrubber = Scrubber::new(&plan.identity.credentials);
                 self.life.attach()?;
                 tracing::info!(run_id = %self.run.run_id, processes = processes.len(),
                     "attached to the live sandbox");
@@ -358,13 +417,16 @@ impl Workspace {
         })
     }
 
-    /// Stops every process of the run and parks it in `Suspended`: the checkout
-    /// and the evidence stay, the capacity is given back, the journal is released.
-    /// [`Runner::resume`] (in this process or another) brings it back; crash
-    /// recovery leaves a suspended run alone.
+    /// Suspends the run and parks it in `Suspended`: its processes are frozen
+    /// in place (or, where the process boundary cannot freeze, stopped), the
+    /// checkout and the evidence stay, the capacity is given back, the journal
+    /// is released. [`Runner::resume`] (in this process or another) re-verifies
+    /// the checkout and thaws the processes; crash recovery leaves a suspended
+    /// run alone.
     ///
     /// Only a sealed run (no command running) can be suspended; a run whose
-    /// processes cannot be proven stopped is failed and concluded instead.
+    /// processes can be neither frozen nor proven stopped is failed and
+    /// concluded instead.
     pub async fn suspend(mut self) -> Result<SuspendedRun, RunError> {
         if self.life.state() != &State::Sealed {
             let refused = self.life.suspend().map(drop).map_err(RunErrorKind::from);
@@ -375,26 +437,26 @@ impl Workspace {
             ))));
         }
         let stack = self.runner.stack().clone();
-        let stopped = match stack.process.teardown(&self.run).await {
-            Ok(leaks) if leaks.is_clean() => Ok(()),
-            Ok(leaks) => Err(format!("still present after teardown: {leaks:?}")),
-            Err(e) => Err(crate::error_chain(&e)),
+        self.services.release();
+        let suspension = match stack.process.suspend(&self.run).await {
+            Ok(suspension) => suspension,
+            Err(e) => {
+                let kind = RunErrorKind::Failed(FailureCause::Runner {
+                    message: format!("suspend: {}", crate::error_chain(&e)),
+                });
+                return Err(self.abort(kind).await);
+            }
         };
-        if let Err(message) = stopped {
-            let kind = RunErrorKind::Failed(FailureCause::Runner {
-                message: format!("suspend: {message}"),
-            });
-            return Err(self.abort(kind).await);
-        }
         self.sealing = false;
         self.journal(|life| life.suspend().map(drop))?;
         self.reservation = None;
         self.leases = RunLeases::default();
         self.concluded = true;
-        tracing::info!(run_id = %self.run.run_id, "run suspended");
+        tracing::info!(run_id = %self.run.run_id, ?suspension, "run suspended");
         Ok(SuspendedRun {
             run_id: self.run.run_id.clone(),
             evidence: self.evidence.dir().to_path_buf(),
+            suspension,
         })
     }
 
@@ -571,6 +633,8 @@ pub struct SuspendedRun {
     pub run_id: crate::RunId,
     /// Its evidence bundle (unsealed until the run ends).
     pub evidence: std::path::PathBuf,
+    /// Whether its processes were frozen or stopped.
+    pub suspension: Suspension,
 }
 
 /// What a run with `limits` reserves: its cpu, memory and disk caps and one slot.
