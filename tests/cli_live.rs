@@ -111,6 +111,31 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
         (text(&logs.stdout), text(&logs.stderr)),
         ("tick\n".into(), "tock\n".into())
     );
+    // A command started on purpose in the background: its output is in `logs`
+    // while it runs and in the evidence after destroy.
+    let background = marker("live-background");
+    let out = fixture.agent_workspace(&[
+        "exec",
+        "--detach",
+        &run,
+        "--",
+        "sh",
+        "-c",
+        "echo from the background; while :; do sleep 0.1; done",
+        &background,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "exec-1\n");
+    assert_eq!(processes_with(&background).len(), 1, "it runs on");
+    let mut printed = String::new();
+    for _ in 0..50 {
+        printed = text(&fixture.agent_workspace(&["logs", &run, "exec-1"]).stdout);
+        if !printed.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(printed, "from the background\n");
     let logs = fixture.agent_workspace(&["logs", &run, "nothing"]);
     assert_eq!(
         logs.status.code(),
@@ -140,7 +165,7 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
         "{}",
         text(&out.stderr)
     );
-    for marker in [&server, &sleeper] {
+    for marker in [&server, &sleeper, &background] {
         assert_eq!(
             wait_until_gone(marker, Duration::from_secs(5)),
             Vec::<u32>::new(),
@@ -160,6 +185,10 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
         .join(&run);
     let services = std::fs::read_to_string(evidence.join("services.json")).unwrap();
     assert!(services.contains("\"ticker\""), "{services}");
+    assert_eq!(
+        std::fs::read_to_string(evidence.join("services/exec-1/stdout")).unwrap(),
+        "from the background\n"
+    );
 }
 
 /// The status of `GET /` at `address`, `None` when nothing answers.

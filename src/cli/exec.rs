@@ -19,6 +19,11 @@ pub(crate) struct ExecArgs {
     /// applies too; the smaller wins). Exit status 124 after it.
     #[arg(long, value_name = "SECS")]
     timeout: Option<u64>,
+    /// Start the command and return at once: it runs on in the workspace until
+    /// `destroy`, its output goes to `logs RUN exec-N` and into the evidence.
+    /// Prints its name, `exec-N`.
+    #[arg(long, conflicts_with = "timeout")]
+    detach: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -50,6 +55,17 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
             Ok(workspace) => workspace,
             Err(error) => return report_run_error(&error),
         };
+        if args.detach {
+            let started = workspace.start_background(&command).await;
+            let detached = workspace.detach().await;
+            return match (started, detached) {
+                (Ok(name), Ok(_)) => {
+                    println!("{name}");
+                    ExitCode::SUCCESS
+                }
+                (Err(error), _) | (Ok(_), Err(error)) => report_run_error(&error),
+            };
+        }
         let io = CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr());
         let outcome = workspace.exec(&command, io).await;
         let detached = workspace.detach().await;

@@ -159,6 +159,12 @@ pub(crate) fn validate(services: &[Service], problems: &mut Problems) {
                 ),
             );
         }
+        if service.name.starts_with("exec-") {
+            problems.push(
+                format!("{field}.name"),
+                format!("{:?}: names starting with \"exec-\" are the commands started with exec --detach", service.name),
+            );
+        }
         checks::command(problems, &format!("{field}.command"), &service.command);
         for (d, dependency) in service.depends_on.iter().enumerate() {
             let earlier = services[..i].iter().any(|s| &s.name == dependency);

@@ -486,6 +486,27 @@ impl Workspace {
         }
     }
 
+    /// Starts `command` in the sealed workspace to run on in the background
+    /// (what `exec --detach` does): it is not waited for, its output goes to
+    /// log files of the run (`logs RUN exec-N`) and, scrubbed, into the
+    /// evidence as `services/exec-N/`; `services.json` records it; it is
+    /// stopped with the services when the run drains. Returns its name,
+    /// `exec-N`.
+    pub async fn start_background(&mut self, command: &CommandSpec) -> Result<String, RunError> {
+        if self.life.state() != &State::Sealed {
+            let state = self.life.state().name();
+            return Err(self.error(RunErrorKind::Failed(FailureCause::Runner {
+                message: format!("a background command needs a sealed run, not one {state}"),
+            })));
+        }
+        let process = self.runner.stack().process.clone();
+        let started = self
+            .services
+            .start_background(process.as_ref(), &self.run, command)
+            .await;
+        started.map_err(|kind| self.error(kind))
+    }
+
     async fn exec_inner(
         &mut self,
         seq: u32,

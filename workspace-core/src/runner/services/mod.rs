@@ -36,6 +36,9 @@ pub(crate) use probe::get_status;
 pub const SERVICES_STATE_FILE: &str = "services.json";
 /// The directory of the run directory that holds the services' logs.
 const LOGS_DIR: &str = "services";
+/// The name stem of commands started in the background (`exec-1`, ...); no
+/// declared service may use it.
+pub const BACKGROUND_PREFIX: &str = "exec-";
 /// How much of a failed service's log its error quotes.
 const LOG_TAIL_BYTES: usize = 2000;
 
@@ -113,6 +116,51 @@ impl Services {
             self.start(process, run, service, cancel, scrubber).await?;
         }
         Ok(())
+    }
+
+    /// Starts `command` to run on in the background (`exec --detach`): recorded
+    /// like a service named `exec-N` without a readiness check (its output goes
+    /// to its log files and into the evidence, it is stopped when the run
+    /// drains). Returns the name.
+    pub(super) async fn start_background(
+        &mut self,
+        process: &dyn ProcessBoundary,
+        run: &RunContext,
+        command: &CommandSpec,
+    ) -> Result<String, RunErrorKind> {
+        let taken = self
+            .records
+            .iter()
+            .filter(|r| r.name.starts_with(BACKGROUND_PREFIX))
+            .count();
+        let name = format!("{BACKGROUND_PREFIX}{}", taken + 1);
+        let logs = log_files(&run.run_dir, &name);
+        let dir = run.run_dir.join(LOGS_DIR).join(&name);
+        std::fs::create_dir_all(&dir).map_err(|source| RunErrorKind::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut spec = command.clone();
+        spec.output = Some(logs);
+        spec.tty = false;
+        let mut execution = process.spawn(run, &spec).await?;
+        drop((execution.take_stdout(), execution.take_stderr()));
+        let now = unix_ms_now();
+        self.records.push(ServiceRecord {
+            name: name.clone(),
+            argv: command.argv.clone(),
+            probe: "none (started with exec --detach)".into(),
+            started_unix_ms: now,
+            ready_unix_ms: Some(now),
+            attempts: 0,
+            last_failure: None,
+            ended: None,
+            exit: None,
+        });
+        self.running.push((self.records.len() - 1, execution));
+        self.save(&run.run_dir)?;
+        tracing::info!(run_id = %run.run_id, %name, argv = ?command.argv, "background command started");
+        Ok(name)
     }
 
     /// Records that the services started before did not survive (`why`): the
