@@ -14,7 +14,8 @@
 //!   layers of a layered one) without following links; reads the source object
 //!   store from the checkout's `.git/objects/info/alternates` (the upper layer's
 //!   for a layered checkout) as plain data; builds the [`MountPlan`]; then runs a
-//!   probe inside ([`observe::PROBE_SCRIPT`]) and compares what it saw with the
+//!   probe inside (one shell of the sandbox, observed from the host: `probe.rs`)
+//!   and compares what it saw with the
 //!   plan, within [`ProcessOptions::probe_timeout`] ([`PROBE_TIMEOUT`]; a hung
 //!   probe is killed and the seal fails with [`ProcessError::ProbeTimeout`]). With
 //!   `environment.assurance = required` any mismatch fails the seal (and removes
@@ -85,13 +86,14 @@
 //! [`KillCause::Timeout`]: workspace_core::boundary::KillCause::Timeout
 //! [`KillCause::MemoryLimit`]: workspace_core::boundary::KillCause::MemoryLimit
 
-mod connect;
 mod error;
 mod execution;
 mod handover;
 mod host;
+mod in_sandbox;
 pub mod observe;
 mod output;
+mod probe;
 mod pty;
 mod seal;
 mod state;
@@ -256,7 +258,7 @@ impl ProcessBoundary for NamespaceProcess {
         let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
         let result = blocking("sealing the run", move || {
             let sealed = seal::prepare(&run_c, &plan_c, &options)?;
-            match seal::probe(&sealed, &expected, options.probe_timeout) {
+            match probe::probe(&sealed, &expected, options.probe_timeout) {
                 Ok(observed) => Ok((sealed, observed)),
                 Err(e) => {
                     stop(sealed, &run_c.run_dir);
@@ -427,7 +429,7 @@ impl ProcessBoundary for NamespaceProcess {
             })
             .map_err(|e| e.into_boundary(OP))?;
         let stream = blocking("connecting into the sandbox", move || {
-            connect::connect(pidfd, port, CONNECT_TIMEOUT)
+            in_sandbox::connect(pidfd, port, CONNECT_TIMEOUT)
         })
         .await
         .and_then(|stream| {

@@ -1,42 +1,26 @@
-//! The probe `seal` runs inside the sealed boundary, its parser, and the comparison
-//! of what it saw with what the contract and the plan ask for.
+//! What the boundary probe saw (`@@section` headers, one per fact, as
+//! `probe.rs` assembles them), its parser, and the comparison with what the
+//! contract and the plan ask for.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use workspace_core::boundary::ObservedBoundary;
 
-/// The probe: a `/bin/sh -c` script printing one `@@section` header per fact
-/// (see [`probe_script`] for the whole script).
-pub const PROBE_SCRIPT: &str = "\
-echo @@status; grep -E '^(Uid|Gid|CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
-echo @@uid_map; cat /proc/self/uid_map
-echo @@gid_map; cat /proc/self/gid_map
-echo @@hostname; cat /proc/sys/kernel/hostname
-echo @@interfaces; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '
-echo @@process_count; ls /proc | grep -c '^[0-9][0-9]*$'
-echo @@env_names; env | cut -d= -f1
-echo @@mounts; cat /proc/self/mountinfo
-";
-
-/// [`PROBE_SCRIPT`], then the version line of the declared toolchain's program
-/// (the first word of `environment.runtime.toolchain`, e.g. `rustc 1.95.0` →
-/// `rustc --version`) when it is a plain program name, then the end marker.
-pub fn probe_script(toolchain: Option<&str>) -> String {
+/// The line the probe's shell runs for a declared toolchain: the version line of
+/// its program (the first word of `environment.runtime.toolchain`, e.g. `rustc
+/// 1.95.0` → `rustc --version`) under an `@@toolchain` header, when it is a
+/// plain program name.
+pub fn toolchain_line(toolchain: Option<&str>) -> Option<String> {
     let program = toolchain
         .and_then(|t| t.split_whitespace().next())
         .filter(|p| {
             p.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b))
-        });
-    let mut script = PROBE_SCRIPT.to_owned();
-    if let Some(program) = program {
-        script.push_str(&format!(
-            "echo @@toolchain; command -v {program} >/dev/null && {program} --version 2>&1 | head -n 1 || echo '{program}: not found in the run'\n"
-        ));
-    }
-    script.push_str("echo @@end\n");
-    script
+        })?;
+    Some(format!(
+        "echo @@toolchain; command -v {program} >/dev/null && {program} --version 2>&1 | head -n 1 || echo '{program}: not found in the run'\n"
+    ))
 }
 
 /// Variables a shell may add on its own (they are not inherited from the host).
@@ -374,11 +358,11 @@ rustc 1.95.0 (59807616e 2026-11-20)
     }
 
     #[test]
-    fn the_probe_script_asks_for_a_plain_toolchain_program_only() {
-        assert!(probe_script(Some("rustc 1.95.0")).contains("rustc --version"));
-        assert!(!probe_script(Some("$(reboot) 1")).contains("@@toolchain"));
-        assert!(!probe_script(None).contains("@@toolchain"));
-        assert!(probe_script(None).ends_with("echo @@end\n"));
+    fn the_probe_asks_for_a_plain_toolchain_program_only() {
+        let line = toolchain_line(Some("rustc 1.95.0")).unwrap_or_default();
+        assert!(line.starts_with("echo @@toolchain;") && line.contains("rustc --version"));
+        assert_eq!(toolchain_line(Some("$(reboot) 1")), None);
+        assert_eq!(toolchain_line(None), None);
     }
 
     #[test]

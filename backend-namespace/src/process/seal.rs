@@ -4,26 +4,21 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{Ipv4Addr, TcpListener};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
 
-use nix::libc;
-use workspace_core::boundary::{
-    ObservedBoundary, PreviewEndpoint, ResolvedLimits, RunContext, SealPlan,
-};
+use workspace_core::boundary::{PreviewEndpoint, ResolvedLimits, RunContext, SealPlan};
 use workspace_core::mount_plan::{MountPlan, PlanInputs};
 
 use super::error::ProcessError;
 use super::handover::{HandoverOutcome, hand_over};
-use super::observe::{self, Expected};
+use super::observe::Expected;
 use super::{ProcessOptions, state, workspace};
 use crate::cgroup::{CgroupLayout, RunCgroup};
 use crate::spawn::{
-    JoinRequest, Pid1, Published, ResourceLimits, Sandbox, SpawnError, SpawnRequest, SpawnedChild,
-    join, spawn,
+    JoinRequest, Pid1, Published, ResourceLimits, Sandbox, SpawnRequest, SpawnedChild, spawn,
 };
 
 /// What every command of a sealed run starts from.
@@ -378,142 +373,6 @@ pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
     }
 }
 
-/// Runs the probe ([`observe::probe_script`]) in the run and compares what it saw (blocking). The
-/// probe's setup, output and exit together get `timeout` (the options'
-/// [`PROBE_TIMEOUT`](super::PROBE_TIMEOUT) by default); after that it is killed
-/// and the seal fails with [`ProcessError::ProbeTimeout`].
-pub(crate) fn probe(
-    sealed: &Sealed,
-    expected: &Expected,
-    timeout: Duration,
-) -> Result<ObservedBoundary, ProcessError> {
-    let deadline = Instant::now() + timeout;
-    let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-    let (read, write) = pipe("the probe's stdout pipe")?;
-    let script = observe::probe_script(expected.toolchain.as_deref());
-    let cgroup = sealed
-        .cgroup
-        .create_child("probe")
-        .map_err(|source| ProcessError::Cgroup {
-            step: "creating the probe's cgroup",
-            source,
-        })?;
-    let mut request = sealed
-        .spec
-        .request(vec!["/bin/sh".into(), "-c".into(), script], &cgroup);
-    request.stdout = Some(write);
-    request.setup_timeout = timeout;
-    let child = join(&sealed.sandbox, &request);
-    drop(request);
-    let mut child: SpawnedChild = child.map_err(|source| match source {
-        SpawnError::SetupTimeout { .. } => ProcessError::ProbeTimeout { after_ms },
-        source => ProcessError::Spawn {
-            step: "starting the boundary probe",
-            source,
-        },
-    })?;
-    let output = match read_until(read, deadline) {
-        Ok(Some(output)) => output,
-        Ok(None) => return Err(kill_probe(child, after_ms)),
-        Err(source) => {
-            let _ = child.kill();
-            return Err(ProcessError::Pipe {
-                step: "reading the probe's output",
-                source,
-            });
-        }
-    };
-    if !wait_pidfd(child.pidfd(), deadline) {
-        return Err(kill_probe(child, after_ms));
-    }
-    let status = child.wait().map_err(|source| ProcessError::Spawn {
-        step: "waiting for the boundary probe",
-        source,
-    })?;
-    let mut observed = observe::observe(&output, expected);
-    observed.facts.insert(
-        "probe_status".into(),
-        serde_json::json!(format!("{status:?}")),
-    );
-    // What was applied, as one digest a reviewer can compare across runs.
-    observed.facts.insert(
-        "mount_plan_sha256".into(),
-        serde_json::json!(sealed.mount_plan_sha256),
-    );
-    Ok(observed)
-}
-
-/// Kills the probe's pid namespace and reaps it; the timeout error.
-fn kill_probe(mut child: SpawnedChild, after_ms: u64) -> ProcessError {
-    tracing::warn!(
-        pid = child.pid(),
-        after_ms,
-        "the boundary probe timed out; killing it"
-    );
-    if let Err(e) = child.kill() {
-        tracing::warn!(error = %e, "killing the boundary probe failed");
-    }
-    if let Err(e) = child.wait() {
-        tracing::warn!(error = %e, "reaping the boundary probe failed");
-    }
-    ProcessError::ProbeTimeout { after_ms }
-}
-
-/// Everything `read` gives until EOF (at most 1 MiB kept), or `None` when
-/// `deadline` passes first.
-fn read_until(read: OwnedFd, deadline: Instant) -> std::io::Result<Option<String>> {
-    let mut output = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        if !poll_in(read.as_fd(), deadline)? {
-            return Ok(None);
-        }
-        match nix::unistd::read(read.as_fd(), &mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let keep = n.min((1usize << 20).saturating_sub(output.len()));
-                output.extend_from_slice(&buf[..keep]);
-            }
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(Some(String::from_utf8_lossy(&output).into_owned()))
-}
-
-/// Whether the pidfd says the process ended before `deadline`.
-fn wait_pidfd(pidfd: BorrowedFd<'_>, deadline: Instant) -> bool {
-    poll_in(pidfd, deadline).unwrap_or(false)
-}
-
-/// Waits until `fd` is readable (or hung up); `false` when `deadline` passed.
-fn poll_in(fd: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(false);
-        }
-        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-        let mut pollfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd struct for a descriptor borrowed for the call.
-        let ready = unsafe { libc::poll(&mut pollfd, 1, ms) };
-        if ready > 0 {
-            return Ok(true);
-        }
-        if ready < 0 {
-            let error = std::io::Error::last_os_error();
-            if error.kind() != std::io::ErrorKind::Interrupted {
-                return Err(error);
-            }
-        }
-    }
-}
-
 /// A close-on-exec pipe: (read end, write end).
 pub(crate) fn pipe(step: &'static str) -> Result<(OwnedFd, OwnedFd), ProcessError> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|errno| ProcessError::Pipe {
@@ -525,26 +384,6 @@ pub(crate) fn pipe(step: &'static str) -> Result<(OwnedFd, OwnedFd), ProcessErro
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_pipe_that_never_ends_times_out() {
-        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
-        nix::unistd::write(&write, b"partial").unwrap_or_else(|e| panic!("{e}"));
-        let started = Instant::now();
-        let got = read_until(read, started + Duration::from_millis(200))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(got, None, "a writer still open: no EOF, so a timeout");
-        assert!(started.elapsed() >= Duration::from_millis(200));
-        assert!(started.elapsed() < Duration::from_secs(5));
-        drop(write);
-
-        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
-        nix::unistd::write(&write, b"all of it").unwrap_or_else(|e| panic!("{e}"));
-        drop(write);
-        let got = read_until(read, Instant::now() + Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(got.as_deref(), Some("all of it"));
-    }
 
     #[test]
     fn the_file_size_cap_is_the_disk_cap_and_core_dumps_are_off() {

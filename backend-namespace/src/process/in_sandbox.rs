@@ -1,0 +1,76 @@
+//! Work in one of a live sandbox's namespaces, from a thread of its own.
+//!
+//! A thread may change its own network or UTS namespace (`setns` with
+//! `CLONE_NEWNET` or `CLONE_NEWUTS` applies to the calling thread only, unlike a
+//! user or mount namespace). So a short-lived thread enters the namespace
+//! through the sandbox's pidfd, does one thing there and ends: a socket it
+//! connected goes on working in the runner's runtime (a socket belongs to the
+//! network namespace it was created in); a hostname it read is the sandbox's.
+//! No other thread of the host ever changes namespace.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use nix::sched::{CloneFlags, setns};
+
+use super::error::ProcessError;
+
+/// Runs `work` on a new thread inside the `namespace` of the sandbox whose
+/// pidfd is `sandbox`.
+fn in_namespace<T: Send + 'static>(
+    sandbox: OwnedFd,
+    namespace: CloneFlags,
+    step: &'static str,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<std::io::Result<T>, ProcessError> {
+    std::thread::Builder::new()
+        .name("aw-in-sandbox".into())
+        .spawn(move || {
+            setns(&sandbox, namespace).map_err(|e| {
+                std::io::Error::other(format!("entering the sandbox's namespace: {e}"))
+            })?;
+            work()
+        })
+        .map_err(|source| ProcessError::Pipe { step, source })?
+        .join()
+        .map_err(|_| ProcessError::Task {
+            step,
+            message: "the thread in the sandbox's namespace panicked".into(),
+        })
+}
+
+/// Connects to `127.0.0.1:port` inside the sandbox's network namespace, within
+/// `timeout`. Blocking.
+pub(super) fn connect(
+    sandbox: OwnedFd,
+    port: u16,
+    timeout: Duration,
+) -> Result<TcpStream, ProcessError> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    in_namespace(
+        sandbox,
+        CloneFlags::CLONE_NEWNET,
+        "connecting into the sandbox",
+        move || TcpStream::connect_timeout(&address, timeout),
+    )?
+    .map_err(|source| ProcessError::Connect { port, source })
+}
+
+/// The sandbox's hostname, read in its UTS namespace. Blocking.
+pub(super) fn hostname(sandbox: OwnedFd) -> Result<String, ProcessError> {
+    in_namespace(
+        sandbox,
+        CloneFlags::CLONE_NEWUTS,
+        "reading the sandbox's hostname",
+        || {
+            nix::unistd::gethostname()
+                .map_err(std::io::Error::from)
+                .map(|name| name.to_string_lossy().into_owned())
+        },
+    )?
+    .map_err(|source| ProcessError::Pipe {
+        step: "reading the sandbox's hostname",
+        source,
+    })
+}

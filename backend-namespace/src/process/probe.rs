@@ -1,0 +1,343 @@
+//! The boundary probe of `seal`: one helper in the sandbox, observed from the
+//! host.
+//!
+//! The probe joins the sandbox as every command does (its own cgroup, the same
+//! privilege drop, seccomp filter and environment) and execs `/bin/sh` reading
+//! its stdin, which blocks. While it waits, the host reads what that process is
+//! from outside: `/proc/<pid>/status` (ids, capabilities, `no_new_privs`,
+//! seccomp), `uid_map` and `gid_map`, `mountinfo` (relative to the process's
+//! root), `net/dev` (its network namespace), `environ` (what it was exec'd
+//! with) and the processes of its pid namespace (`/proc/<pid>/root/proc`); the
+//! hostname is read in its UTS namespace by a thread of its own. Nothing in the
+//! sandbox formats these, so nothing there can forge them. Only a declared
+//! toolchain needs the shell: `<program> --version` is written to its stdin.
+//! Then stdin closes and the shell exits: one `execve` per workspace.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::libc;
+use workspace_core::boundary::ObservedBoundary;
+
+use super::error::ProcessError;
+use super::in_sandbox;
+use super::observe::{self, Expected};
+use super::seal::{Sealed, pipe};
+use crate::spawn::{SpawnError, SpawnedChild, join};
+
+/// The keys of `/proc/<pid>/status` the observation keeps.
+const STATUS_KEYS: [&str; 7] = [
+    "Uid:",
+    "Gid:",
+    "CapEff:",
+    "CapPrm:",
+    "CapBnd:",
+    "NoNewPrivs:",
+    "Seccomp:",
+];
+
+/// Runs the probe in the run and compares what it saw (blocking). The probe's
+/// setup, observation and exit together get `timeout` (the options'
+/// [`PROBE_TIMEOUT`](super::PROBE_TIMEOUT) by default); after that it is killed
+/// and the seal fails with [`ProcessError::ProbeTimeout`].
+pub(crate) fn probe(
+    sealed: &Sealed,
+    expected: &Expected,
+    timeout: Duration,
+) -> Result<ObservedBoundary, ProcessError> {
+    let deadline = Instant::now() + timeout;
+    let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let (stdin_read, stdin_write) = pipe("the probe's stdin pipe")?;
+    let (read, write) = pipe("the probe's stdout pipe")?;
+    let cgroup = sealed
+        .cgroup
+        .create_child("probe")
+        .map_err(|source| ProcessError::Cgroup {
+            step: "creating the probe's cgroup",
+            source,
+        })?;
+    let mut request = sealed.spec.request(vec!["/bin/sh".into()], &cgroup);
+    request.stdin = Some(stdin_read);
+    request.stderr = Some(write.try_clone().map_err(|source| ProcessError::Pipe {
+        step: "duplicating the probe's stdout",
+        source,
+    })?);
+    request.stdout = Some(write);
+    request.setup_timeout = timeout;
+    let child = join(&sealed.sandbox, &request);
+    drop(request);
+    let mut child: SpawnedChild = child.map_err(|source| match source {
+        SpawnError::SetupTimeout { .. } => ProcessError::ProbeTimeout { after_ms },
+        source => ProcessError::Spawn {
+            step: "starting the boundary probe",
+            source,
+        },
+    })?;
+    // The cgroup holds the supervisor (`child`) and the shell it forked, which
+    // has exec'd by now (join returns once it did).
+    let shell = cgroup
+        .pids()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|pid| *pid != child.pid());
+    let Some(shell) = shell else {
+        let _ = child.kill();
+        return Err(ProcessError::Probe {
+            message: "the probe's shell is not in its cgroup".into(),
+        });
+    };
+    let sandbox = sealed
+        .sandbox
+        .pidfd()
+        .try_clone_to_owned()
+        .map_err(|source| ProcessError::Pipe {
+            step: "duplicating the sandbox's pidfd",
+            source,
+        })?;
+    let mut text = from_host(shell, sandbox);
+    let mut stdin = std::fs::File::from(stdin_write);
+    if let Some(line) = observe::toolchain_line(expected.toolchain.as_deref()) {
+        // A shell that is gone fails the write; its output then lacks the line.
+        let _ = stdin.write_all(line.as_bytes());
+    }
+    drop(stdin);
+    let output = match read_until(read, deadline) {
+        Ok(Some(output)) => output,
+        Ok(None) => return Err(kill_probe(child, after_ms)),
+        Err(source) => {
+            let _ = child.kill();
+            return Err(ProcessError::Pipe {
+                step: "reading the probe's output",
+                source,
+            });
+        }
+    };
+    text.push_str(&output);
+    text.push_str("@@end\n");
+    if !wait_pidfd(child.pidfd(), deadline) {
+        return Err(kill_probe(child, after_ms));
+    }
+    let status = child.wait().map_err(|source| ProcessError::Spawn {
+        step: "waiting for the boundary probe",
+        source,
+    })?;
+    let mut observed = observe::observe(&text, expected);
+    observed.facts.insert(
+        "probe_status".into(),
+        serde_json::json!(format!("{status:?}")),
+    );
+    // What was applied, as one digest a reviewer can compare across runs.
+    observed.facts.insert(
+        "mount_plan_sha256".into(),
+        serde_json::json!(sealed.mount_plan_sha256),
+    );
+    Ok(observed)
+}
+
+/// What the host reads of process `pid` of the sandbox, as the sections
+/// [`observe::parse`] reads (a section that cannot be read stays empty, which
+/// the comparison reports).
+fn from_host(pid: u32, sandbox: OwnedFd) -> String {
+    let proc = format!("/proc/{pid}");
+    let read = |name: &str| std::fs::read(format!("{proc}/{name}")).unwrap_or_default();
+    let text = |name: &str| String::from_utf8_lossy(&read(name)).into_owned();
+    let mut sections: BTreeMap<&str, String> = BTreeMap::new();
+    let (uid_map, gid_map) = (text("uid_map"), text("gid_map"));
+    sections.insert(
+        "status",
+        text("status")
+            .lines()
+            .filter(|line| STATUS_KEYS.iter().any(|key| line.starts_with(key)))
+            .map(|line| match line.split_once(':') {
+                // The host sees the ids as mapped; the run sees its own.
+                Some(("Uid", ids)) => format!("Uid:\t{}\n", inside(ids, &uid_map)),
+                Some(("Gid", ids)) => format!("Gid:\t{}\n", inside(ids, &gid_map)),
+                _ => format!("{line}\n"),
+            })
+            .collect(),
+    );
+    sections.insert("uid_map", uid_map);
+    sections.insert("gid_map", gid_map);
+    let hostname = in_sandbox::hostname(sandbox).unwrap_or_default();
+    sections.insert("hostname", format!("{hostname}\n"));
+    sections.insert(
+        "interfaces",
+        text("net/dev")
+            .lines()
+            .skip(2)
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, _)| format!("{}\n", name.trim()))
+            .collect(),
+    );
+    let processes = std::fs::read_dir(format!("{proc}/root/proc")).map(|entries| {
+        entries
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.parse::<u32>().is_ok())
+            })
+            .count()
+    });
+    sections.insert(
+        "process_count",
+        processes.map(|n| format!("{n}\n")).unwrap_or_default(),
+    );
+    sections.insert(
+        "env_names",
+        read("environ")
+            .split(|b| *b == 0)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                let name = entry.split(|b| *b == b'=').next().unwrap_or_default();
+                format!("{}\n", String::from_utf8_lossy(name))
+            })
+            .collect(),
+    );
+    sections.insert("mounts", text("mountinfo"));
+    let mut out = String::new();
+    for (name, body) in sections {
+        out.push_str(&format!("@@{name}\n{body}"));
+        if !body.is_empty() && !body.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Host ids (as `/proc/<pid>/status` shows them to the host) as the process
+/// sees them in its user namespace, through its `map` (`inside outside count`
+/// lines, `outside` in the host's terms): an id the map lacks is the overflow
+/// id 65534, as the kernel shows it inside.
+fn inside(ids: &str, map: &str) -> String {
+    let ranges: Vec<(u64, u64, u64)> = map
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
+            Some((fields.next()??, fields.next()??, fields.next()??))
+        })
+        .collect();
+    ids.split_whitespace()
+        .map(|id| {
+            let Ok(id) = id.parse::<u64>() else {
+                return id.to_owned();
+            };
+            ranges
+                .iter()
+                .find(|(_, outside, count)| (*outside..outside + count).contains(&id))
+                .map_or(65534, |(inside, outside, _)| inside + (id - outside))
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\t")
+}
+
+/// Kills the probe's pid namespace and reaps it; the timeout error.
+fn kill_probe(mut child: SpawnedChild, after_ms: u64) -> ProcessError {
+    tracing::warn!(
+        pid = child.pid(),
+        after_ms,
+        "the boundary probe timed out; killing it"
+    );
+    if let Err(e) = child.kill() {
+        tracing::warn!(error = %e, "killing the boundary probe failed");
+    }
+    if let Err(e) = child.wait() {
+        tracing::warn!(error = %e, "reaping the boundary probe failed");
+    }
+    ProcessError::ProbeTimeout { after_ms }
+}
+
+/// Everything `read` gives until EOF (at most 1 MiB kept), or `None` when
+/// `deadline` passes first.
+fn read_until(read: OwnedFd, deadline: Instant) -> std::io::Result<Option<String>> {
+    let mut output = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if !poll_in(read.as_fd(), deadline)? {
+            return Ok(None);
+        }
+        match nix::unistd::read(read.as_fd(), &mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let keep = n.min((1usize << 20).saturating_sub(output.len()));
+                output.extend_from_slice(&buf[..keep]);
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Some(String::from_utf8_lossy(&output).into_owned()))
+}
+
+/// Whether the pidfd says the process ended before `deadline`.
+fn wait_pidfd(pidfd: BorrowedFd<'_>, deadline: Instant) -> bool {
+    poll_in(pidfd, deadline).unwrap_or(false)
+}
+
+/// Waits until `fd` is readable (or hung up); `false` when `deadline` passed.
+fn poll_in(fd: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+        let mut pollfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd struct for a descriptor borrowed for the call.
+        let ready = unsafe { libc::poll(&mut pollfd, 1, ms) };
+        if ready > 0 {
+            return Ok(true);
+        }
+        if ready < 0 {
+            let error = std::io::Error::last_os_error();
+            if error.kind() != std::io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ids_are_shown_as_the_run_sees_them() {
+        let map = "      1000     101000          1\n";
+        assert_eq!(
+            inside("\t101000\t101000\t101000\t101000", map),
+            "1000\t1000\t1000\t1000"
+        );
+        assert_eq!(inside("0 101000", map), "65534\t1000");
+        assert_eq!(inside("5", "0 100000 65536\n"), "65534");
+        assert_eq!(inside("100005", "0 100000 65536\n"), "5");
+    }
+
+    #[test]
+    fn a_pipe_that_never_ends_times_out() {
+        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::write(&write, b"partial").unwrap_or_else(|e| panic!("{e}"));
+        let started = Instant::now();
+        let got = read_until(read, started + Duration::from_millis(200))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got, None, "a writer still open: no EOF, so a timeout");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(write);
+
+        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::write(&write, b"all of it").unwrap_or_else(|e| panic!("{e}"));
+        drop(write);
+        let got = read_until(read, Instant::now() + Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.as_deref(), Some("all of it"));
+    }
+}

@@ -1,0 +1,440 @@
+//! A live workspace, side by side in one run with what a user would otherwise
+//! reach for:
+//!
+//! * **exec**: `true` in a live workspace ([`Workspace::exec`]: journal,
+//!   evidence record of the command, join, exit) against `runc exec` into a
+//!   running container (a bundle over the same read-only base system) and
+//!   `nsenter` into the very namespaces of our workspace's pid 1 (the floor:
+//!   no record, no cgroup, no privilege drop);
+//! * **postgres**: a fresh workspace of `examples/contracts/postgres.toml` until
+//!   it is sealed with its database ready ([`Runner::create`]; its own cluster
+//!   made with `initdb` in the workspace) against `pg_ctl start -w` on a data
+//!   directory prepared once on the host;
+//! * **run**: a whole one-shot `run -- true` ([`Runner::run`], layered checkout,
+//!   evidence, cleanup) against a bare `bwrap --unshare-all true`.
+//!
+//! Run with `cargo bench --bench live` as root. Needs `runc`, `bwrap` and
+//! `nsenter` (Debian: `runc`, `bubblewrap`, `util-linux`) and PostgreSQL
+//! (`postgresql`); a missing tool fails the bench naming the package. Prints,
+//! after criterion's report, the medians measured in this same run and the
+//! ratios, then checks that nothing was left behind.
+//!
+//! `cargo test --benches` runs every routine once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is right
+
+mod bwrap;
+mod support;
+mod timings;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_workspace::core::boundary::CommandSpec;
+use agent_workspace::core::capacity::{Capacity, Resources};
+use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};
+use agent_workspace::core::runner::{CommandIo, CreateOptions, RUNS_DIR, Runner, RunnerConfig};
+use agent_workspace::namespace::cgroup::{CgroupLayout, remove_parent};
+use agent_workspace::namespace_stack_layered;
+use bwrap::host_system;
+use criterion::{Criterion, SamplingMode};
+use timings::{SAMPLES, print_medians, record};
+
+const EXEC_OURS: &str = "exec, live workspace";
+const EXEC_RUNC: &str = "runc exec";
+const EXEC_NSENTER: &str = "nsenter (same namespaces)";
+const PG_OURS: &str = "create to ready postgres";
+const PG_HOST: &str = "pg_ctl start (prepared)";
+const RUN_OURS: &str = "run -- true";
+const RUN_BWRAP: &str = "bwrap --unshare-all true";
+
+/// Fails unless `program` runs, naming the Debian package that has it.
+fn require(program: &str, args: &[&str], package: &str) {
+    let ran = Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    assert!(
+        ran.is_ok_and(|s| s.success()),
+        "the live bench needs {program} (Debian package {package})"
+    );
+}
+
+/// Runs `command` to its end, panicking with its stderr when it fails.
+fn succeed(command: &mut Command) {
+    let out = command.stdin(Stdio::null()).output().expect("run a tool");
+    assert!(
+        out.status.success(),
+        "{command:?}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
+fn timed(command: &mut Command) -> Duration {
+    let started = Instant::now();
+    let status = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(status.success(), "{command:?}: {status}");
+    took
+}
+
+/// A running runc container over the host's base system, removed when dropped.
+struct Container {
+    id: String,
+    _bundle: tempfile::TempDir,
+}
+
+impl Container {
+    fn start(system: &[(&'static str, Option<String>)]) -> Self {
+        let bundle = tempfile::tempdir().unwrap();
+        let rootfs = bundle.path().join("rootfs");
+        std::fs::create_dir_all(&rootfs).unwrap();
+        succeed(Command::new("runc").arg("spec").current_dir(bundle.path()));
+        let config_path = bundle.path().join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+        config["process"]["terminal"] = false.into();
+        config["process"]["args"] = serde_json::json!(["/bin/sleep", "infinity"]);
+        config["root"]["path"] = rootfs.to_string_lossy().into_owned().into();
+        let mounts = config["mounts"].as_array_mut().unwrap();
+        let bind = |path: &str| {
+            serde_json::json!({"destination": path, "type": "bind", "source": path,
+                "options": ["rbind", "ro", "nosuid", "nodev"]})
+        };
+        mounts.push(bind("/usr"));
+        for (path, link) in system {
+            match link {
+                Some(to) => std::os::unix::fs::symlink(to, rootfs.join(&path[1..])).unwrap(),
+                None => mounts.push(bind(path)),
+            }
+        }
+        std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+        let id = format!("aw-bench-live-{}", std::process::id());
+        succeed(
+            Command::new("runc")
+                .args(["run", "--detach", "--bundle"])
+                .arg(bundle.path())
+                .arg(&id)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        );
+        Self {
+            id,
+            _bundle: bundle,
+        }
+    }
+
+    fn exec_true(&self) -> Duration {
+        timed(Command::new("runc").args(["exec", &self.id, "/bin/true"]))
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("runc")
+            .args(["delete", "--force", &self.id])
+            .status();
+    }
+}
+
+/// A host PostgreSQL data directory prepared once (as user `postgres`, which
+/// PostgreSQL needs: it refuses root), started and stopped by `pg_ctl`.
+struct HostCluster {
+    data: PathBuf,
+    bin: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl HostCluster {
+    fn prepare() -> Self {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("the live bench needs PostgreSQL (Debian package postgresql)")
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .max()
+            .unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("aw-bench-pg-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let data = dir.path().join("data");
+        succeed(
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(bin.join("initdb"))
+                .args(["-D"])
+                .arg(&data)
+                .args(["-A", "trust", "--no-sync", "--no-instructions"]),
+        );
+        Self {
+            data,
+            bin,
+            _dir: dir,
+        }
+    }
+
+    fn pg_ctl(&self, verb: &str) -> Command {
+        let mut command = Command::new("runuser");
+        command
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-w", "-s", verb]);
+        command
+    }
+
+    /// `pg_ctl start -w` with the example's settings (timed), then `stop`.
+    fn start_and_stop(&self) -> Duration {
+        let socket = self.data.parent().unwrap();
+        let options = format!(
+            "-k {} -c listen_addresses='' -c fsync=off -c full_page_writes=off",
+            socket.display()
+        );
+        let took = timed(self.pg_ctl("start").arg("-o").arg(options));
+        succeed(&mut self.pg_ctl("stop"));
+        took
+    }
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    let args: Vec<String> = std::env::args().collect();
+    let full =
+        args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test" || a == "--list");
+    if args.iter().any(|a| a == "--list") {
+        criterion.final_summary();
+        return;
+    }
+    require("runc", &["--version"], "runc");
+    require("bwrap", &["--version"], "bubblewrap");
+    require("nsenter", &["--version"], "util-linux");
+    let root = tempfile::Builder::new()
+        .prefix("aw-bench-live-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let repo = support::generate(&root.path().join("repos"), 200, 20, 1_000);
+    let cgroup_parent = format!("aw-bench-live-{}", std::process::id());
+    let runtime = root.path().join("runtime");
+    let stack =
+        namespace_stack_layered(&cgroup_parent, root.path().join("cache"), 1 << 30).unwrap();
+    let runner = Runner::new(
+        stack,
+        RunnerConfig::new(&runtime, root.path().join("evidence")),
+        Arc::new(Capacity::new(Resources {
+            cpu_millis: 64_000,
+            memory_bytes: 256 << 30,
+            disk_bytes: 1 << 40,
+            slots: 64,
+        })),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let contract = || {
+        Contract::preset(
+            TaskShape::NarrowFix,
+            "live bench",
+            SourceSection::new(repo.path.to_string_lossy(), "HEAD"),
+        )
+    };
+    let postgres = || {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/contracts/postgres.toml"),
+        )
+        .unwrap();
+        let mut contract = Contract::from_toml(&text).unwrap();
+        contract.source = SourceSection::new(repo.path.to_string_lossy(), "HEAD");
+        contract
+    };
+    let truth = CommandSpec::new(vec!["/bin/true".into()]);
+    let system = host_system();
+
+    let mut live = rt
+        .block_on(runner.create(contract(), CreateOptions::default()))
+        .unwrap();
+    let sandbox: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            runtime
+                .join(RUNS_DIR)
+                .join(live.run_id().as_str())
+                .join("sandbox.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let pid1 = sandbox["pid"].as_u64().unwrap().to_string();
+    let container = Container::start(&system);
+    let cluster = HostCluster::prepare();
+    println!(
+        "live bench: temporary files under {}",
+        root.path().display()
+    );
+
+    {
+        let mut group = criterion.benchmark_group("live");
+        group
+            .sample_size(SAMPLES)
+            .sampling_mode(SamplingMode::Flat)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(if full { 4 } else { 1 }));
+        group.bench_function("exec_ours", |b| {
+            b.iter_custom(|iters| {
+                let batch = (0..iters)
+                    .map(|_| {
+                        let started = Instant::now();
+                        let outcome = rt
+                            .block_on(live.exec(&truth, CommandIo::captured()))
+                            .unwrap();
+                        let took = started.elapsed();
+                        assert_eq!(outcome.shell_status(), 0);
+                        took
+                    })
+                    .collect();
+                record(EXEC_OURS, batch)
+            });
+        });
+        group.bench_function("exec_runc", |b| {
+            b.iter_custom(|iters| {
+                record(
+                    EXEC_RUNC,
+                    (0..iters).map(|_| container.exec_true()).collect(),
+                )
+            });
+        });
+        group.bench_function("exec_nsenter", |b| {
+            b.iter_custom(|iters| {
+                let batch = (0..iters)
+                    .map(|_| {
+                        timed(
+                            Command::new("nsenter")
+                                .args(["-t", &pid1, "-U", "-m", "-n", "-u", "-i", "-p"])
+                                .args(["-S", "1000", "-G", "1000", "--", "/bin/true"]),
+                        )
+                    })
+                    .collect();
+                record(EXEC_NSENTER, batch)
+            });
+        });
+        group.bench_function("postgres_ours", |b| {
+            b.iter_custom(|iters| {
+                let batch = (0..iters)
+                    .map(|_| {
+                        let started = Instant::now();
+                        let workspace = rt
+                            .block_on(runner.create(postgres(), CreateOptions::default()))
+                            .unwrap();
+                        let took = started.elapsed();
+                        let report = rt.block_on(workspace.finish()).unwrap();
+                        assert!(report.cleaned && report.outcome.failure.is_none());
+                        took
+                    })
+                    .collect();
+                record(PG_OURS, batch)
+            });
+        });
+        group.bench_function("postgres_host", |b| {
+            b.iter_custom(|iters| {
+                record(
+                    PG_HOST,
+                    (0..iters).map(|_| cluster.start_and_stop()).collect(),
+                )
+            });
+        });
+        group.bench_function("run_ours", |b| {
+            b.iter_custom(|iters| {
+                let batch = (0..iters)
+                    .map(|_| {
+                        let started = Instant::now();
+                        let report = rt
+                            .block_on(runner.run(
+                                contract(),
+                                &truth,
+                                CommandIo::captured(),
+                                CreateOptions::default(),
+                            ))
+                            .unwrap();
+                        let took = started.elapsed();
+                        assert!(report.cleaned);
+                        took
+                    })
+                    .collect();
+                record(RUN_OURS, batch)
+            });
+        });
+        group.bench_function("run_bwrap", |b| {
+            b.iter_custom(|iters| {
+                let batch = (0..iters)
+                    .map(|_| {
+                        timed(Command::new("bwrap").args([
+                            "--unshare-all",
+                            "--ro-bind",
+                            "/",
+                            "/",
+                            "/bin/true",
+                        ]))
+                    })
+                    .collect();
+                record(RUN_BWRAP, batch)
+            });
+        });
+        group.finish();
+    }
+    criterion.final_summary();
+    let report = rt.block_on(live.finish()).unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    drop(container);
+
+    println!();
+    println!("== live: medians measured in this run (warm-up excluded) ==");
+    let rows = [
+        EXEC_OURS,
+        EXEC_RUNC,
+        EXEC_NSENTER,
+        PG_OURS,
+        PG_HOST,
+        RUN_OURS,
+        RUN_BWRAP,
+    ]
+    .map(|n| (n, n.to_owned()));
+    let medians = print_medians(&rows, 28, |_| "not run");
+    println!();
+    println!("== ratios of medians ==");
+    for (label, ours, theirs) in [
+        ("exec / runc exec", EXEC_OURS, EXEC_RUNC),
+        ("exec / nsenter", EXEC_OURS, EXEC_NSENTER),
+        ("postgres / pg_ctl start", PG_OURS, PG_HOST),
+        ("run -- true / bwrap", RUN_OURS, RUN_BWRAP),
+    ] {
+        let (Some(a), Some(b)) = (medians.get(ours), medians.get(theirs)) else {
+            println!("{label:<28} (not measured)");
+            continue;
+        };
+        println!("{label:<28} {:>9.3}", a.as_secs_f64() / b.as_secs_f64());
+    }
+    let runs = runtime.join(RUNS_DIR);
+    let left: Vec<_> = std::fs::read_dir(&runs)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let parent = CgroupLayout::detect()
+        .map_err(|e| e.to_string())
+        .and_then(|layout| remove_parent(&layout, &cgroup_parent).map_err(|e| e.to_string()));
+    assert!(
+        left.is_empty() && parent.is_ok(),
+        "left behind: {left:?} {parent:?}"
+    );
+    println!("nothing left behind; cgroup parent {cgroup_parent} removed");
+}
