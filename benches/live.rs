@@ -106,6 +106,7 @@ impl Container {
         config["process"]["terminal"] = false.into();
         config["process"]["args"] = serde_json::json!(["/bin/sleep", "infinity"]);
         config["root"]["path"] = rootfs.to_string_lossy().into_owned().into();
+        config["linux"]["cgroupsPath"] = format!("/aw-bench-runc-{}", std::process::id()).into();
         let mounts = config["mounts"].as_array_mut().unwrap();
         let bind = |path: &str| {
             serde_json::json!({"destination": path, "type": "bind", "source": path,
@@ -119,15 +120,18 @@ impl Container {
             }
         }
         std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
-        let id = format!("aw-bench-live-{}", std::process::id());
-        succeed(
-            Command::new("runc")
-                .args(["run", "--detach", "--bundle"])
-                .arg(bundle.path())
-                .arg(&id)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped()),
-        );
+        let id = format!("aw-bench-runc-{}", std::process::id());
+        // The container keeps what it inherits open: no pipe to wait on.
+        let started = Command::new("runc")
+            .args(["run", "--detach", "--bundle"])
+            .arg(bundle.path())
+            .arg(&id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(started.success(), "runc run --detach: {started}");
         Self {
             id,
             _bundle: bundle,
@@ -225,7 +229,9 @@ fn main() {
         .tempdir()
         .unwrap();
     std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let repo = support::generate(&root.path().join("repos"), 200, 20, 1_000);
+    let repos = root.path().join("repos");
+    std::fs::create_dir(&repos).unwrap();
+    let repo = support::generate(&repos, 200, 20, 1_000);
     let cgroup_parent = format!("aw-bench-live-{}", std::process::id());
     let runtime = root.path().join("runtime");
     let stack =

@@ -15,15 +15,23 @@ use std::time::Duration;
 use nix::sched::{CloneFlags, setns};
 
 use super::error::ProcessError;
+use crate::spawn::Sandbox;
 
-/// Runs `work` on a new thread inside the `namespace` of the sandbox whose
-/// pidfd is `sandbox`.
+/// Runs `work` on a new thread inside the `namespace` of `sandbox`.
 fn in_namespace<T: Send + 'static>(
-    sandbox: OwnedFd,
+    sandbox: &Sandbox,
     namespace: CloneFlags,
     step: &'static str,
     work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
 ) -> Result<std::io::Result<T>, ProcessError> {
+    let sandbox: OwnedFd =
+        sandbox
+            .pidfd()
+            .try_clone_to_owned()
+            .map_err(|source| ProcessError::Pipe {
+                step: "duplicating the sandbox's pidfd",
+                source,
+            })?;
     std::thread::Builder::new()
         .name("aw-in-sandbox".into())
         .spawn(move || {
@@ -43,7 +51,7 @@ fn in_namespace<T: Send + 'static>(
 /// Connects to `127.0.0.1:port` inside the sandbox's network namespace, within
 /// `timeout`. Blocking.
 pub(super) fn connect(
-    sandbox: OwnedFd,
+    sandbox: &Sandbox,
     port: u16,
     timeout: Duration,
 ) -> Result<TcpStream, ProcessError> {
@@ -58,7 +66,7 @@ pub(super) fn connect(
 }
 
 /// The sandbox's hostname, read in its UTS namespace. Blocking.
-pub(super) fn hostname(sandbox: OwnedFd) -> Result<String, ProcessError> {
+pub(super) fn hostname(sandbox: &Sandbox) -> Result<String, ProcessError> {
     in_namespace(
         sandbox,
         CloneFlags::CLONE_NEWUTS,

@@ -419,17 +419,8 @@ impl ProcessBoundary for NamespaceProcess {
     ) -> Result<tokio::net::TcpStream, BoundaryError> {
         const OP: &str = "connect";
         let live = self.live(&run.run_id).map_err(|e| e.into_boundary(OP))?;
-        let pidfd = live
-            .sandbox
-            .pidfd()
-            .try_clone_to_owned()
-            .map_err(|source| ProcessError::Pipe {
-                step: "duplicating the sandbox's pidfd",
-                source,
-            })
-            .map_err(|e| e.into_boundary(OP))?;
         let stream = blocking("connecting into the sandbox", move || {
-            in_sandbox::connect(pidfd, port, CONNECT_TIMEOUT)
+            in_sandbox::connect(&live.sandbox, port, CONNECT_TIMEOUT)
         })
         .await
         .and_then(|stream| {

@@ -25,7 +25,7 @@ use super::error::ProcessError;
 use super::in_sandbox;
 use super::observe::{self, Expected};
 use super::seal::{Sealed, pipe};
-use crate::spawn::{SpawnError, SpawnedChild, join};
+use crate::spawn::{Sandbox, SpawnError, SpawnedChild, join};
 
 /// The keys of `/proc/<pid>/status` the observation keeps.
 const STATUS_KEYS: [&str; 7] = [
@@ -88,15 +88,7 @@ pub(crate) fn probe(
             message: "the probe's shell is not in its cgroup".into(),
         });
     };
-    let sandbox = sealed
-        .sandbox
-        .pidfd()
-        .try_clone_to_owned()
-        .map_err(|source| ProcessError::Pipe {
-            step: "duplicating the sandbox's pidfd",
-            source,
-        })?;
-    let mut text = from_host(shell, sandbox);
+    let mut text = from_host(shell, &sealed.sandbox);
     let mut stdin = std::fs::File::from(stdin_write);
     if let Some(line) = observe::toolchain_line(expected.toolchain.as_deref()) {
         // A shell that is gone fails the write; its output then lacks the line.
@@ -139,7 +131,7 @@ pub(crate) fn probe(
 /// What the host reads of process `pid` of the sandbox, as the sections
 /// [`observe::parse`] reads (a section that cannot be read stays empty, which
 /// the comparison reports).
-fn from_host(pid: u32, sandbox: OwnedFd) -> String {
+fn from_host(pid: u32, sandbox: &Sandbox) -> String {
     let proc = format!("/proc/{pid}");
     let read = |name: &str| std::fs::read(format!("{proc}/{name}")).unwrap_or_default();
     let text = |name: &str| String::from_utf8_lossy(&read(name)).into_owned();
