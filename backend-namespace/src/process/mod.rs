@@ -75,12 +75,23 @@
 //!   hierarchy, [`RunCgroup::adopt`]), everything in them is killed, and they are
 //!   removed. No cgroup left is a clean report. Idempotent.
 //!
+//! * **suspend** freezes the run's cgroup in place and lets go (as detach);
+//!   **attach** thaws it. **terminate** asks every process of the run but pid 1
+//!   to stop (`SIGTERM`, a grace period, then kill), for a run that drains.
+//!   **connect** opens a TCP connection to a port on the run's own loopback from
+//!   a thread that enters its network namespace alone (`in_sandbox.rs`).
+//! * **preview ports**: each port of `process.ports` is published on a free port
+//!   of the host's loopback, bound before the sandbox's clone and forwarded by
+//!   its pid 1 for the sandbox's life (`spawn::forward`); `observed.json` has
+//!   the addresses.
+//!
 //! Not yet: output that background processes write after their command ended is
-//! not yet copied into the evidence; resizing a command's terminal (the window stays [`PTY_WINDOW_SIZE`]), a
-//! terminal allocated in the run's own devpts instance (so that `ttyname` works
-//! inside), port/cache leases, networks other than loopback, a disk quota on the
-//! workspace itself (`limits.disk` caps only the size of each file a process
-//! writes, through `RLIMIT_FSIZE`).
+//! not copied into the evidence (a command started as a background one, with
+//! output files of the runner's, is); resizing a command's terminal (the window
+//! stays [`PTY_WINDOW_SIZE`]), a terminal allocated in the run's own devpts
+//! instance (so that `ttyname` works inside), networks other than loopback, a
+//! disk quota on the workspace itself (`limits.disk` caps only the size of each
+//! file a process writes, through `RLIMIT_FSIZE`).
 //!
 //! [`MountPlan`]: workspace_core::mount_plan::MountPlan
 //! [`KillCause::Timeout`]: workspace_core::boundary::KillCause::Timeout
