@@ -278,3 +278,65 @@ fn suspend_freezes_a_counter_in_place_and_resume_from_another_process_thaws_it()
         "the counter outlived destroy"
     );
 }
+
+#[test]
+fn a_workspace_whose_sandbox_died_is_sealed_again_and_its_services_start_again() {
+    let fixture = CliFixture::new("live-lost");
+    let run = create(&fixture);
+    let sandbox: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            fixture
+                .runtime()
+                .join("runs")
+                .join(&run)
+                .join("sandbox.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let pid1 = i32::try_from(sandbox["pid"].as_u64().unwrap()).unwrap();
+    // The test's own sandbox: its pid 1 (checked by its name) dies as if the
+    // host had killed it; everything in its pid namespace dies with it.
+    let comm = std::fs::read_to_string(format!("/proc/{pid1}/comm")).unwrap();
+    assert_eq!(comm.trim(), "agent-init");
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid1.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    let out = exec(&fixture, &run, &["sh", "-c", "echo alive"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "alive\n");
+    let logs = fixture.agent_workspace(&["logs", &run, "ticker"]);
+    assert_eq!(
+        text(&logs.stdout),
+        "tick\ntick\n",
+        "the service started again, in the same log"
+    );
+    let out = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let evidence = fixture
+        .state_home()
+        .join("agent-workspace/evidence")
+        .join(&run);
+    let services: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("services.json")).unwrap()).unwrap();
+    let ended: Vec<&str> = services
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ended"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(ended.len(), 2, "{services}");
+    assert_eq!(
+        ended[0],
+        "its sandbox was gone when the run was attached again"
+    );
+    // Started again by the `exec` (a runner that then let go of it), stopped by
+    // the `destroy` with the rest of the run.
+    assert!(
+        ended[1].starts_with("stopped with the run's other processes"),
+        "{services}"
+    );
+}

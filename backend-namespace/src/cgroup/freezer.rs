@@ -55,9 +55,12 @@ impl RunCgroup {
         }
     }
 
-    /// Thaws the group (a group that is not frozen stays as it is).
+    /// Thaws the group (a group that is not frozen stays as it is, and so does
+    /// one without a freezer, which cannot have been frozen).
     pub fn thaw(&self) -> Result<(), CgroupError> {
-        let dir = self.freezer_dir()?;
+        let Ok(dir) = self.freezer_dir() else {
+            return Ok(());
+        };
         match dir.hierarchy {
             Hierarchy::V2 => fsio::write(&dir.path.join("cgroup.freeze"), "0"),
             Hierarchy::V1 => fsio::write(&dir.path.join("freezer.state"), "THAWED"),

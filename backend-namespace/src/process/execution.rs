@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::task::JoinHandle;
+use tokio::io::unix::AsyncFd;
 use workspace_core::RunId;
 use workspace_core::boundary::{
     BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputStream,
@@ -64,8 +64,10 @@ pub struct NamespaceExecution {
     /// When the wall-time limit passes (fixed at spawn, so a wait that is dropped
     /// and called again does not restart it).
     deadline: Option<Instant>,
-    /// The blocking wait, once started: kept here so that `wait` is cancel-safe.
-    waiting: Option<JoinHandle<WaitResult>>,
+    /// The supervisor's pidfd, registered with tokio once `wait` started: it is
+    /// readable when the supervisor ended (its exit status then waits to be
+    /// reaped without blocking). Kept here, so `wait` is cancel-safe.
+    ended: Option<AsyncFd<std::os::fd::OwnedFd>>,
     killed: Option<KillCause>,
     oom: Option<OomCounter>,
     exit: Option<ExitRecord>,
@@ -74,11 +76,6 @@ pub struct NamespaceExecution {
     /// Let go by [`Execution::release`]: dropping it kills nothing.
     released: bool,
 }
-
-type WaitResult = (
-    SpawnedChild,
-    Result<workspace_core::evidence::ExitStatusRecord, crate::spawn::SpawnError>,
-);
 
 impl fmt::Debug for NamespaceExecution {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -116,7 +113,7 @@ impl NamespaceExecution {
             stdout: Some(parts.stdout),
             stderr: Some(parts.stderr),
             deadline: parts.timeout.map(|limit| Instant::now() + limit),
-            waiting: None,
+            ended: None,
             killed: None,
             oom: parts.oom,
             exit: None,
@@ -159,52 +156,75 @@ impl Execution for NamespaceExecution {
         if let Some(exit) = &self.exit {
             return Ok(exit.clone());
         }
-        if self.waiting.is_none() {
-            let Some(mut child) = self.child.take() else {
-                return Err(ProcessError::Probe {
-                    message: "the command's process handle is gone".into(),
-                }
-                .into_boundary(OP));
-            };
-            self.waiting = Some(tokio::task::spawn_blocking(move || {
-                let status = child.wait();
-                (child, status)
-            }));
+        let Some(child) = self.child.as_mut() else {
+            return Err(ProcessError::Probe {
+                message: "the command's process handle is gone".into(),
+            }
+            .into_boundary(OP));
+        };
+        if self.ended.is_none() {
+            let pidfd = child
+                .pidfd()
+                .try_clone_to_owned()
+                .and_then(|fd| {
+                    // SAFETY: an OwnedFd always returns the same open descriptor,
+                    // which stays open until the OwnedFd (owned by the AsyncFd)
+                    // is dropped.
+                    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+                        .map_err(std::io::Error::from)
+                })
+                .map_err(|source| {
+                    ProcessError::Pipe {
+                        step: "registering the command's pidfd",
+                        source,
+                    }
+                    .into_boundary(OP)
+                })?;
+            self.ended = Some(pidfd);
         }
-        // Cancel-safe from here: the blocking wait lives in `self.waiting`, so a
-        // caller that drops this future (to kill the command, say) and waits again
-        // picks it up where it was.
-        let tree = &self.tree;
-        let Some(handle) = self.waiting.as_mut() else {
-            unreachable!("the blocking wait was just stored");
+        let Some(ended) = self.ended.as_ref() else {
+            unreachable!("the pidfd was just registered");
         };
-        let joined = match self.deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline.into(), &mut *handle).await {
-                Ok(joined) => joined,
-                Err(_elapsed) => {
-                    tracing::info!(run_id = %self.run_id, "command timed out; killing its tree");
-                    self.killed.get_or_insert(KillCause::Timeout);
-                    kill_tree(tree).await.map_err(|e| e.into_boundary(OP))?;
-                    handle.await
+        // No thread blocks in waitpid: the pidfd says when the supervisor ended,
+        // then it is reaped at once. Dropping this future loses nothing.
+        let ended_status = async {
+            loop {
+                let mut ready = ended
+                    .readable()
+                    .await
+                    .map_err(|source| ProcessError::Pipe {
+                        step: "waiting for the command",
+                        source,
+                    })?;
+                match child.try_wait() {
+                    Ok(Some(status)) => return Ok(status),
+                    Ok(None) => ready.clear_ready(),
+                    Err(source) => {
+                        return Err(ProcessError::Spawn {
+                            step: "waiting for the command",
+                            source,
+                        });
+                    }
                 }
-            },
-            None => handle.await,
+            }
         };
-        self.waiting = None;
-        let (_child, status) = joined.map_err(|e| {
-            ProcessError::Task {
-                step: "waiting for the command",
-                message: e.to_string(),
+        let tree = &self.tree;
+        let status = match self.deadline {
+            Some(deadline) => {
+                tokio::pin!(ended_status);
+                match tokio::time::timeout_at(deadline.into(), &mut ended_status).await {
+                    Ok(status) => status,
+                    Err(_elapsed) => {
+                        tracing::info!(run_id = %self.run_id, "command timed out; killing its tree");
+                        self.killed.get_or_insert(KillCause::Timeout);
+                        kill_tree(tree).await.map_err(|e| e.into_boundary(OP))?;
+                        ended_status.await
+                    }
+                }
             }
-            .into_boundary(OP)
-        })?;
-        let status = status.map_err(|source| {
-            ProcessError::Spawn {
-                step: "waiting for the command",
-                source,
-            }
-            .into_boundary(OP)
-        })?;
+            None => ended_status.await,
+        }
+        .map_err(|e| e.into_boundary(OP))?;
         let mut killed = self.killed.clone();
         if killed.is_none() && self.oom.as_ref().is_some_and(OomCounter::fired) {
             killed = Some(KillCause::MemoryLimit);

@@ -636,6 +636,8 @@ async fn spawn_command(
     })
     .await?;
     let (stdin, stdout, stderr) = match followed {
+        // Files the runner chose are the output: nothing follows them.
+        Some(_) if command.output.is_some() => streams.register()?,
         Some((stdout, stderr)) => {
             let ended = |what| {
                 child

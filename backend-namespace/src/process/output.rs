@@ -53,12 +53,13 @@ impl OutputFiles {
         })
     }
 
-    /// Creates `stdout` and `stderr` (new files, in existing directories the
-    /// runner chose).
+    /// Opens `stdout` and `stderr` for appending (created when missing, in
+    /// directories the runner chose): a service started again after its sandbox
+    /// was lost goes on in the same log.
     pub(crate) fn create_at(stdout: &Path, stderr: &Path) -> Result<Self, ProcessError> {
         Ok(Self {
-            stdout: open_pair(&stdout.to_path_buf())?,
-            stderr: open_pair(&stderr.to_path_buf())?,
+            stdout: open_appending(stdout)?,
+            stderr: open_appending(stderr)?,
         })
     }
 }
@@ -77,6 +78,23 @@ fn open_pair(path: &PathBuf) -> Result<(OwnedFd, File), ProcessError> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(io("creating a command's output file", path))?;
+    let read = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io("opening a command's output file", path))?;
+    Ok((write.into(), read))
+}
+
+/// An appending write end of `path` (created when missing) and a read end.
+fn open_appending(path: &Path) -> Result<(OwnedFd, File), ProcessError> {
+    let write = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io("opening a command's output file", path))?;
     let read = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)

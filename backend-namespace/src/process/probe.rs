@@ -106,7 +106,7 @@ pub(crate) fn probe(
             });
         }
     };
-    text.push_str(&output);
+    text.push_str(&toolchain_section(&output));
     text.push_str("@@end\n");
     if !wait_pidfd(child.pidfd(), deadline) {
         return Err(kill_probe(child, after_ms));
@@ -197,6 +197,21 @@ fn from_host(pid: u32, sandbox: &Sandbox) -> String {
         }
     }
     out
+}
+
+/// The toolchain section of the shell's output: its header and the first line
+/// after it, nothing else. A program of the run could write more to the shell's
+/// stdout (it is the same user), but never another section: the facts read from
+/// the host stay as read.
+fn toolchain_section(output: &str) -> String {
+    let mut lines = output.lines();
+    match (lines.next(), lines.next()) {
+        (Some("@@toolchain"), Some(version)) if !version.starts_with("@@") => {
+            format!("@@toolchain\n{version}\n")
+        }
+        (Some("@@toolchain"), _) => "@@toolchain\n".into(),
+        _ => String::new(),
+    }
 }
 
 /// Host ids (as `/proc/<pid>/status` shows them to the host) as the process
@@ -300,6 +315,24 @@ fn poll_in(fd: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shell_adds_one_toolchain_line_and_no_other_section() {
+        assert_eq!(
+            toolchain_section("@@toolchain\nrustc 1.95.0\n"),
+            "@@toolchain\nrustc 1.95.0\n"
+        );
+        assert_eq!(
+            toolchain_section("@@toolchain\nrustc 1.95.0\n@@status\nCapEff:\t0\n"),
+            "@@toolchain\nrustc 1.95.0\n"
+        );
+        assert_eq!(
+            toolchain_section("@@toolchain\n@@status\n"),
+            "@@toolchain\n"
+        );
+        assert_eq!(toolchain_section("@@status\nSeccomp:\t2\n"), "");
+        assert_eq!(toolchain_section(""), "");
+    }
 
     #[test]
     fn host_ids_are_shown_as_the_run_sees_them() {

@@ -32,6 +32,8 @@ pub(crate) const MAX_CONNECTIONS: usize = 64;
 pub(crate) const MAX_PUBLISHED: usize = 16;
 /// The buffer of one direction of one connection.
 const BUFFER: usize = 16 << 10;
+/// How long the listeners rest after an accept failed for want of resources.
+const REST_MS: libc::c_int = 100;
 /// `poll` entries: the signalfd, the listeners, two per connection.
 const POLL_ENTRIES: usize = 1 + MAX_PUBLISHED + 2 * MAX_CONNECTIONS;
 
@@ -66,8 +68,9 @@ struct Connection {
     upstream: libc::c_int,
     /// The upstream `connect` has not completed yet.
     connecting: bool,
-    /// Index of the client's and the upstream's `poll` entries this round.
-    polled: Option<(usize, usize)>,
+    /// Index of the client's `poll` entry this round (the upstream's follows
+    /// it); 0, the signalfd's, when the connection was not polled.
+    polled: usize,
     /// Client to upstream.
     up: Flow,
     /// Upstream to client.
@@ -109,7 +112,8 @@ pub(crate) fn prepare() -> Result<Forwarder, Report> {
     raw::check(signals).map_err(fail)?;
     let size = mem::size_of::<Connection>() * MAX_CONNECTIONS;
     // SAFETY: a fresh private anonymous mapping: zero-filled, which is a table of
-    // free slots (false, 0, None, empty flows).
+    // free slots (every field a bool, an integer or a byte array: all zeroes is
+    // false, 0 and empty flows).
     let table = unsafe {
         libc::mmap(
             ptr::null_mut(),
@@ -142,13 +146,14 @@ pub(crate) fn serve(forwarder: Forwarder, published: &[Published]) -> ! {
     let published = &published[..published.len().min(MAX_PUBLISHED)];
     // SAFETY: `pollfd` is plain data.
     let mut fds: [libc::pollfd; POLL_ENTRIES] = unsafe { mem::zeroed() };
+    let mut resting = false;
     loop {
-        let free = connections.iter().any(|c| !c.used);
+        let listen = !resting && connections.iter().any(|c| !c.used);
         let mut n = 0;
         fds[n] = entry(signals, libc::POLLIN);
         n += 1;
         for p in published {
-            fds[n] = entry(p.listener, if free { libc::POLLIN } else { 0 });
+            fds[n] = entry(p.listener, if listen { libc::POLLIN } else { 0 });
             n += 1;
         }
         for c in connections.iter_mut().filter(|c| c.used) {
@@ -168,11 +173,17 @@ pub(crate) fn serve(forwarder: Forwarder, published: &[Published]) -> ! {
             }
             fds[n] = entry(c.client, client);
             fds[n + 1] = entry(c.upstream, upstream);
-            c.polled = Some((n, n + 1));
+            c.polled = n;
             n += 2;
         }
-        // SAFETY: `fds[..n]` is initialised; no timeout.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, -1) };
+        // After an accept failed for want of descriptors or memory, the
+        // connection stays queued and the listener readable: the listeners rest
+        // for a moment instead of waking `poll` at once, over and over.
+        let timeout = if resting { REST_MS } else { -1 };
+        // SAFETY: `fds[..n]` is initialised.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, timeout) };
+        let rested = resting;
+        resting = false;
         if ready < 0 {
             continue; // EINTR; nothing else can fail with valid arguments
         }
@@ -181,13 +192,17 @@ pub(crate) fn serve(forwarder: Forwarder, published: &[Published]) -> ! {
             reap();
         }
         for c in connections.iter_mut().filter(|c| c.used) {
-            if let Some((client, upstream)) = c.polled.take() {
-                step(c, fds[client].revents, fds[upstream].revents);
+            let client = mem::take(&mut c.polled);
+            if client != 0 {
+                step(c, fds[client].revents, fds[client + 1].revents);
             }
         }
+        if rested {
+            continue;
+        }
         for (i, p) in published.iter().enumerate() {
-            if fds[1 + i].revents & libc::POLLIN != 0 {
-                accept(p, connections);
+            if fds[1 + i].revents & libc::POLLIN != 0 && accept(p, connections) == Accepted::Rest {
+                resting = true;
             }
         }
     }
@@ -231,8 +246,22 @@ fn reap() {
     }
 }
 
-/// Accepts one connection on `p` and starts connecting its upstream.
-fn accept(p: &Published, connections: &mut [Connection]) {
+/// What an accept did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Accepted {
+    /// Took a connection, or there was none (or it went away first).
+    Done,
+    /// Could not take one for want of descriptors, memory or a slot: rest.
+    Rest,
+}
+
+/// Accepts one connection on `p` into a free slot and starts connecting its
+/// upstream. Without a free slot it accepts nothing: the connection waits in
+/// the listener's backlog.
+fn accept(p: &Published, connections: &mut [Connection]) -> Accepted {
+    let Some(slot) = connections.iter_mut().find(|c| !c.used) else {
+        return Accepted::Rest;
+    };
     // SAFETY: accept4 on a listening socket without an address out-pointer.
     let client = unsafe {
         libc::accept4(
@@ -243,12 +272,11 @@ fn accept(p: &Published, connections: &mut [Connection]) {
         )
     };
     if client < 0 {
-        return;
+        return match raw::errno() {
+            libc::EAGAIN | libc::ECONNABORTED | libc::EINTR | libc::EPROTO => Accepted::Done,
+            _ => Accepted::Rest,
+        };
     }
-    let Some(slot) = connections.iter_mut().find(|c| !c.used) else {
-        close(client);
-        return;
-    };
     // SAFETY: a new socket of this (the sandbox's) network namespace.
     let upstream = unsafe {
         libc::socket(
@@ -259,7 +287,7 @@ fn accept(p: &Published, connections: &mut [Connection]) {
     };
     if upstream < 0 {
         close(client);
-        return;
+        return Accepted::Rest;
     }
     let address = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
@@ -280,15 +308,16 @@ fn accept(p: &Published, connections: &mut [Connection]) {
     if connected < 0 && raw::errno() != libc::EINPROGRESS {
         close(client);
         close(upstream);
-        return;
+        return Accepted::Done;
     }
     slot.used = true;
     slot.client = client;
     slot.upstream = upstream;
     slot.connecting = connected < 0;
-    slot.polled = None;
+    slot.polled = 0;
     reset(&mut slot.up);
     reset(&mut slot.down);
+    Accepted::Done
 }
 
 fn reset(flow: &mut Flow) {

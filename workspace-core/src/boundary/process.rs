@@ -197,7 +197,8 @@ pub struct CommandSpec {
     /// Whether to give the command a pseudo-terminal.
     pub tty: bool,
     /// Where its stdout and stderr go; `None`: wherever the backend keeps a
-    /// command's output (the streams of its [`Execution`] show it either way).
+    /// command's output, shown by the streams of its [`Execution`]. With files,
+    /// the files are the output and those streams are empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<CommandOutput>,
 }

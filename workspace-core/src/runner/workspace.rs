@@ -139,10 +139,11 @@ impl Workspace {
         // Its frozen sandbox may still be there: whatever fails from here on,
         // the conclusion tears it down.
         self.sealing = true;
+        // Its services' records first: whatever fails next, they are exported.
+        self.services = Services::load(&self.paths.run_dir)?;
         let environment = self.reserve().await?;
         self.life.resume()?;
         self.lease_again()?;
-        self.services = Services::load(&self.paths.run_dir)?;
         self.verify_source().await?;
         let plan = self.attach_plan(environment.clone()).await?;
         match stack.process.attach(&self.run, &plan).await? {
@@ -157,7 +158,7 @@ impl Workspace {
             Attachment::Lost { reason } => {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the suspended run's processes are gone; sealing it again");
-                self.sealing = false;
+                self.clear_lost_sandbox().await?;
                 self.services.lost("gone when the run was resumed");
                 self.record_resume(
                     None,
@@ -166,6 +167,20 @@ impl Workspace {
                 self.seal(environment).await
             }
         }
+    }
+
+    /// Removes what a lost sandbox left (cgroups that outlived its pid 1, its
+    /// record, its output files) before the run is sealed again; fails unless
+    /// nothing of it is left.
+    async fn clear_lost_sandbox(&mut self) -> Result<(), RunErrorKind> {
+        let leaks = self.runner.stack().process.teardown(&self.run).await?;
+        if !leaks.is_clean() {
+            return Err(RunErrorKind::Failed(FailureCause::Runner {
+                message: format!("the lost sandbox left {leaks:?}; it cannot be sealed again"),
+            }));
+        }
+        self.sealing = false;
+        Ok(())
     }
 
     /// The plans to attach with: the environment with the run's variables and
@@ -210,10 +225,11 @@ impl Workspace {
         // Its live sandbox is there: whatever fails from here on, the
         // conclusion tears it down.
         self.sealing = true;
+        // Its services' records first: whatever fails next, they are exported.
+        self.services = Services::load(&self.paths.run_dir)?;
         let environment = self.reserve().await?;
         self.lease_again()?;
         let plan = self.attach_plan(environment.clone()).await?;
-        self.services = Services::load(&self.paths.run_dir)?;
         match stack.process.attach(&self.run, &plan).await? {
             Attachment::Live { processes } => {
                 self.scrubber = Scrubber::new(&plan.identity.credentials);
@@ -225,7 +241,7 @@ impl Workspace {
             Attachment::Lost { reason } => {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the detached sandbox is gone; sealing the run again");
-                self.sealing = false;
+                self.clear_lost_sandbox().await?;
                 self.services
                     .lost("its sandbox was gone when the run was attached again");
                 self.life.resume()?;

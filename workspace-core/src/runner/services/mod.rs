@@ -9,7 +9,8 @@
 //! copies them, scrubbed of credential values, into the evidence. The records
 //! are kept in `<run dir>/services.json` for the same reason.
 //!
-//! A service that exits or is not ready in time fails the run with
+//! A service that exits before it is ready, or is not ready in time, fails the
+//! run with
 //! [`FailureCause::Service`](crate::lifecycle::FailureCause::Service), naming it
 //! and quoting the tail of its log; the run is concluded as any failed run.
 
@@ -206,8 +207,19 @@ impl Services {
             ended: None,
             exit: None,
         });
-        let mut execution = process.spawn(run, &spec).await?;
-        // The files keep the output; the streams that follow them are not needed.
+        let mut execution = match process.spawn(run, &spec).await {
+            Ok(execution) => execution,
+            Err(e) => {
+                self.records[index].ended =
+                    Some(format!("did not start: {}", crate::error_chain(&e)));
+                self.save(&run.run_dir)?;
+                return Err(failed(
+                    service,
+                    format!("did not start: {}", crate::error_chain(&e)),
+                    "",
+                ));
+            }
+        };
         drop((execution.take_stdout(), execution.take_stderr()));
         tracing::info!(run_id = %run.run_id, service = %service.name, "service started");
         self.save(&run.run_dir)?;
