@@ -220,7 +220,7 @@ fn suspend_freezes_a_counter_in_place_and_resume_from_another_process_thaws_it()
     let run = create(&fixture);
     let counter = marker("live-counter");
     let script = format!(
-        "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /workspace/count; sleep 0.05; done' {counter} \
+        "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /workspace/.count; mv /workspace/.count /workspace/count; sleep 0.05; done' {counter} \
          >/dev/null 2>&1 & sleep 0.5"
     );
     let out = exec(&fixture, &run, &["sh", "-c", &script]);
@@ -234,7 +234,15 @@ fn suspend_freezes_a_counter_in_place_and_resume_from_another_process_thaws_it()
     // What the run writes lands in the upper layer of a layered checkout.
     let written = source["layers"]["upper"].as_str();
     let checkout = std::path::PathBuf::from(written.or(source["workspace"].as_str()).unwrap());
-    assert!(count(&checkout) > 0, "the counter counts");
+    // Written by rename, so a read never sees it half written.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while count(&checkout) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the counter never counted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let out = fixture.agent_workspace(&["suspend", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

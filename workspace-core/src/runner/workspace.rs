@@ -331,6 +331,7 @@ impl Workspace {
         let filesystem = plan.filesystem.clone();
         self.sealing = true;
         let limit = self.limit(StateName::StartingServices);
+        let state_started = Instant::now();
         let probe = bounded(StateName::StartingServices, limit, &cancel, async {
             stack
                 .process
@@ -348,7 +349,9 @@ impl Workspace {
         self.evidence
             .write_json(EvidenceFile::Observed, &observed)?;
         let process = stack.process.clone();
-        let started = bounded(StateName::StartingServices, limit, &cancel, async {
+        // One limit for the whole state: the services get what the seal left.
+        let left = limit.map(|limit| limit.saturating_sub(state_started.elapsed()));
+        let started = bounded(StateName::StartingServices, left, &cancel, async {
             self.services
                 .start_all(
                     process.as_ref(),
