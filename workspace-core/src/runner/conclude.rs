@@ -5,6 +5,7 @@ use super::export::{CheckRun, ExportInputs, export_bundle};
 use super::leases::RunLeases;
 use super::outcome::{Outcome, RunReport};
 use super::preview::{self, PreviewRecord};
+use super::services::Services;
 use super::state_files::remove_private_state;
 use super::{RunError, Workspace};
 use crate::boundary::{ApprovalRecord, LeakReport};
@@ -153,6 +154,7 @@ impl Workspace {
             if let Err(e) = released {
                 cleanup_errors.push(format!("source release: {}", crate::error_chain(&e)));
             }
+            Services::remove_files(&self.paths.run_dir, &mut cleanup_errors);
             remove_private_state(&self.paths.run_dir, &mut cleanup_errors);
             self.reservation = None;
             self.leases = RunLeases::default();

@@ -32,6 +32,7 @@ mod conclude;
 mod error;
 mod execute;
 mod export;
+mod http;
 mod leases;
 mod observed;
 mod outcome;

@@ -53,22 +53,6 @@ impl RunPaths {
         paths
     }
 
-    /// The run's preview endpoints, as its seal bound them (`observed.json`);
-    /// none before it was sealed.
-    pub fn previews(&self) -> Result<Vec<crate::boundary::PreviewEndpoint>, super::RunErrorKind> {
-        let observed = self
-            .evidence
-            .join(crate::evidence::EvidenceFile::Observed.file_name());
-        super::preview::endpoints(&observed)
-    }
-
-    /// The run's services as recorded so far (`services.json` of the run
-    /// directory); none once the run is cleaned up.
-    pub fn services(&self) -> Result<Vec<super::ServiceRecord>, super::RunErrorKind> {
-        super::state_files::read_state(&self.run_dir.join(super::SERVICES_STATE_FILE))
-            .map(Option::unwrap_or_default)
-    }
-
     /// The file beside the journal that names the evidence directory.
     pub fn evidence_pointer(&self) -> PathBuf {
         self.journal.with_extension(EVIDENCE_POINTER_EXTENSION)

@@ -7,8 +7,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::RunErrorKind;
+use super::http::get_status;
 use super::observed::ObservedRecord;
-use super::services::get_status;
+use super::paths::RunPaths;
 use super::state_files::read_state;
 use crate::boundary::PreviewEndpoint;
 use crate::contract::HttpCheck;
@@ -48,6 +49,18 @@ pub struct PreviewCheckRecord {
 pub(super) fn endpoints(observed: &Path) -> Result<Vec<PreviewEndpoint>, RunErrorKind> {
     let record: Option<ObservedRecord> = read_state(observed)?;
     Ok(record.map(|r| r.probe.previews).unwrap_or_default())
+}
+
+impl RunPaths {
+    /// The run's preview endpoints, as its seal bound them (`observed.json`);
+    /// none before it was sealed.
+    pub fn previews(&self) -> Result<Vec<PreviewEndpoint>, RunErrorKind> {
+        endpoints(
+            &self
+                .evidence
+                .join(crate::evidence::EvidenceFile::Observed.file_name()),
+        )
+    }
 }
 
 /// Requests the check's path through its port's endpoint, as a user's browser

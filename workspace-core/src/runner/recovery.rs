@@ -10,6 +10,7 @@ use super::RunnerConfig;
 use super::export::{ExportInputs, export_bundle};
 use super::outcome::Outcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::services::Services;
 use super::state_files::{read_required, read_state, remove_private_state};
 use crate::boundary::{
     BoundaryError, BoundaryKind, FilesystemRecord, RunContext, SourceRecord, Stack,
@@ -142,6 +143,7 @@ impl RecoveryHooks for StackRecovery {
             }
         }
         let mut errors = Vec::new();
+        Services::remove_files(&paths.run_dir, &mut errors);
         remove_private_state(&paths.run_dir, &mut errors);
         if errors.is_empty() {
             Ok(())

@@ -55,7 +55,6 @@ pub(super) fn write_state(path: &Path, value: &impl Serialize) -> Result<(), Run
 /// Removes the runner's own files in the run directory, then the directory if it
 /// is empty. Anything a boundary left there is reported, never removed blindly.
 pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
-    super::services::Services::remove_files(run_dir, errors);
     for name in [FILESYSTEM_STATE_FILE, LEASES_STATE_FILE] {
         match std::fs::remove_file(run_dir.join(name)) {
             Ok(()) => {}

@@ -24,14 +24,13 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::RunErrorKind;
+use super::paths::RunPaths;
 use super::scrub::Scrubber;
 use super::state_files::{read_state, write_state};
 use crate::boundary::{CommandOutput, CommandSpec, Execution, ProcessBoundary, RunContext};
 use crate::contract::Service;
 use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord, unix_ms_now};
 use crate::lifecycle::FailureCause;
-
-pub(crate) use probe::get_status;
 
 /// The file in the run directory that records the run's services.
 pub const SERVICES_STATE_FILE: &str = "services.json";
@@ -393,6 +392,14 @@ impl Services {
 
     fn save(&self, run_dir: &Path) -> Result<(), RunErrorKind> {
         write_state(&run_dir.join(SERVICES_STATE_FILE), &self.records)
+    }
+}
+
+impl RunPaths {
+    /// The run's services as recorded so far (`services.json` of the run
+    /// directory); none once the run is cleaned up.
+    pub fn services(&self) -> Result<Vec<ServiceRecord>, RunErrorKind> {
+        read_state(&self.run_dir.join(SERVICES_STATE_FILE)).map(Option::unwrap_or_default)
     }
 }
 
