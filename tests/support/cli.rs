@@ -109,6 +109,9 @@ impl CliFixture {
 impl Drop for CliFixture {
     fn drop(&mut self) {
         let parent = &self.fixture.cgroup_parent;
+        if std::thread::panicking() {
+            super::end_processes_under(parent);
+        }
         let removed = CgroupLayout::detect()
             .map_err(|e| e.to_string())
             .and_then(|layout| remove_parent(&layout, parent).map_err(|e| e.to_string()));

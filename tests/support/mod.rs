@@ -144,6 +144,9 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            end_processes_under(&self.cgroup_parent);
+        }
         if let Ok(layout) = CgroupLayout::detect()
             && let Err(e) = remove_parent(&layout, &self.cgroup_parent)
         {
@@ -152,6 +155,43 @@ impl Drop for Fixture {
                 self.cgroup_parent
             );
         }
+    }
+}
+
+/// Kills every process in the cgroup parent `parent` (this test's own: nothing
+/// else lives there), thawing frozen groups first: a test that failed half way
+/// leaves no workspace of its running on the machine.
+pub fn end_processes_under(parent: &str) {
+    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let mut roots: Vec<PathBuf> = hierarchies
+        .flatten()
+        .map(|h| h.path().join(parent))
+        .collect();
+    roots.push(Path::new("/sys/fs/cgroup").join(parent));
+    let mut groups = Vec::new();
+    let mut stack: Vec<PathBuf> = roots.into_iter().filter(|r| r.is_dir()).collect();
+    while let Some(dir) = stack.pop() {
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            stack.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+        }
+        groups.push(dir);
+    }
+    for group in &groups {
+        let _ = std::fs::write(group.join("cgroup.freeze"), "0");
+        let _ = std::fs::write(group.join("freezer.state"), "THAWED");
+    }
+    for _ in 0..3 {
+        for group in &groups {
+            let pids = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
+            for pid in pids.split_whitespace() {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", pid])
+                    .status();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
