@@ -157,6 +157,10 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
         listing.contains(&format!("ports: {host} -> 8000")) && listing.contains("ticker (ready)"),
         "ls shows the workspace's ports and services: {listing}"
     );
+    assert!(
+        listing.contains("processes: "),
+        "ls counts the workspace's processes: {listing}"
+    );
 
     let out = fixture.agent_workspace(&["destroy", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

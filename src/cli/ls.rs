@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use agent_workspace::namespace::cgroup::{CgroupLayout, run_processes};
 use clap::Args;
 use serde::Serialize;
 use workspace_core::RunId;
@@ -52,6 +53,10 @@ struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     capacity: Option<PoolPlace>,
     journal: PathBuf,
+    /// For a run that is not cleaned up: how many processes run in its cgroups
+    /// (its sandbox's pid 1, its services, what its commands left running).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    processes: Option<usize>,
     /// For a run that is not cleaned up: where its `process.ports` are published.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ports: Vec<PreviewEndpoint>,
@@ -111,8 +116,18 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
         .map(|path| row(path, now))
         .filter(|row| args.all || row.state != StateName::Cleaned.to_string())
         .collect();
+    let cgroups = CgroupLayout::detect().ok();
     for row in &mut rows {
         live_parts(row, &dirs.runtime, &dirs.evidence);
+        if let Some(layout) = &cgroups
+            && row.state != StateName::Cleaned.to_string()
+            && let Ok(run_id) = RunId::new(row.run_id.as_str())
+        {
+            row.processes = run_processes(layout, &host.cgroup_parent, &run_id)
+                .ok()
+                .filter(|pids| !pids.is_empty())
+                .map(|pids| pids.len());
+        }
     }
     rows.sort_by(|a, b| (a.since_unix_ms, &a.run_id).cmp(&(b.since_unix_ms, &b.run_id)));
     let pool = match host_capacity(host).snapshot() {
@@ -300,6 +315,7 @@ fn row(path: &Path, now: u64) -> Row {
         queue_position: None,
         capacity: None,
         journal: path.to_path_buf(),
+        processes: None,
         ports: Vec::new(),
         services: Vec::new(),
         error: None,
@@ -388,6 +404,9 @@ fn table(rows: &[Row]) -> String {
     push_line(&header);
     for (line, row) in cells.iter().zip(rows) {
         push_line(&line.each_ref().map(String::as_str));
+        if let Some(processes) = row.processes {
+            push_line(&["", &format!("processes: {processes}")]);
+        }
         let ports: Vec<String> = row
             .ports
             .iter()

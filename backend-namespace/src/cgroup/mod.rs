@@ -69,7 +69,7 @@ pub use error::CgroupError;
 pub use kill::KillMethod;
 pub use layout::{CgroupLayout, Placement};
 pub use limits::{AppliedCpu, AppliedLimits, AppliedMemory, AppliedPids};
-pub use paths::{leaked_paths, remove_parent};
+pub use paths::{leaked_paths, remove_parent, run_processes};
 pub use run::RunCgroup;
 
 /// A resource controller this module applies limits with.

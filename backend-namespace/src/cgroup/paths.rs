@@ -51,6 +51,25 @@ pub fn leaked_paths(
         .collect())
 }
 
+/// The pids in run `run_id`'s groups and their children (every hierarchy),
+/// sorted, read only: nothing is killed or removed. Empty when the run has no
+/// group.
+///
+/// # Ambient authority
+/// Reads the host's cgroup hierarchies.
+pub fn run_processes(
+    layout: &CgroupLayout,
+    parent_name: &str,
+    run_id: &RunId,
+) -> Result<Vec<u32>, CgroupError> {
+    let Some(run) = super::RunCgroup::adopt(layout, parent_name, run_id)? else {
+        return Ok(Vec::new());
+    };
+    // Adopted to be read, not owned: dropping it must not end the run.
+    run.release();
+    run.pids()
+}
+
 /// Removes the parent directory `parent_name` (made by [`RunCgroup::create`](super::RunCgroup::create)) from
 /// every hierarchy of `layout`, once no run is left in it.
 ///
