@@ -196,7 +196,7 @@ health = { log = "ready", interval = "50ms", timeout = "30s" }
     };
     assert_eq!(name, "crashes");
     assert!(
-        message.contains("exited before it was ready (Code(3))"),
+        message.contains("exited before it was ready (exit code 3)"),
         "{message}"
     );
     assert!(message.contains("config missing"), "{message}");

@@ -33,7 +33,17 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
         let prefix = args.service.is_none();
         for name in &names {
             let Some(logs) = runner.service_logs(&run_id, name) else {
-                eprintln!("agent-workspace: run {run_id} has no service {name:?} running");
+                let known: Vec<String> = runner
+                    .services(&run_id)
+                    .map(|records| records.into_iter().map(|r| r.name).collect())
+                    .unwrap_or_default();
+                let known = if known.is_empty() {
+                    "it has none running (a finished run's logs are in its evidence, services/)"
+                        .to_owned()
+                } else {
+                    format!("its services: {}", known.join(", "))
+                };
+                eprintln!("agent-workspace: run {run_id} has no service {name:?}; {known}");
                 return ExitCode::from(super::EXIT_BAD_INPUT);
             };
             let print = |path: &std::path::Path, out: &mut dyn Write| {

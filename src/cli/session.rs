@@ -81,6 +81,13 @@ where
         Ok(id) => id,
         Err(bad) => return bad_input(bad),
     };
+    let runtime = host.dirs().runtime;
+    if !workspace_core::recovery::journal_path(&runtime, &run_id).exists() {
+        return bad_input(BadInput(format!(
+            "no run {run_id} under {} (`agent-workspace ls` lists the runs)",
+            runtime.display()
+        )));
+    }
     block_on(async move {
         match runner(host, None) {
             Ok(runner) => body(runner, run_id).await,

@@ -184,13 +184,13 @@ fn each_malformed_contract_names_its_field_path() {
                 "[[environment.services]]\nname = \"web\"\ncommand = [\"srv\"]\nhealth = { tcp = 8000, log = \"up\" }\n",
             ),
             "environment.services[0].health",
-            "declare exactly one of command, tcp, http or log",
+            "declares tcp and log; declare exactly one of command, tcp, http or log",
         ),
         (
             "no readiness check",
             with("[[environment.services]]\nname = \"web\"\ncommand = [\"srv\"]\nhealth = {}\n"),
             "environment.services[0].health",
-            "declare exactly one of command, tcp, http or log",
+            "declares no check; declare exactly one of command, tcp, http or log",
         ),
         (
             "dependency declared later",

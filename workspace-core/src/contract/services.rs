@@ -190,7 +190,26 @@ pub(crate) fn validate(services: &[Service], problems: &mut Problems) {
 
 fn validate_health(health: &HealthCheck, field: &str, problems: &mut Problems) {
     match health.probe() {
-        None => problems.push(field, "declare exactly one of command, tcp, http or log"),
+        None => {
+            let given: Vec<&str> = [
+                ("command", health.command.is_some()),
+                ("tcp", health.tcp.is_some()),
+                ("http", health.http.is_some()),
+                ("log", health.log.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(name, set)| set.then_some(name))
+            .collect();
+            let said = if given.is_empty() {
+                "declares no check".to_owned()
+            } else {
+                format!("declares {}", given.join(" and "))
+            };
+            problems.push(
+                field,
+                format!("{said}; declare exactly one of command, tcp, http or log"),
+            );
+        }
         Some(Probe::Command(argv)) => checks::command(problems, &format!("{field}.command"), argv),
         Some(Probe::Log("")) => {
             problems.push(format!("{field}.log"), "is empty; every output would match")

@@ -86,6 +86,17 @@ pub enum ExitStatusRecord {
     Unknown,
 }
 
+impl std::fmt::Display for ExitStatusRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Code(code) => write!(f, "exit code {code}"),
+            Self::Signal(signal) => write!(f, "signal {signal}"),
+            Self::NotStarted => f.write_str("not started"),
+            Self::Unknown => f.write_str("an unknown end"),
+        }
+    }
+}
+
 impl From<std::process::ExitStatus> for ExitStatusRecord {
     fn from(status: std::process::ExitStatus) -> Self {
         if let Some(code) = status.code() {

@@ -247,7 +247,7 @@ impl Services {
                 exit = execution.wait() => {
                     let status = exit.map(|e| e.status).unwrap_or(ExitStatusRecord::Unknown);
                     record.exit = Some(status);
-                    break Err(format!("exited before it was ready ({status:?})"));
+                    break Err(format!("exited before it was ready ({status})"));
                 }
                 () = tokio::time::sleep(interval) => {}
                 () = cancel.cancelled() => break Err("cancelled before it was ready".into()),

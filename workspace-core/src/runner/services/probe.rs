@@ -60,7 +60,7 @@ async fn command(
     let exit = execution.wait().await.map_err(|e| crate::error_chain(&e))?;
     match exit.status {
         ExitStatusRecord::Code(0) => Ok(()),
-        other => Err(format!("the check ended with {other:?}")),
+        other => Err(format!("the check ended with {other}")),
     }
 }
 
