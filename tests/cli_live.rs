@@ -311,11 +311,28 @@ fn a_workspace_whose_sandbox_died_is_sealed_again_and_its_services_start_again()
     // host had killed it; everything in its pid namespace dies with it.
     let comm = std::fs::read_to_string(format!("/proc/{pid1}/comm")).unwrap();
     assert_eq!(comm.trim(), "agent-init");
-    let killed = std::process::Command::new("kill")
-        .args(["-KILL", &pid1.to_string()])
+    // The shell's own `kill`: no procps on a bare machine.
+    let killed = std::process::Command::new("sh")
+        .args(["-c", "kill -KILL \"$1\"", "kill", &pid1.to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
+    // Dead, not dying: the kernel ends the rest of its pid namespace first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid1}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if matches!(state, None | Some("Z" | "X")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pid 1 did not die: {stat}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     let out = exec(&fixture, &run, &["sh", "-c", "echo alive"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

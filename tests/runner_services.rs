@@ -131,19 +131,7 @@ health = {{ tcp = 9999, interval = "50ms", timeout = "1s" }}
 "#
         ),
     );
-    let error = fx
-        .runner()
-        .run(
-            contract,
-            &shell("echo never runs", "cmd"),
-            CommandIo::captured(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap_err();
-    let RunErrorKind::Failed(FailureCause::Service { name, message }) = error.kind.as_ref() else {
-        panic!("not a service failure: {error:?}");
-    };
+    let (error, name, message) = failed_by_a_service(&fx, contract, "echo never runs").await;
     assert_eq!(name, "stuck");
     assert!(message.contains("not ready after 1000 ms"), "{message}");
     assert!(
@@ -181,19 +169,7 @@ command = ["sh", "-c", "echo config missing >&2; exit 3"]
 health = { log = "ready", interval = "50ms", timeout = "30s" }
 "#,
     );
-    let error = fx
-        .runner()
-        .run(
-            contract,
-            &shell("true", "cmd"),
-            CommandIo::captured(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap_err();
-    let RunErrorKind::Failed(FailureCause::Service { name, message }) = error.kind.as_ref() else {
-        panic!("not a service failure: {error:?}");
-    };
+    let (error, name, message) = failed_by_a_service(&fx, contract, "true").await;
     assert_eq!(name, "crashes");
     assert!(
         message.contains("exited before it was ready (exit code 3)"),
@@ -203,6 +179,30 @@ health = { log = "ready", interval = "50ms", timeout = "30s" }
     let evidence = error.evidence.clone().unwrap();
     let services = read_json(&evidence, "services.json");
     assert_eq!(services[0]["exit"]["value"], 3);
+}
+
+/// Runs `script` under `contract`, which must fail because of a service: the
+/// error, the service's name and the failure's message.
+async fn failed_by_a_service(
+    fx: &Fixture,
+    contract: Contract,
+    script: &str,
+) -> (workspace_core::runner::RunError, String, String) {
+    let error = fx
+        .runner()
+        .run(
+            contract,
+            &shell(script, "cmd"),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    let RunErrorKind::Failed(FailureCause::Service { name, message }) = error.kind.as_ref() else {
+        panic!("not a service failure: {error:?}");
+    };
+    let (name, message) = (name.clone(), message.clone());
+    (error, name, message)
 }
 
 /// The PostgreSQL example on this fixture's repository.

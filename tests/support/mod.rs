@@ -186,8 +186,9 @@ pub fn end_processes_under(parent: &str) {
         for group in &groups {
             let pids = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
             for pid in pids.split_whitespace() {
-                let _ = std::process::Command::new("kill")
-                    .args(["-KILL", pid])
+                // The shell's own `kill`: no procps on a bare machine.
+                let _ = std::process::Command::new("sh")
+                    .args(["-c", "kill -KILL \"$1\"", "kill", pid])
                     .status();
             }
         }

@@ -20,7 +20,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use nix::libc;
@@ -48,8 +48,8 @@ impl OutputFiles {
         let dir = run_dir.join(OUTPUT_DIR);
         std::fs::create_dir_all(&dir).map_err(io("creating the output directory", &dir))?;
         Ok(Self {
-            stdout: open_pair(&dir.join(format!("{name}.stdout")))?,
-            stderr: open_pair(&dir.join(format!("{name}.stderr")))?,
+            stdout: open_pair(&dir.join(format!("{name}.stdout")), Existing::Refused)?,
+            stderr: open_pair(&dir.join(format!("{name}.stderr")), Existing::Refused)?,
         })
     }
 
@@ -58,8 +58,8 @@ impl OutputFiles {
     /// was lost goes on in the same log.
     pub(crate) fn create_at(stdout: &Path, stderr: &Path) -> Result<Self, ProcessError> {
         Ok(Self {
-            stdout: open_appending(stdout)?,
-            stderr: open_appending(stderr)?,
+            stdout: open_pair(stdout, Existing::Appended)?,
+            stderr: open_pair(stderr, Existing::Appended)?,
         })
     }
 }
@@ -69,32 +69,26 @@ fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Process
     move |source| ProcessError::Io { step, path, source }
 }
 
-/// A new file: an appending write end and a read end.
-fn open_pair(path: &PathBuf) -> Result<(OwnedFd, File), ProcessError> {
-    let write = OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(io("creating a command's output file", path))?;
-    let read = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(io("opening a command's output file", path))?;
-    Ok((write.into(), read))
+/// Whether an output file must be new (one the backend names per command) or
+/// may already hold a log to append to (one the runner chose).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Existing {
+    Refused,
+    Appended,
 }
 
-/// An appending write end of `path` (created when missing) and a read end.
-fn open_appending(path: &Path) -> Result<(OwnedFd, File), ProcessError> {
-    let write = OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
+/// An appending write end of `path` and a read end.
+fn open_pair(path: &Path, existing: Existing) -> Result<(OwnedFd, File), ProcessError> {
+    let mut write = OpenOptions::new();
+    write.append(true).mode(0o600);
+    match existing {
+        Existing::Refused => write.create_new(true),
+        Existing::Appended => write.create(true),
+    };
+    let write = write
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(io("opening a command's output file", path))?;
+        .map_err(io("opening a command's output file for writing", path))?;
     let read = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)

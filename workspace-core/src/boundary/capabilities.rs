@@ -168,6 +168,16 @@ impl ProcessCapabilities {
                 format!("isolation {:?}", section.isolation),
             );
         }
+        if section.preview_check.is_some() && !self.private_network {
+            // Without a network of its own a run publishes no preview endpoint
+            // the check could go through.
+            unsupported(
+                problems,
+                "process.preview_check",
+                backend,
+                "a preview check (it publishes no preview endpoints)",
+            );
+        }
     }
 }
 
@@ -245,5 +255,42 @@ impl PromotionCapabilities {
                 format!("target {:?}", section.target),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::HttpCheck;
+
+    #[test]
+    fn a_preview_check_needs_a_network_of_its_own() {
+        let section = ProcessSection {
+            ports: vec![8000],
+            preview_check: Some(HttpCheck {
+                port: 8000,
+                path: "/".into(),
+                status: 200,
+            }),
+            ..ProcessSection::default()
+        };
+        let shared = ProcessCapabilities {
+            isolation: vec![IsolationLevel::Task],
+            private_network: false,
+        };
+        let mut problems = Problems::new();
+        shared.check("host", &section, &mut problems);
+        let text = problems.to_string();
+        assert!(
+            text.starts_with("process.preview_check: host cannot enforce a preview check"),
+            "{text}"
+        );
+        let private = ProcessCapabilities {
+            private_network: true,
+            ..shared
+        };
+        let mut problems = Problems::new();
+        private.check("namespace", &section, &mut problems);
+        assert!(problems.is_empty(), "{problems}");
     }
 }
