@@ -18,7 +18,9 @@ use workspace_core::contract::{ByteSize, Contract, DurationSpec, RequiredCheck};
 use workspace_core::digest::sha256_hex;
 use workspace_core::evidence::{ExitStatusRecord, Tamper, verify};
 use workspace_core::lifecycle::{FailureCause, State, StateName};
-use workspace_core::runner::{CommandIo, CommandOutcome, CreateOptions, RunErrorKind, RunReport};
+use workspace_core::runner::{
+    CommandIo, CommandOutcome, CreateOptions, FinishOptions, RunErrorKind, RunReport,
+};
 
 /// Checks shared by every run that was concluded: sealed and intact evidence, the
 /// outcome equal to the report's, the journal ended in `cleaned`, nothing left.
@@ -434,6 +436,74 @@ async fn required_checks_run_before_export_and_are_bound_to_the_patch_digest() {
     assert_eq!(commands[2].exit.status, ExitStatusRecord::Code(1));
     assert!(report.evidence.join("commands/0003/command.json").is_file());
     // A failed check does not fail the run: it is recorded for promotion to judge.
+    assert_eq!(report.outcome.failure, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_edits_what_it_verifies_fails_and_its_edit_is_not_in_the_patch() {
+    let fx = Fixture::new("sneaky");
+    let mark = marker("sneaky");
+    let mut contract = fx.contract();
+    let check = |name: &str, script: &str| RequiredCheck {
+        name: name.into(),
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        timeout: None,
+    };
+    contract.promotion.required_checks = vec![
+        check("sneaky", "echo sneaky >> x; exit 0"),
+        check("x exists", "test -f x"),
+    ];
+    let mut ws = fx
+        .runner()
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap();
+    ws.exec(&shell("echo hi > x", &mark), CommandIo::captured())
+        .await
+        .unwrap();
+    let approvals = Some(Vec::new());
+    let report = ws
+        .finish_with(FinishOptions { promote: approvals })
+        .await
+        .unwrap();
+    assert_concluded(&fx, &report, &[&mark]);
+
+    // The patch is the state the checks were given: the sneaky line is not in it.
+    let patch = read_evidence(&report, "diff.patch");
+    assert!(patch.contains("+hi"), "{patch}");
+    assert!(
+        !patch.contains("sneaky"),
+        "a check's own edit landed in the patch:\n{patch}"
+    );
+    let digest = report.outcome.patch_sha256.clone().expect("a patch digest");
+    assert_eq!(digest, sha256_hex(patch.as_bytes()));
+
+    let checks = read_json(&report.evidence, "checks.json");
+    let checks = checks.as_array().expect("checks.json is a list");
+    assert_eq!(checks.len(), 2, "{checks:?}");
+    // It exited 0, yet failed: it changed x, and says so.
+    assert_eq!(checks[0]["passed"], false, "{checks:?}");
+    assert_eq!(checks[0]["patch_sha256"], digest.as_str());
+    assert_eq!(checks[0]["changed_paths"], serde_json::json!(["x"]));
+    let failure = checks[0]["failure"].as_str().unwrap();
+    assert!(
+        failure.contains("changed the workspace") && failure.contains('x'),
+        "{failure}"
+    );
+    // The next check saw the edited state, and its record says which: not the
+    // patch's digest, so it can vouch for nothing that is promoted.
+    assert_eq!(checks[1]["passed"], true);
+    assert_ne!(checks[1]["patch_sha256"], digest.as_str());
+
+    assert_eq!(report.outcome.changed_after_checks, ["x"]);
+    // The run's exit status is its own command's, not the last check's.
+    let commands = &report.outcome.commands;
+    assert_eq!(commands[1].check.as_deref(), Some("sneaky"));
+    assert_eq!(report.last_command().map(|c| c.seq), Some(1));
+    let promotion = read_json(&report.evidence, "promotion.json");
+    assert_eq!(promotion["result"], "refused", "{promotion}");
+    let reason = promotion["reason"].as_str().unwrap();
+    assert!(reason.contains("changed after the patch"), "{reason}");
     assert_eq!(report.outcome.failure, None);
 }
 

@@ -4,13 +4,12 @@ use std::process::ExitCode;
 
 use clap::Args;
 use workspace_core::boundary::ApprovalRecord;
-use workspace_core::evidence::unix_ms_now;
 use workspace_core::runner::{CreateOptions, FinishOptions, PromotionOutcome};
 
-use super::EXIT_RUNNER_FAILED;
 use super::host::HostArgs;
 use super::session::on_run;
 use super::summary::{print_summary, report_run_error};
+use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
 #[derive(Debug, Args)]
 pub(crate) struct PromoteArgs {
@@ -28,20 +27,25 @@ pub(crate) struct PromoteArgs {
     json: bool,
 }
 
-/// Resumes the run and finishes it with promotion: its required checks run and
-/// are bound to the exported patch's digest, then the promotion boundary applies
+/// Resumes the run and finishes it with promotion: its patch is taken, its
+/// required checks run against exactly that state (a check that changes it
+/// fails), then the promotion boundary applies
 /// the contract's target (a patch, or a draft review branch) if the checks and
 /// approvals satisfy its rules. Exit 0 when promoted, 1 when refused.
 pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
-    let at_unix_ms = unix_ms_now();
+    if let Some(digest) = &args.sha256
+        && !is_sha256_hex(digest)
+    {
+        eprintln!(
+            "agent-workspace: --sha256 {digest:?} is not a sha256 digest (64 hex digits, as `export` prints it)"
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let digest = args.sha256.clone().unwrap_or_default();
     let approvals: Vec<ApprovalRecord> = args
         .approved_by
         .iter()
-        .map(|approver| ApprovalRecord {
-            approver: approver.clone(),
-            patch_sha256: args.sha256.clone().unwrap_or_default(),
-            at_unix_ms,
-        })
+        .map(|approver| ApprovalRecord::new(approver.as_str(), digest.as_str()))
         .collect();
     on_run(host, &args.run, |runner, run_id| async move {
         let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
@@ -80,4 +84,9 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
             None => ExitCode::from(EXIT_RUNNER_FAILED),
         }
     })
+}
+
+/// Whether `text` is a sha256 digest as `export` prints it: 64 hex digits.
+fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }

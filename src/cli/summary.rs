@@ -23,6 +23,9 @@ pub(crate) struct Summary {
     pub evidence: PathBuf,
     pub evidence_sealed: bool,
     pub changed_paths: usize,
+    /// Paths changed after the required checks' patch was taken (not in it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed_after_checks: Vec<String>,
     pub patch_sha256: Option<String>,
     pub duration_ms: u64,
     pub cleaned: bool,
@@ -39,6 +42,7 @@ impl Summary {
             evidence: report.evidence.clone(),
             evidence_sealed: report.evidence_sealed,
             changed_paths: report.outcome.changed_paths,
+            changed_after_checks: report.outcome.changed_after_checks.clone(),
             patch_sha256: report.outcome.patch_sha256.clone(),
             duration_ms: report.duration_ms,
             cleaned: report.cleaned,
@@ -70,6 +74,12 @@ impl Summary {
             && !matches!(failure, FailureCause::Cancelled)
         {
             line.push_str(&format!("; run failed: {}", failure));
+        }
+        if !self.changed_after_checks.is_empty() {
+            line.push_str(&format!(
+                "; changed after its checks, not in the patch: {}",
+                self.changed_after_checks.join(", ")
+            ));
         }
         if !self.cleaned {
             line.push_str("; not cleaned up (run `agent-workspace recover`)");

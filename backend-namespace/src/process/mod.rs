@@ -372,14 +372,23 @@ impl ProcessBoundary for NamespaceProcess {
             };
             let mut processes = Vec::new();
             if let Some(cgroup) = cgroup {
-                // The whole sandbox: its pid 1, every command, what they left.
+                // Its pid 1 first, when this instance holds it: the kernel kills
+                // everything in its pid namespace with it, and its reaping is the
+                // moment they are all gone (no polling the cgroups meanwhile). A
+                // frozen v1 group would keep even a killed pid 1: thaw it first.
+                if let Some(mut holder) = holder {
+                    if let Err(e) = cgroup.thaw() {
+                        tracing::warn!(run_id = %run_id, error = %e, "thawing the run's processes failed");
+                    }
+                    let reaped = holder.kill().and_then(|()| holder.wait());
+                    if let Err(e) = reaped {
+                        tracing::warn!(run_id = %run_id, error = %e, "ending the sandbox's pid 1 failed");
+                    }
+                }
+                // Then the whole cgroup: helpers joining it, and everything when
+                // another instance sealed the run.
                 if let Err(e) = cgroup.kill_all() {
                     tracing::warn!(run_id = %run_id, error = %e, "killing the run's processes failed");
-                }
-                if let Some(mut holder) = holder
-                    && let Err(e) = holder.wait()
-                {
-                    tracing::warn!(run_id = %run_id, error = %e, "reaping the sandbox's pid 1 failed");
                 }
                 processes = cgroup.pids().unwrap_or_default();
                 if let Err(e) = cgroup.remove() {

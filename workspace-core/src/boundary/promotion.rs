@@ -95,21 +95,99 @@ pub struct PromotionRequest {
 pub struct CheckResult {
     /// The check's name in the contract.
     pub name: String,
-    /// Whether it passed.
+    /// Whether it passed: it exited 0 and left the workspace as it found it.
     pub passed: bool,
-    /// The patch digest it ran against.
+    /// The digest of the patch taken just before it ran: exactly the state it
+    /// verified.
     pub patch_sha256: String,
+    /// Why it did not pass (its exit status, or the paths it changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// The paths whose part of the patch the check changed (a check that
+    /// changes what it verifies fails; its changes are not part of the patch).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_paths: Vec<String>,
+}
+
+impl CheckResult {
+    /// A check `name` that passed against the patch `patch_sha256`.
+    pub fn passed(name: impl Into<String>, patch_sha256: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            passed: true,
+            patch_sha256: patch_sha256.into(),
+            failure: None,
+            changed_paths: Vec::new(),
+        }
+    }
+
+    /// A check `name` that failed against `patch_sha256`, and why.
+    pub fn failed(
+        name: impl Into<String>,
+        patch_sha256: impl Into<String>,
+        failure: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            passed: false,
+            patch_sha256: patch_sha256.into(),
+            failure: Some(failure.into()),
+            changed_paths: Vec::new(),
+        }
+    }
 }
 
 /// A recorded approval (`approvals.json`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRecord {
-    /// Who approved.
+    /// Who approved, as given (a name, not verified).
     pub approver: String,
     /// The patch digest approved.
     pub patch_sha256: String,
     /// When (Unix milliseconds).
     pub at_unix_ms: u64,
+    /// The process identity that recorded the approval: what vouches for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_by: Option<RecordedBy>,
+}
+
+impl ApprovalRecord {
+    /// `approver`'s approval of the patch `patch_sha256`, recorded now by this
+    /// process.
+    pub fn new(approver: impl Into<String>, patch_sha256: impl Into<String>) -> Self {
+        Self {
+            approver: approver.into(),
+            patch_sha256: patch_sha256.into(),
+            at_unix_ms: crate::evidence::unix_ms_now(),
+            recorded_by: RecordedBy::this_process(),
+        }
+    }
+}
+
+/// The identity of a process that recorded something, read from the kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedBy {
+    /// Its real user id.
+    pub uid: u32,
+    /// Its process id.
+    pub pid: u32,
+}
+
+impl RecordedBy {
+    /// This process (its uid read from `/proc/self`; `None` where there is none).
+    pub fn this_process() -> Option<Self> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let uid = std::fs::metadata("/proc/self").ok()?.uid();
+            Some(Self {
+                uid,
+                pid: std::process::id(),
+            })
+        }
+        #[cfg(not(unix))]
+        None
+    }
 }
 
 /// What a promotion did (the promotion record in the evidence).

@@ -1,7 +1,8 @@
 //! The end every run goes through: stop, export, clean up.
 
+use super::checks::Verified;
 use super::execute::millis;
-use super::export::{CheckRun, ExportInputs, export_bundle};
+use super::export::{ExportInputs, export_bundle};
 use super::leases::RunLeases;
 use super::outcome::{Outcome, RunReport};
 use super::preview::{self, PreviewRecord};
@@ -45,7 +46,7 @@ impl Workspace {
     /// Stops the processes, exports, cleans up: the common end of every run.
     pub(super) async fn conclude(
         mut self,
-        checks: Vec<CheckRun>,
+        verified: Verified,
         promote: Option<Vec<ApprovalRecord>>,
     ) -> Result<RunReport, RunError> {
         self.concluded = true;
@@ -98,6 +99,7 @@ impl Workspace {
             leaks: leaks.clone(),
             patch_sha256: None,
             changed_paths: 0,
+            changed_after_checks: Vec::new(),
             leases: self.leases.names.describe(),
             started_unix_ms: self.started_unix_ms,
             exported_unix_ms: unix_ms_now(),
@@ -109,7 +111,8 @@ impl Workspace {
             &self.evidence,
             ExportInputs {
                 source: self.source.as_ref(),
-                checks: &checks,
+                checks: &verified.checks,
+                verified: verified.patch.as_ref(),
                 promote: promote.as_deref(),
                 journal: &self.paths.journal,
             },

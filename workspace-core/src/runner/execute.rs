@@ -85,6 +85,7 @@ pub(super) async fn execute(
         exit,
         duration_ms: millis(started.elapsed()),
         error,
+        check: None,
     };
     let spawned = tokio::select! {
         spawned = process.spawn(run, spec) => Some(spawned),
@@ -228,7 +229,7 @@ async fn tee(
     file.sync_all().await
 }
 
-fn describe_kill(cause: &KillCause) -> String {
+pub(super) fn describe_kill(cause: &KillCause) -> String {
     match cause {
         KillCause::Timeout => "killed: wall-time limit reached".into(),
         KillCause::Cancelled => "killed: cancelled".into(),

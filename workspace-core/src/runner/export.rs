@@ -6,26 +6,22 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::boundary::{
-    ApprovalRecord, CheckResult, PromotionBoundary, PromotionRecord, PromotionRequest, RunContext,
-    SourceRecord,
+    ApprovalRecord, CheckResult, PatchExport, PromotionBoundary, PromotionRecord, PromotionRequest,
+    RunContext, SourceRecord,
 };
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 
+use super::checks::changed_between;
 use super::outcome::Outcome;
-
-/// A required check's result before the patch digest it is bound to is known.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct CheckRun {
-    pub name: String,
-    pub passed: bool,
-}
 
 /// What a bundle is exported from, besides the boundaries and the outcome.
 pub(super) struct ExportInputs<'a> {
     /// The checkout, when one was provisioned (and still exists).
     pub source: Option<&'a SourceRecord>,
-    /// The required checks that ran.
-    pub checks: &'a [CheckRun],
+    /// The required checks that ran, each bound to the patch it verified.
+    pub checks: &'a [CheckResult],
+    /// The patch taken before the checks ran, when they did: the run's patch.
+    pub verified: Option<&'a PatchExport>,
     /// Approvals to promote with; `None`: no promotion.
     pub promote: Option<&'a [ApprovalRecord]>,
     /// The run's journal, copied into the bundle.
@@ -48,10 +44,15 @@ pub enum PromotionOutcome {
     },
 }
 
-/// Exports the changes (when there is a checkout), the checks bound to the patch
-/// digest, the approvals, the promotion (when `promote` carries approvals), the
-/// outcome and a copy of the journal, then seals the bundle. Every step is attempted even when an earlier one failed; the
-/// failures are added to `outcome.errors` and returned.
+/// Exports the changes (when there is a checkout), the checks, the approvals, the
+/// promotion (when `promote` carries approvals), the outcome and a copy of the
+/// journal, then seals the bundle. Every step is attempted even when an earlier one
+/// failed; the failures are added to `outcome.errors` and returned.
+///
+/// When required checks ran, the patch is the one they verified. The workspace is
+/// still compared with it: what changed since (a check's own edits, a background
+/// process) is listed in `outcome.changed_after_checks`, is not part of the patch,
+/// and the run is not promoted.
 ///
 /// The run's processes must already be stopped: nothing may change the workspace
 /// while its patch is taken.
@@ -65,6 +66,7 @@ pub(super) async fn export_bundle(
     let ExportInputs {
         source,
         checks,
+        verified,
         promote,
         journal,
     } = inputs;
@@ -72,9 +74,17 @@ pub(super) async fn export_bundle(
     let fail = |errors: &mut Vec<String>, step: &str, error: &dyn std::error::Error| {
         errors.push(format!("{step}: {}", crate::error_chain(error)));
     };
+    let mut changed_since = Vec::new();
     if let Some(source) = source {
         match promotion.export(run, source).await {
-            Ok(patch) => {
+            Ok(now) => {
+                let patch = match verified {
+                    Some(verified) => {
+                        changed_since = changed_between(&verified.patch, &now.patch);
+                        verified.clone()
+                    }
+                    None => now,
+                };
                 outcome.patch_sha256 = Some(patch.patch_sha256.clone());
                 outcome.changed_paths = patch.changes.len();
                 if let Err(e) = evidence.write_bytes(EvidenceFile::Diff, &patch.patch) {
@@ -87,15 +97,15 @@ pub(super) async fn export_bundle(
             Err(e) => fail(&mut errors, "exporting the patch", &e),
         }
     }
-    let bound: Vec<CheckResult> = checks
-        .iter()
-        .map(|check| CheckResult {
-            name: check.name.clone(),
-            passed: check.passed,
-            patch_sha256: outcome.patch_sha256.clone().unwrap_or_default(),
-        })
-        .collect();
-    if let Err(e) = evidence.write_json(EvidenceFile::Checks, &bound) {
+    let drift = (!changed_since.is_empty()).then(|| {
+        format!(
+            "the workspace changed after the patch its checks verified was taken ({}); \
+             those changes are not part of the patch",
+            changed_since.join(", ")
+        )
+    });
+    outcome.changed_after_checks = changed_since;
+    if let Err(e) = evidence.write_json(EvidenceFile::Checks, &checks) {
         fail(&mut errors, "writing checks.json", &e);
     }
     let approvals = promote.unwrap_or_default();
@@ -107,10 +117,13 @@ pub(super) async fn export_bundle(
         (Some(_), _, _) if outcome.failure.is_some() => Some(PromotionOutcome::Refused {
             reason: "the run failed; a failed run is never promoted".into(),
         }),
+        (Some(_), ..) if drift.is_some() => Some(PromotionOutcome::Refused {
+            reason: drift.clone().unwrap_or_default(),
+        }),
         (Some(approvals), Some(source), Some(digest)) => {
             let request = PromotionRequest {
                 patch_sha256: digest.clone(),
-                checks: bound.clone(),
+                checks: checks.to_vec(),
                 approvals: approvals.to_vec(),
             };
             Some(match promotion.promote(run, source, &request).await {

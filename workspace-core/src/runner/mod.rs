@@ -28,6 +28,7 @@
 //! [`Stack`]: crate::boundary::Stack
 //! [`Capacity`]: crate::capacity::Capacity
 
+mod checks;
 mod conclude;
 mod error;
 mod execute;

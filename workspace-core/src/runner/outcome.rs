@@ -23,6 +23,9 @@ pub struct CommandOutcome {
     /// Why it could not start, if it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The required check it ran for, if it was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
 }
 
 impl CommandOutcome {
@@ -67,6 +70,11 @@ pub struct Outcome {
     pub patch_sha256: Option<String>,
     /// How many paths changed.
     pub changed_paths: usize,
+    /// Paths that changed after the patch the required checks verified was
+    /// taken (by a check, or a process left running): not part of the patch,
+    /// and the run is not promoted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed_after_checks: Vec<String>,
     /// Host-wide leases the run held (ports, cache prefix, schema name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<String>,
@@ -103,8 +111,13 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// The last command's outcome, if any command ran.
+    /// The last command the caller ran (the required checks that ran after it
+    /// are not counted), if any ran.
     pub fn last_command(&self) -> Option<&CommandOutcome> {
-        self.outcome.commands.last()
+        self.outcome
+            .commands
+            .iter()
+            .rev()
+            .find(|c| c.check.is_none())
     }
 }

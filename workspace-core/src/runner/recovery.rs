@@ -95,6 +95,7 @@ impl RecoveryHooks for StackRecovery {
             leaks: None,
             patch_sha256: None,
             changed_paths: 0,
+            changed_after_checks: Vec::new(),
             leases: Vec::new(),
             started_unix_ms: 0,
             exported_unix_ms: unix_ms_now(),
@@ -110,6 +111,7 @@ impl RecoveryHooks for StackRecovery {
             ExportInputs {
                 source: source.as_ref(),
                 checks: &[],
+                verified: None,
                 promote: None,
                 journal: &paths.journal,
             },

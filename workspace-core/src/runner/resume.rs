@@ -119,6 +119,7 @@ fn previous_commands(dir: &Path) -> Result<Vec<(CommandRecord, CommandOutcome)>,
                 .finished_unix_ms
                 .map_or(0, |end| end.saturating_sub(record.started_unix_ms)),
             error: record.cause.clone(),
+            check: None,
         };
         commands.push((record, outcome));
     }

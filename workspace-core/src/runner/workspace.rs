@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::FinishOptions;
+use super::checks::Verified;
 use super::execute::{CommandIo, execute, millis};
-use super::export::CheckRun;
 use super::leases::{LEASES_STATE_FILE, LeasedNames, RunLeases};
 use super::observed::{AppliedEnvironment, ObservedRecord};
 use super::outcome::{CommandOutcome, RunReport};
@@ -566,23 +566,9 @@ impl Workspace {
     /// why it refused is `promotion.json` in the sealed evidence. A failed run is
     /// never promoted.
     pub async fn finish_with(mut self, options: FinishOptions) -> Result<RunReport, RunError> {
-        let mut checks = Vec::new();
+        let mut verified = Verified::default();
         if self.life.state() == &State::Sealed && !self.cancel.is_cancelled() {
-            let required = self.run.contract.promotion.required_checks.clone();
-            for check in required {
-                let spec = CommandSpec {
-                    argv: check.command.clone(),
-                    cwd: ".".into(),
-                    timeout_ms: check.timeout.map(|t| millis(t.as_duration())),
-                    tty: false,
-                    output: None,
-                };
-                let outcome = self.exec(&spec, CommandIo::captured()).await?;
-                checks.push(CheckRun {
-                    name: check.name.clone(),
-                    passed: outcome.succeeded(),
-                });
-            }
+            verified = self.run_required_checks().await?;
         }
         if self.cancel.is_cancelled() {
             self.fail(FailureCause::Cancelled);
@@ -590,7 +576,7 @@ impl Workspace {
         if !matches!(self.life.state(), State::Failed { .. }) {
             self.journal(|life| life.drain().map(drop))?;
         }
-        self.conclude(checks, options.promote).await
+        self.conclude(verified, options.promote).await
     }
 
     /// Cancels the run (a running command is killed) and concludes it as failed
@@ -598,7 +584,7 @@ impl Workspace {
     pub async fn cancel(mut self) -> Result<RunReport, RunError> {
         self.cancel.cancel();
         self.fail(FailureCause::Cancelled);
-        self.conclude(Vec::new(), None).await
+        self.conclude(Verified::default(), None).await
     }
 
     /// Fails the run (keeping an earlier cause) and records why.
@@ -618,7 +604,7 @@ impl Workspace {
     pub(super) async fn abort(mut self, kind: RunErrorKind) -> RunError {
         self.fail(kind.failure_cause());
         let error = self.error(kind);
-        match self.conclude(Vec::new(), None).await {
+        match self.conclude(Verified::default(), None).await {
             Ok(report) => tracing::info!(run_id = %report.run_id, cleaned = report.cleaned,
                 "a run that failed before it was sealed was concluded"),
             Err(e) => tracing::error!(error = %crate::error_chain(&e),

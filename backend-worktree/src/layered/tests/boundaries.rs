@@ -88,11 +88,7 @@ async fn a_layered_run_is_provisioned_exported_promoted_and_released() {
 
     let request = PromotionRequest {
         patch_sha256: export.patch_sha256.clone(),
-        checks: vec![CheckResult {
-            name: "test".into(),
-            passed: true,
-            patch_sha256: export.patch_sha256.clone(),
-        }],
+        checks: vec![CheckResult::passed("test", export.patch_sha256.clone())],
         approvals: Vec::new(),
     };
     let promoted = promotion.promote(&run, &record, &request).await.unwrap();

@@ -94,6 +94,7 @@ async fn promotion_boundary_exports_and_promotes_a_draft_review() {
         approver: "reviewer".into(),
         patch_sha256: digest.clone(),
         at_unix_ms: 1,
+        recorded_by: None,
     }];
     let marked = boundary.promote(&run, &source, &request).await.unwrap();
     assert_eq!(

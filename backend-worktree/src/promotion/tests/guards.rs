@@ -186,6 +186,7 @@ fn approval(digest: &str) -> ApprovalRecord {
         approver: "reviewer@example.com".into(),
         patch_sha256: digest.into(),
         at_unix_ms: 1,
+        recorded_by: None,
     }
 }
 

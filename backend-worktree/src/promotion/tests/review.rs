@@ -31,10 +31,10 @@ pub(super) fn contract(checks: &[&str], approval: Approval) -> PromotionSection 
 }
 
 pub(super) fn check(name: &str, passed: bool, digest: &str) -> CheckResult {
-    CheckResult {
-        name: name.into(),
-        passed,
-        patch_sha256: digest.into(),
+    if passed {
+        CheckResult::passed(name, digest)
+    } else {
+        CheckResult::failed(name, digest, "exit code 1")
     }
 }
 
@@ -43,6 +43,7 @@ fn approval(digest: &str) -> ApprovalRecord {
         approver: "reviewer@example.com".into(),
         patch_sha256: digest.into(),
         at_unix_ms: 1,
+        recorded_by: None,
     }
 }
 

@@ -99,6 +99,7 @@ fn promotion_planted_vectors_never_run() {
             approver: "reviewer".into(),
             patch_sha256: digest.clone(),
             at_unix_ms: 1,
+            recorded_by: None,
         }],
     };
     let run = RunId::new("run-vectors").unwrap();

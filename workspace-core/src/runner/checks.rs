@@ -1,0 +1,206 @@
+//! The contract's required checks, each bound to exactly what it verified.
+//!
+//! The patch is taken first; each check then runs against that state, and the
+//! patch is taken again after it. A check that changed what it verified fails,
+//! naming the paths whose part of the patch it changed, and its record carries
+//! the digest of the state it saw, so a later check (or an approval) is never
+//! bound to a state nobody verified. The run's patch is the one taken before the
+//! first check: a check's own edits are never part of it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::RunError;
+use super::execute::{CommandIo, describe_kill, millis};
+use super::outcome::CommandOutcome;
+use super::workspace::Workspace;
+use crate::boundary::{CheckResult, CommandSpec, PatchExport};
+
+/// What the required checks verified.
+#[derive(Debug, Default)]
+pub(super) struct Verified {
+    /// One result per check that ran, in contract order.
+    pub checks: Vec<CheckResult>,
+    /// The patch taken before the first check: the run's patch.
+    pub patch: Option<PatchExport>,
+}
+
+impl Workspace {
+    /// Runs the contract's required checks in the sealed workspace (see the
+    /// module docs). A patch that cannot be taken fails every check, naming why;
+    /// a check that cannot run fails the run as any command does.
+    pub(super) async fn run_required_checks(&mut self) -> Result<Verified, RunError> {
+        let required = self.run.contract.promotion.required_checks.clone();
+        let Some(source) = self.source.clone().filter(|_| !required.is_empty()) else {
+            return Ok(Verified::default());
+        };
+        let promotion = self.runner.stack().promotion.clone();
+        let mut before = match promotion.export(&self.run, &source).await {
+            Ok(patch) => patch,
+            Err(e) => {
+                let why = format!("the patch could not be taken: {}", crate::error_chain(&e));
+                let checks = required
+                    .iter()
+                    .map(|check| CheckResult::failed(&check.name, "", why.as_str()))
+                    .collect();
+                return Ok(Verified {
+                    checks,
+                    patch: None,
+                });
+            }
+        };
+        let taken = before.clone();
+        let mut checks = Vec::with_capacity(required.len());
+        for check in &required {
+            if self.cancel.is_cancelled() {
+                break;
+            }
+            let spec = CommandSpec {
+                argv: check.command.clone(),
+                cwd: ".".into(),
+                timeout_ms: check.timeout.map(|t| millis(t.as_duration())),
+                tty: false,
+                output: None,
+            };
+            let outcome = self.exec(&spec, CommandIo::captured()).await?;
+            if let Some(recorded) = self.commands.last_mut() {
+                recorded.check = Some(check.name.clone());
+            }
+            let after = promotion.export(&self.run, &source).await;
+            let mut result = match exit_failure(&outcome) {
+                None => CheckResult::passed(&check.name, &before.patch_sha256),
+                Some(failure) => CheckResult::failed(&check.name, &before.patch_sha256, failure),
+            };
+            match after {
+                Ok(after) => {
+                    let changed = changed_between(&before.patch, &after.patch);
+                    if !changed.is_empty() {
+                        result.passed = false;
+                        result.failure = Some(format!(
+                            "it changed the workspace it verified: {}",
+                            changed.join(", ")
+                        ));
+                        result.changed_paths = changed;
+                    }
+                    before = after;
+                }
+                Err(e) => {
+                    result.passed = false;
+                    result.failure = Some(format!(
+                        "the patch could not be taken after it: {}",
+                        crate::error_chain(&e)
+                    ));
+                }
+            }
+            checks.push(result);
+        }
+        Ok(Verified {
+            checks,
+            patch: Some(taken),
+        })
+    }
+}
+
+/// Why a check's command did not pass, if it did not.
+fn exit_failure(outcome: &CommandOutcome) -> Option<String> {
+    if let Some(error) = &outcome.error {
+        return Some(format!("it did not run: {error}"));
+    }
+    if let Some(killed) = &outcome.exit.killed {
+        return Some(describe_kill(killed));
+    }
+    (!outcome.succeeded()).then(|| format!("it ended with {}", outcome.exit.status))
+}
+
+/// The paths whose `diff --git` section differs between two patches (added,
+/// removed or changed), sorted.
+pub(super) fn changed_between(before: &[u8], after: &[u8]) -> Vec<String> {
+    let (before, after) = (sections(before), sections(after));
+    let mut changed = BTreeSet::new();
+    for (path, text) in &before {
+        if after.get(path) != Some(text) {
+            changed.insert(path.clone());
+        }
+    }
+    changed.extend(
+        after
+            .keys()
+            .filter(|path| !before.contains_key(*path))
+            .cloned(),
+    );
+    changed.into_iter().collect()
+}
+
+/// A git-style patch cut into its `diff --git` sections, by the path each names.
+fn sections(patch: &[u8]) -> BTreeMap<String, &[u8]> {
+    const HEADER: &[u8] = b"diff --git ";
+    let mut starts: Vec<usize> = Vec::new();
+    let mut line_start = 0;
+    for (i, byte) in patch.iter().enumerate() {
+        if i == line_start && patch[i..].starts_with(HEADER) {
+            starts.push(i);
+        }
+        if *byte == b'\n' {
+            line_start = i + 1;
+        }
+    }
+    let mut sections = BTreeMap::new();
+    for (n, &start) in starts.iter().enumerate() {
+        let end = starts.get(n + 1).copied().unwrap_or(patch.len());
+        let section = &patch[start..end];
+        let header_end = section
+            .iter()
+            .position(|b| *b == b'\n')
+            .unwrap_or(section.len());
+        let header = String::from_utf8_lossy(&section[HEADER.len()..header_end]);
+        sections.insert(section_path(&header), section);
+    }
+    sections
+}
+
+/// The new path a section header (`a/OLD b/NEW`, either side quoted when it has
+/// special characters) names.
+fn section_path(header: &str) -> String {
+    if let Some(at) = header.rfind(" \"b/") {
+        return header[at + 4..].trim_end_matches('"').to_owned();
+    }
+    match header.rfind(" b/") {
+        Some(at) => header[at + 3..].to_owned(),
+        None => header.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = "diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1 +1 @@\n-x\n+y\n";
+    const TWO: &str = "diff --git a/b c/d b/b c/d\nnew file mode 100644\n";
+
+    #[test]
+    fn the_same_patch_changes_nothing() {
+        let patch = format!("{ONE}{TWO}");
+        assert!(changed_between(patch.as_bytes(), patch.as_bytes()).is_empty());
+        assert!(changed_between(b"", b"").is_empty());
+    }
+
+    #[test]
+    fn an_edited_added_or_removed_section_names_its_path() {
+        let edited = ONE.replace("+y", "+y\n+sneaky");
+        let before = format!("{ONE}{TWO}");
+        assert_eq!(
+            changed_between(before.as_bytes(), format!("{edited}{TWO}").as_bytes()),
+            ["a"]
+        );
+        assert_eq!(
+            changed_between(ONE.as_bytes(), before.as_bytes()),
+            ["b c/d"]
+        );
+        assert_eq!(changed_between(before.as_bytes(), b""), ["a", "b c/d"]);
+    }
+
+    #[test]
+    fn quoted_headers_name_the_new_path() {
+        assert_eq!(section_path("\"a/t\\tx\" \"b/t\\tx\""), "t\\tx");
+        assert_eq!(section_path("a/old b/new"), "new");
+    }
+}
