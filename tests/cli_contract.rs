@@ -56,7 +56,7 @@ fn three_planted_mistakes_are_listed_with_their_paths_and_exit_2() {
         "environment.limits.wall_time",
     ] {
         assert!(
-            problems.iter().any(|l| l.contains(&format!(": {path}: "))),
+            problems.iter().any(|l| l.contains(&format!(": {path} (line "))),
             "{path} missing in {stderr}"
         );
     }
@@ -84,6 +84,45 @@ fn unreadable_and_unparsable_contracts_exit_2_with_one_line() {
         stderr.contains("source") && stderr.contains("unknown field `extra`"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_file_with_three_kinds_of_mistake_gets_three_lines_from_check_and_from_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("three.toml");
+    std::fs::write(
+        &file,
+        "objective = \"x\"\nshape = \"narrow-fix\"\ncolour = \"red\"\n[source]\nrepo = \".\"\n\
+         revision = \"HEAD\"\n[filesystem]\nwritable = [\"../a\"]\n[process]\nports = \"8000\"\n",
+    )
+    .expect("write");
+    let file = file.to_str().expect("utf-8 path");
+    let expected = [
+        "colour (line 3): unknown field `colour`",
+        "filesystem.writable[0] (line 8): \"../a\" leads outside the workspace root",
+        "process.ports (line 10): invalid type: string \"8000\", expected a sequence",
+    ];
+    let out = agent_workspace(&["contract", "check", file]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 4, "{stderr}");
+    for (line, want) in lines.iter().zip(expected) {
+        assert!(
+            line.starts_with(&format!("{file}: {want}")),
+            "{line:?} is not {want:?}"
+        );
+    }
+    // `run` reads the file before anything is created: the same three, one each.
+    let out = agent_workspace(&["run", "--contract", file, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    for (line, want) in lines.iter().zip(expected) {
+        let prefix = format!("agent-workspace: --contract {file}: {want}");
+        assert!(line.starts_with(&prefix), "{line:?} is not {want:?}");
+    }
 }
 
 #[test]

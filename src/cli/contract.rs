@@ -84,7 +84,9 @@ fn check(file: &Path) -> ExitCode {
 }
 
 /// Reads and parses the contract `file` (TOML, or JSON for `.json`), without
-/// validating it: the caller applies its overrides first.
+/// validating it: the caller applies its overrides first. A file that cannot be
+/// read as a contract is reported whole: every unreadable field and every rule
+/// the rest breaks, one line each.
 pub(crate) fn load_contract(file: &Path) -> Result<Contract, BadInput> {
     let shown = file.display();
     let text = std::fs::read_to_string(file)
@@ -98,9 +100,22 @@ pub(crate) fn load_contract(file: &Path) -> Result<Contract, BadInput> {
         Contract::parse_toml(&text)
     };
     parsed.map_err(|err| {
-        BadInput(format!(
-            "--contract {shown}: {}",
-            super::run::one_line(&err.to_string())
-        ))
+        let whole = if is_json {
+            Contract::from_json(&text)
+        } else {
+            Contract::from_toml(&text)
+        };
+        let report = match whole.err().unwrap_or(err) {
+            ContractError::Invalid { problems } => problems
+                .iter()
+                .map(|problem| format!("--contract {shown}: {problem}"))
+                .collect::<Vec<_>>()
+                .join("\nagent-workspace: "),
+            err => format!(
+                "--contract {shown}: {}",
+                super::run::one_line(&err.to_string())
+            ),
+        };
+        BadInput(report)
     })
 }

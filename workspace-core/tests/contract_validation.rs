@@ -348,21 +348,100 @@ fn each_malformed_contract_names_its_field_path() {
     }
 }
 
+/// The field path a problem line names (`path (line N): ...` or `path: ...`).
+fn field_of(problem: &str) -> &str {
+    problem
+        .split(" (line ")
+        .next()
+        .and_then(|p| p.split(':').next())
+        .unwrap_or_default()
+}
+
 #[test]
-fn parse_errors_name_the_path_and_line() {
+fn read_errors_name_the_path_and_line() {
     let text = with_fs("[filesystem]\nwritable = \".\"\n");
     let err = Contract::from_toml(&text).expect_err("wrong type");
-    match &err {
-        ContractError::Parse { path, location, .. } => {
-            assert_eq!(path, "filesystem.writable");
-            assert!(location.contains("TOML line 10"), "{location}");
-        }
-        other => panic!("{other}"),
-    }
+    let problems = err.problems().expect("a list of problems");
+    assert_eq!(problems.len(), 1, "{problems}");
+    let problem = problems.iter().next().unwrap();
+    assert_eq!(problem.path, "filesystem.writable");
+    assert_eq!(problem.line, Some(10));
+    assert!(problem.message.contains("expected a sequence"), "{problem}");
     let json =
         r#"{"objective": "x", "shape": "narrow-fix", "source": {"repo": "r", "revision": 7}}"#;
     let err = Contract::from_json(json).expect_err("wrong type");
-    assert!(err.to_string().starts_with("source.revision"), "{err}");
+    let problems = err.problems().expect("a list of problems");
+    assert!(
+        problems.to_string().starts_with("source.revision: "),
+        "{problems}"
+    );
+    // A syntax error stops the reading: past it nothing can be read.
+    let err = Contract::from_toml("objective = \n").expect_err("bad syntax");
+    assert!(
+        matches!(&err, ContractError::Parse { location, .. } if location.contains("line 1")),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_field_a_wrong_type_and_a_broken_rule_are_one_report_in_line_order() {
+    let text = with_fs(
+        "[filesystem]\nwritable = [\"../a\"]\ncolour = \"red\"\n[process]\nports = \"8000\"\n",
+    );
+    let err = Contract::from_toml(&text).expect_err("three mistakes");
+    let problems: Vec<String> = err
+        .problems()
+        .unwrap()
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    assert_eq!(
+        problems.iter().map(|p| field_of(p)).collect::<Vec<_>>(),
+        [
+            "filesystem.writable[0]",
+            "filesystem.colour",
+            "process.ports"
+        ],
+        "{problems:#?}"
+    );
+    assert!(
+        problems[0].starts_with("filesystem.writable[0] (line 10): "),
+        "{problems:#?}"
+    );
+    assert!(
+        problems[1].contains("(line 11): unknown field `colour`"),
+        "{problems:#?}"
+    );
+    assert!(
+        problems[2].contains("(line 13): invalid type"),
+        "{problems:#?}"
+    );
+    // Without validating, only what cannot be read.
+    let err = Contract::parse_toml(&text).expect_err("two unreadable fields");
+    assert_eq!(err.problems().unwrap().len(), 2, "{err}");
+}
+
+#[test]
+fn a_mistake_inside_a_required_table_is_not_reported_again_as_the_table_missing() {
+    let text = BASE.replace("revision = ", "revisionx = ");
+    let err = Contract::from_toml(&text).expect_err("a misspelt required field");
+    let problems: Vec<String> = err
+        .problems()
+        .unwrap()
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    // The misspelt key and the key it lacks; not also "missing field `source`"
+    // for the table taken out to read on.
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert!(
+        problems[0].contains("missing field `revision`"),
+        "{problems:#?}"
+    );
+    assert!(
+        problems[1].starts_with("source.revisionx (line 7): unknown field"),
+        "{problems:#?}"
+    );
 }
 
 #[test]
@@ -371,10 +450,7 @@ fn all_problems_are_reported_at_once() {
         "[filesystem]\nwritable = [\"../a\", \"/b\"]\n[process]\nports = [0]\n[identity.authority]\ndeploy = true\n",
     );
     let problems = problems_of(&text);
-    let paths: Vec<&str> = problems
-        .iter()
-        .map(|p| p.split(':').next().unwrap_or_default())
-        .collect();
+    let paths: Vec<&str> = problems.iter().map(|p| field_of(p)).collect();
     assert_eq!(
         paths,
         [
@@ -420,10 +496,7 @@ fn the_design_example_is_valid_and_three_planted_mistakes_are_listed() {
         )
         .replace("merge = false", "merge = true");
     let problems = problems_of(&planted);
-    let paths: Vec<&str> = problems
-        .iter()
-        .map(|p| p.split(':').next().unwrap_or_default())
-        .collect();
+    let paths: Vec<&str> = problems.iter().map(|p| field_of(p)).collect();
     assert_eq!(
         paths,
         [

@@ -32,6 +32,7 @@ mod identity;
 mod problem;
 mod process;
 mod promotion;
+mod read;
 mod services;
 mod shape;
 mod source;
@@ -84,39 +85,69 @@ pub struct Contract {
 impl Contract {
     /// Parses TOML and validates: the contract, or every problem found.
     pub fn from_toml(text: &str) -> Result<Self, ContractError> {
-        let contract = Self::parse_toml(text)?;
-        contract
-            .validate()
-            .map_err(|problems| ContractError::Invalid { problems })?;
-        Ok(contract)
+        let tree = Self::toml_tree(text)?;
+        Self::read_and_validate(tree, |path| read::toml_line(text, path))
     }
 
     /// Parses JSON and validates: the contract, or every problem found.
     pub fn from_json(text: &str) -> Result<Self, ContractError> {
-        let contract = Self::parse_json(text)?;
-        contract
-            .validate()
-            .map_err(|problems| ContractError::Invalid { problems })?;
-        Ok(contract)
+        let tree = Self::json_tree(text)?;
+        Self::read_and_validate(tree, |_| None)
     }
 
-    /// Parses TOML without validating (to inspect or fix a contract).
+    /// Parses TOML without validating (to inspect or fix a contract): the
+    /// contract, or every field it cannot read (unknown, of a wrong type), each
+    /// with its line.
     pub fn parse_toml(text: &str) -> Result<Self, ContractError> {
-        let deserializer = toml::de::Deserializer::parse(text)
-            .map_err(|e| ContractError::toml(text, String::new(), e))?;
-        serde_path_to_error::deserialize(deserializer).map_err(|e| {
-            let path = e.path().to_string();
-            ContractError::toml(text, path, e.into_inner())
-        })
+        let tree = Self::toml_tree(text)?;
+        Self::read_only(tree, |path| read::toml_line(text, path))
     }
 
-    /// Parses JSON without validating.
+    /// Parses JSON without validating: the contract, or every field it cannot
+    /// read.
     pub fn parse_json(text: &str) -> Result<Self, ContractError> {
-        let mut deserializer = serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-            let path = e.path().to_string();
-            ContractError::json(path, e.into_inner())
-        })
+        let tree = Self::json_tree(text)?;
+        Self::read_only(tree, |_| None)
+    }
+
+    /// The TOML document as a value tree; a syntax error stops here.
+    fn toml_tree(text: &str) -> Result<toml::Value, ContractError> {
+        toml::from_str(text).map_err(|e| ContractError::toml(text, String::new(), e))
+    }
+
+    /// The JSON document as a value tree; a syntax error stops here.
+    fn json_tree(text: &str) -> Result<serde_json::Value, ContractError> {
+        serde_json::from_str(text).map_err(|e| ContractError::json(String::new(), e))
+    }
+
+    fn read_only<T: read::Tree>(
+        tree: T,
+        line_of: impl Fn(&[serde_path_to_error::Segment]) -> Option<usize>,
+    ) -> Result<Self, ContractError> {
+        match read::read_all(tree, line_of) {
+            (Some(contract), problems) if problems.is_empty() => Ok(contract),
+            (_, problems) => Err(ContractError::Invalid { problems }),
+        }
+    }
+
+    /// Reads the tree and validates what was read: every unreadable field and
+    /// every rule broken by the rest, in one report.
+    fn read_and_validate<T: read::Tree>(
+        tree: T,
+        line_of: impl Fn(&[serde_path_to_error::Segment]) -> Option<usize>,
+    ) -> Result<Self, ContractError> {
+        let (contract, mut problems) = read::read_all(tree, &line_of);
+        if let Some(contract) = &contract
+            && let Err(semantic) = contract.validate()
+        {
+            problems.merge(semantic);
+        }
+        problems.locate(|path| line_of(&read::segments(path)));
+        problems.sort_by_line();
+        match contract {
+            Some(contract) if problems.is_empty() => Ok(contract),
+            _ => Err(ContractError::Invalid { problems }),
+        }
     }
 
     /// The contract as TOML.
