@@ -56,7 +56,9 @@ fn three_planted_mistakes_are_listed_with_their_paths_and_exit_2() {
         "environment.limits.wall_time",
     ] {
         assert!(
-            problems.iter().any(|l| l.contains(&format!(": {path} (line "))),
+            problems
+                .iter()
+                .any(|l| l.contains(&format!(": {path} (line "))),
             "{path} missing in {stderr}"
         );
     }

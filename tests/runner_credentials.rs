@@ -11,9 +11,12 @@ use agent_workspace::namespace::identity::NamespaceIdentity;
 use async_trait::async_trait;
 use support::{Fixture, assert_intact, shell};
 use workspace_core::boundary::{BoundaryError, CredentialSource, IssuedCredential, RunContext};
-use workspace_core::contract::{Credential, DurationSpec};
-use workspace_core::evidence::ExitStatusRecord;
-use workspace_core::runner::{CommandIo, CreateOptions};
+use workspace_core::contract::{Contract, Credential, DurationSpec, PromotionTarget};
+use workspace_core::digest::sha256_hex;
+use workspace_core::evidence::{ExitStatusRecord, FingerprintKey};
+use workspace_core::runner::{
+    CommandIo, CreateOptions, CredentialForm, FinishOptions, PromotionOutcome,
+};
 
 /// Issues one fixed, test-made token per run.
 #[derive(Debug)]
@@ -91,9 +94,9 @@ async fn a_credential_reaches_the_command_and_its_value_never_the_evidence() {
         .unwrap();
     assert_eq!(outcome.exit.status, ExitStatusRecord::Code(0));
     let digest = std::fs::read_to_string(ws.source().unwrap().workspace.join("digest.txt"));
-    let issued = IssuedCredential::new("REVIEW_TOKEN", token.clone(), 0);
+    let bare = sha256_hex(token.as_bytes());
     assert!(
-        digest.unwrap().starts_with(&issued.sha256),
+        digest.unwrap().starts_with(&bare),
         "the command did not get the value"
     );
     let report = ws.finish().await.unwrap();
@@ -118,7 +121,96 @@ async fn a_credential_reaches_the_command_and_its_value_never_the_evidence() {
             path.display()
         );
     }
-    // The digest is recorded, so a reviewer can tell which credential was used.
+    // A keyed fingerprint is recorded, so a reviewer can tell which credential
+    // was used; not the bare digest, which would let anyone test a guess.
     let observed = std::fs::read_to_string(report.evidence.join("observed.json")).unwrap();
-    assert!(observed.contains(&issued.sha256), "{observed}");
+    let key = FingerprintKey::load_or_create(&f.runtime).unwrap();
+    assert!(
+        observed.contains(&key.fingerprint(token.as_bytes())),
+        "{observed}"
+    );
+    assert!(!observed.contains(&bare), "{observed}");
+}
+
+/// A runner whose one credential, `REVIEW_TOKEN`, is `token`.
+fn runner_with_token(f: &Fixture, token: &str) -> (workspace_core::runner::Runner, Contract) {
+    let mut stack = f.stack();
+    stack.identity = Arc::new(NamespaceIdentity::with_credential_source(Arc::new(
+        TestIssuer {
+            token: token.to_owned(),
+        },
+    )));
+    let mut contract = f.contract();
+    contract.identity.credentials = vec![Credential {
+        name: "REVIEW_TOKEN".into(),
+        source: "test-issuer".into(),
+        ttl: DurationSpec::from_secs(600),
+        scope: vec!["repo:read".into()],
+    }];
+    contract.promotion.target = PromotionTarget::Patch;
+    (f.runner_with(stack), contract)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_credential_written_into_the_workspace_in_any_encoding_is_withheld_and_never_promoted() {
+    let f = Fixture::new("credential-leak");
+    let token = format!("tok-{}-s3cr3t-value", std::process::id());
+    let (runner, contract) = runner_with_token(&f, &token);
+    let mut ws = runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap();
+    // One file as it is, one base64 inside a longer text, one in a binary file;
+    // one file that is fine.
+    let script = "printf 'token = %s\\n' \"$REVIEW_TOKEN\" > config.toml; \
+         printf 'Authorization: Bearer %s' \"$REVIEW_TOKEN\" | base64 -w0 > auth.b64; \
+         { printf '\\000\\001'; printf %s \"$REVIEW_TOKEN\"; } > blob.bin; \
+         echo fine > fine.txt";
+    let outcome = ws
+        .exec(&shell(script, "credential-leak"), CommandIo::captured())
+        .await
+        .unwrap();
+    assert_eq!(outcome.exit.status, ExitStatusRecord::Code(0));
+    let report = ws
+        .finish_with(FinishOptions {
+            promote: Some(Vec::new()),
+        })
+        .await
+        .unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    assert_intact(&report.evidence);
+
+    let mut found: Vec<(String, CredentialForm)> = report
+        .outcome
+        .credential_leaks
+        .iter()
+        .map(|leak| {
+            assert_eq!(leak.credential, "REVIEW_TOKEN");
+            (leak.path.clone(), leak.form)
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            ("auth.b64".to_owned(), CredentialForm::Base64),
+            ("blob.bin".to_owned(), CredentialForm::Plain),
+            ("config.toml".to_owned(), CredentialForm::Plain),
+        ]
+    );
+    match &report.promotion {
+        Some(PromotionOutcome::CredentialInPatch { leaks }) => assert_eq!(leaks.len(), 3),
+        other => panic!("promoted or refused for another reason: {other:?}"),
+    }
+    // The evidence keeps the file that is fine and withholds the others.
+    let patch = std::fs::read_to_string(report.evidence.join("diff.patch")).unwrap();
+    assert!(patch.contains("+fine"), "{patch}");
+    assert_eq!(patch.matches("# withheld: ").count(), 3, "{patch}");
+    for (path, bytes) in files(&report.evidence) {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(&token),
+            "{} holds the credential's value",
+            path.display()
+        );
+    }
 }

@@ -101,7 +101,7 @@ impl IdentityBoundary for NamespaceIdentity {
                     issued: issued.name.clone(),
                 }));
             }
-            tracing::info!(run_id = %run.run_id, name = %issued.name, sha256 = %issued.sha256, "credential issued");
+            tracing::info!(run_id = %run.run_id, name = %issued.name, "credential issued");
             credentials.push(issued);
         }
         Ok(IdentityPlan {

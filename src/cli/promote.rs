@@ -81,6 +81,12 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
                 eprintln!("agent-workspace: promotion refused: {reason}");
                 ExitCode::FAILURE
             }
+            Some(PromotionOutcome::CredentialInPatch { leaks }) => {
+                for leak in leaks {
+                    eprintln!("agent-workspace: promotion refused: {leak}");
+                }
+                ExitCode::FAILURE
+            }
             None => ExitCode::from(EXIT_RUNNER_FAILED),
         }
     })

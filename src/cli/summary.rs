@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use workspace_core::boundary::KillCause;
 use workspace_core::lifecycle::FailureCause;
 
-use workspace_core::runner::{RunError, RunReport};
+use workspace_core::runner::{CredentialLeak, RunError, RunReport};
 
 use super::EXIT_RUNNER_FAILED;
 
@@ -26,6 +26,9 @@ pub(crate) struct Summary {
     /// Paths changed after the required checks' patch was taken (not in it).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changed_after_checks: Vec<String>,
+    /// Credential values found in the patch (those files withheld).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credential_leaks: Vec<CredentialLeak>,
     pub patch_sha256: Option<String>,
     pub duration_ms: u64,
     pub cleaned: bool,
@@ -43,6 +46,7 @@ impl Summary {
             evidence_sealed: report.evidence_sealed,
             changed_paths: report.outcome.changed_paths,
             changed_after_checks: report.outcome.changed_after_checks.clone(),
+            credential_leaks: report.outcome.credential_leaks.clone(),
             patch_sha256: report.outcome.patch_sha256.clone(),
             duration_ms: report.duration_ms,
             cleaned: report.cleaned,
@@ -74,6 +78,17 @@ impl Summary {
             && !matches!(failure, FailureCause::Cancelled)
         {
             line.push_str(&format!("; run failed: {}", failure));
+        }
+        if !self.credential_leaks.is_empty() {
+            let paths: Vec<&str> = self
+                .credential_leaks
+                .iter()
+                .map(|l| l.path.as_str())
+                .collect();
+            line.push_str(&format!(
+                "; a credential's value is in {} (withheld from the patch)",
+                paths.join(", ")
+            ));
         }
         if !self.changed_after_checks.is_empty() {
             line.push_str(&format!(

@@ -283,6 +283,7 @@ impl ChildRun {
             patch_sha256: Some(patch.patch_sha256.clone()),
             changed_paths: patch.changes.len(),
             changed_after_checks: Vec::new(),
+            credential_leaks: Vec::new(),
             leases: Vec::new(),
             started_unix_ms,
             exported_unix_ms: unix_ms_now(),

@@ -38,13 +38,17 @@ pub struct IdentityPlan {
 }
 
 /// A credential issued for one run. Its value never reaches `Debug`, `Display` or
-/// serialization: evidence records the name and the digest only.
+/// serialization: evidence records the name and a keyed fingerprint only.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IssuedCredential {
     /// The environment variable that carries it.
     pub name: String,
-    /// sha256 of the value (hex), so a reviewer can tell which credential was used.
-    pub sha256: String,
+    /// The value's keyed fingerprint (`hmac-sha256:<hex>` under the host's key,
+    /// see [`FingerprintKey`](crate::evidence::FingerprintKey)), set by the
+    /// runner before anything is recorded: a reviewer can tell which runs got
+    /// the same credential, and nobody without the key can test a guess.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
     /// When it expires (Unix milliseconds).
     pub expires_unix_ms: u64,
     #[serde(skip)]
@@ -57,10 +61,15 @@ impl IssuedCredential {
         let value = value.into();
         Self {
             name: name.into(),
-            sha256: crate::digest::sha256_hex(value.as_bytes()),
+            fingerprint: None,
             expires_unix_ms,
             value: SecretValue(value),
         }
+    }
+
+    /// Sets the fingerprint under `key`.
+    pub fn fingerprint_with(&mut self, key: &crate::evidence::FingerprintKey) {
+        self.fingerprint = Some(key.fingerprint(self.value.0.as_bytes()));
     }
 
     /// The value, for the process boundary to put into the run's environment.
@@ -73,7 +82,7 @@ impl Debug for IssuedCredential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IssuedCredential")
             .field("name", &self.name)
-            .field("sha256", &self.sha256)
+            .field("fingerprint", &self.fingerprint)
             .field("expires_unix_ms", &self.expires_unix_ms)
             .finish_non_exhaustive()
     }
@@ -99,12 +108,17 @@ mod tests {
 
     #[test]
     fn credential_values_never_reach_debug_or_json() {
-        let credential = IssuedCredential::new("REVIEW_TOKEN", "s3cr3t-value", 1);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = crate::evidence::FingerprintKey::load_or_create(dir.path()).expect("key");
+        let mut credential = IssuedCredential::new("REVIEW_TOKEN", "s3cr3t-value", 1);
+        credential.fingerprint_with(&key);
         let debug = format!("{credential:?}");
         let json = serde_json::to_string(&credential).expect("serialize");
         assert!(!debug.contains("s3cr3t-value"), "{debug}");
         assert!(!json.contains("s3cr3t-value"), "{json}");
-        assert!(json.contains(&credential.sha256));
+        let bare = crate::digest::sha256_hex(b"s3cr3t-value");
+        assert!(!json.contains(&bare), "{json}");
+        assert!(json.contains(&key.fingerprint(b"s3cr3t-value")), "{json}");
         assert_eq!(credential.expose_value(), "s3cr3t-value");
     }
 }

@@ -74,6 +74,7 @@
 mod atomic;
 mod command;
 mod error;
+mod fingerprint;
 mod layout;
 mod manifest;
 mod verify;
@@ -87,6 +88,7 @@ pub use command::{
     OutputStream, STDERR_FILE, STDOUT_FILE, unix_ms_now,
 };
 pub use error::EvidenceError;
+pub use fingerprint::{FINGERPRINT_KEY_FILE, FingerprintKey, FingerprintKeyError};
 pub use layout::{COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 pub use manifest::{Manifest, ManifestEntry};
 pub use verify::{Tamper, VerifyReport, verify};

@@ -7,11 +7,12 @@
 //! bound to a state nobody verified. The run's patch is the one taken before the
 //! first check: a check's own edits are never part of it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::RunError;
 use super::execute::{CommandIo, describe_kill, millis};
 use super::outcome::CommandOutcome;
+use super::patch_reading::sections;
 use super::workspace::Workspace;
 use crate::boundary::{CheckResult, CommandSpec, PatchExport};
 
@@ -130,45 +131,6 @@ pub(super) fn changed_between(before: &[u8], after: &[u8]) -> Vec<String> {
     changed.into_iter().collect()
 }
 
-/// A git-style patch cut into its `diff --git` sections, by the path each names.
-fn sections(patch: &[u8]) -> BTreeMap<String, &[u8]> {
-    const HEADER: &[u8] = b"diff --git ";
-    let mut starts: Vec<usize> = Vec::new();
-    let mut line_start = 0;
-    for (i, byte) in patch.iter().enumerate() {
-        if i == line_start && patch[i..].starts_with(HEADER) {
-            starts.push(i);
-        }
-        if *byte == b'\n' {
-            line_start = i + 1;
-        }
-    }
-    let mut sections = BTreeMap::new();
-    for (n, &start) in starts.iter().enumerate() {
-        let end = starts.get(n + 1).copied().unwrap_or(patch.len());
-        let section = &patch[start..end];
-        let header_end = section
-            .iter()
-            .position(|b| *b == b'\n')
-            .unwrap_or(section.len());
-        let header = String::from_utf8_lossy(&section[HEADER.len()..header_end]);
-        sections.insert(section_path(&header), section);
-    }
-    sections
-}
-
-/// The new path a section header (`a/OLD b/NEW`, either side quoted when it has
-/// special characters) names.
-fn section_path(header: &str) -> String {
-    if let Some(at) = header.rfind(" \"b/") {
-        return header[at + 4..].trim_end_matches('"').to_owned();
-    }
-    match header.rfind(" b/") {
-        Some(at) => header[at + 3..].to_owned(),
-        None => header.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,11 +158,5 @@ mod tests {
             ["b c/d"]
         );
         assert_eq!(changed_between(before.as_bytes(), b""), ["a", "b c/d"]);
-    }
-
-    #[test]
-    fn quoted_headers_name_the_new_path() {
-        assert_eq!(section_path("\"a/t\\tx\" \"b/t\\tx\""), "t\\tx");
-        assert_eq!(section_path("a/old b/new"), "new");
     }
 }

@@ -100,6 +100,7 @@ impl Workspace {
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),
+            credential_leaks: Vec::new(),
             leases: self.leases.names.describe(),
             started_unix_ms: self.started_unix_ms,
             exported_unix_ms: unix_ms_now(),
@@ -115,6 +116,7 @@ impl Workspace {
                 verified: verified.patch.as_ref(),
                 promote: promote.as_deref(),
                 journal: &self.paths.journal,
+                scrubber: &self.scrubber,
             },
             &mut outcome,
         )

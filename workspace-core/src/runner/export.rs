@@ -12,7 +12,10 @@ use crate::boundary::{
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 
 use super::checks::changed_between;
+use super::credential_leaks::CredentialLeak;
 use super::outcome::Outcome;
+use super::patch_reading::withhold;
+use super::scrub::Scrubber;
 
 /// What a bundle is exported from, besides the boundaries and the outcome.
 pub(super) struct ExportInputs<'a> {
@@ -26,6 +29,8 @@ pub(super) struct ExportInputs<'a> {
     pub promote: Option<&'a [ApprovalRecord]>,
     /// The run's journal, copied into the bundle.
     pub journal: &'a Path,
+    /// The run's credentials: none of their values may leave in the patch.
+    pub scrubber: &'a Scrubber,
 }
 
 /// What promoting a run's patch came to: `promotion.json`.
@@ -41,6 +46,12 @@ pub enum PromotionOutcome {
     Refused {
         /// Why, in one line.
         reason: String,
+    },
+    /// Not offered to the promotion boundary: the patch holds the value of a
+    /// credential the run was given (those files are withheld from `diff.patch`).
+    CredentialInPatch {
+        /// Each credential found, where, and in which form.
+        leaks: Vec<CredentialLeak>,
     },
 }
 
@@ -69,6 +80,7 @@ pub(super) async fn export_bundle(
         verified,
         promote,
         journal,
+        scrubber,
     } = inputs;
     let mut errors = Vec::new();
     let fail = |errors: &mut Vec<String>, step: &str, error: &dyn std::error::Error| {
@@ -78,13 +90,29 @@ pub(super) async fn export_bundle(
     if let Some(source) = source {
         match promotion.export(run, source).await {
             Ok(now) => {
-                let patch = match verified {
+                let mut patch = match verified {
                     Some(verified) => {
                         changed_since = changed_between(&verified.patch, &now.patch);
                         verified.clone()
                     }
                     None => now,
                 };
+                outcome.credential_leaks = scrubber.leaks_in(&patch.patch);
+                if !outcome.credential_leaks.is_empty() {
+                    // The evidence is shared with reviewers: it must not carry the
+                    // values either.
+                    let paths: Vec<&str> = outcome
+                        .credential_leaks
+                        .iter()
+                        .map(|leak| leak.path.as_str())
+                        .collect();
+                    patch.patch = withhold(
+                        &patch.patch,
+                        &paths,
+                        "it holds the value of a credential the run was given",
+                    );
+                    patch.patch_sha256 = crate::digest::sha256_hex(&patch.patch);
+                }
                 outcome.patch_sha256 = Some(patch.patch_sha256.clone());
                 outcome.changed_paths = patch.changes.len();
                 if let Err(e) = evidence.write_bytes(EvidenceFile::Diff, &patch.patch) {
@@ -117,6 +145,11 @@ pub(super) async fn export_bundle(
         (Some(_), _, _) if outcome.failure.is_some() => Some(PromotionOutcome::Refused {
             reason: "the run failed; a failed run is never promoted".into(),
         }),
+        (Some(_), ..) if !outcome.credential_leaks.is_empty() => {
+            Some(PromotionOutcome::CredentialInPatch {
+                leaks: outcome.credential_leaks.clone(),
+            })
+        }
         (Some(_), ..) if drift.is_some() => Some(PromotionOutcome::Refused {
             reason: drift.clone().unwrap_or_default(),
         }),

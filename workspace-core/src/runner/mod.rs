@@ -30,6 +30,7 @@
 
 mod checks;
 mod conclude;
+mod credential_leaks;
 mod error;
 mod execute;
 mod export;
@@ -37,6 +38,7 @@ mod http;
 mod leases;
 mod observed;
 mod outcome;
+mod patch_reading;
 mod paths;
 mod preview;
 mod recovery;
@@ -52,6 +54,7 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+pub use credential_leaks::{CredentialForm, CredentialLeak};
 pub use error::{RunError, RunErrorKind};
 pub use execute::{CommandIo, OutputSink};
 pub use export::PromotionOutcome;

@@ -75,6 +75,10 @@ pub struct Outcome {
     /// and the run is not promoted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed_after_checks: Vec<String>,
+    /// Credential values found in the patch (those files are withheld from
+    /// `diff.patch`, and the run is not promoted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credential_leaks: Vec<super::credential_leaks::CredentialLeak>,
     /// Host-wide leases the run held (ports, cache prefix, schema name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<String>,

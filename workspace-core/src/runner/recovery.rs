@@ -10,6 +10,7 @@ use super::RunnerConfig;
 use super::export::{ExportInputs, export_bundle};
 use super::outcome::Outcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::scrub::Scrubber;
 use super::services::Services;
 use super::state_files::{read_required, read_state, remove_private_state};
 use crate::boundary::{
@@ -96,6 +97,7 @@ impl RecoveryHooks for StackRecovery {
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),
+            credential_leaks: Vec::new(),
             leases: Vec::new(),
             started_unix_ms: 0,
             exported_unix_ms: unix_ms_now(),
@@ -112,6 +114,9 @@ impl RecoveryHooks for StackRecovery {
                 source: source.as_ref(),
                 checks: &[],
                 verified: None,
+                // Its credentials died with its runner: there is nothing to
+                // look for (a recovered run is never promoted).
+                scrubber: &Scrubber::default(),
                 promote: None,
                 journal: &paths.journal,
             },

@@ -3,10 +3,12 @@
 //!
 //! A run's credentials are injected into its environment; an agent that prints its
 //! environment (or a tool that logs a request with its token) would otherwise copy
-//! them into the evidence, which is meant to be shared with reviewers. Each value
+//! them into the evidence, which is meant to be shared with reviewers. Each value,
+//! and each of its encodings ([`credential_leaks`](super::credential_leaks)),
 //! becomes `[redacted:NAME]`. The output arrives in chunks, so a value cut by a
 //! chunk boundary is held back until the next chunk decides it.
 
+use super::credential_leaks::{CredentialLeak, Tracked, find_leaks};
 use crate::boundary::IssuedCredential;
 
 /// Values shorter than this are not redacted: they would match ordinary output.
@@ -18,6 +20,8 @@ pub struct Scrubber {
     /// (value, replacement), longest value first so a value containing another
     /// is replaced whole.
     secrets: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Each credential's name and the forms of its value.
+    credentials: Vec<Tracked>,
     /// Bytes that may be the start of a value, held until more output decides.
     pending: Vec<u8>,
 }
@@ -35,21 +39,31 @@ impl Scrubber {
     /// A scrubber for `credentials` (values shorter than [`MIN_REDACTED_LEN`] are
     /// left alone).
     pub fn new(credentials: &[IssuedCredential]) -> Self {
-        let mut secrets: Vec<(Vec<u8>, Vec<u8>)> = credentials
+        let credentials: Vec<Tracked> = credentials
             .iter()
             .filter(|c| c.expose_value().len() >= MIN_REDACTED_LEN)
-            .map(|c| {
-                (
-                    c.expose_value().as_bytes().to_vec(),
-                    format!("[redacted:{}]", c.name).into_bytes(),
-                )
+            .map(|c| Tracked::new(&c.name, c.expose_value().as_bytes()))
+            .collect();
+        let mut secrets: Vec<(Vec<u8>, Vec<u8>)> = credentials
+            .iter()
+            .flat_map(|Tracked { name, forms }| {
+                let replacement = format!("[redacted:{name}]").into_bytes();
+                forms
+                    .iter()
+                    .map(move |(_, bytes)| (bytes.clone(), replacement.clone()))
             })
             .collect();
         secrets.sort_by_key(|(value, _)| std::cmp::Reverse(value.len()));
         Self {
             secrets,
+            credentials,
             pending: Vec::new(),
         }
+    }
+
+    /// Every credential value (in any of its forms) in a changed file of `patch`.
+    pub(super) fn leaks_in(&self, patch: &[u8]) -> Vec<CredentialLeak> {
+        find_leaks(patch, &self.credentials)
     }
 
     /// Whether there is nothing to redact.

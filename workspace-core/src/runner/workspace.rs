@@ -18,12 +18,12 @@ use super::services::{Services, connection_vars};
 use super::state_files::{create_dir, read_state, write_state};
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
-    Attachment, CommandSpec, EnvironmentPlan, FilesystemRecord, IdentityPlan, RunContext, SealPlan,
-    SourceRecord, Suspension,
+    Attachment, CommandSpec, EnvironmentPlan, FilesystemRecord, IdentityBoundary, IdentityPlan,
+    RunContext, SealPlan, SourceRecord, Suspension,
 };
 use crate::capacity::{Grant, Resources};
 use crate::contract::CheckoutOrigin;
-use crate::evidence::{EvidenceFile, EvidenceWriter};
+use crate::evidence::{EvidenceFile, EvidenceWriter, FingerprintKey};
 use crate::lifecycle::{FailureCause, Lifecycle, Origin, State, StateName};
 
 /// A run that is sealed (or failed on the way) and not yet cleaned up.
@@ -183,10 +183,31 @@ impl Workspace {
         Ok(())
     }
 
+    /// The identity boundary's plan, each credential fingerprinted under the
+    /// host's key before anything records it.
+    async fn prepare_identity(
+        identity: &dyn IdentityBoundary,
+        run: &RunContext,
+    ) -> Result<IdentityPlan, RunErrorKind> {
+        let mut identity = identity.prepare(run).await?;
+        if !identity.credentials.is_empty() {
+            let key =
+                FingerprintKey::load_or_create(&run.runtime_dir).map_err(|e| RunErrorKind::Io {
+                    path: e.path,
+                    source: e.source,
+                })?;
+            for credential in &mut identity.credentials {
+                credential.fingerprint_with(&key);
+            }
+        }
+        Ok(identity)
+    }
+
     /// The plans to attach with: the environment with the run's variables and
     /// the identity prepared again (credentials are issued anew).
     async fn attach_plan(&self, environment: EnvironmentPlan) -> Result<SealPlan, RunErrorKind> {
-        let identity = self.runner.stack().identity.prepare(&self.run).await?;
+        let stack = self.runner.stack().clone();
+        let identity = Self::prepare_identity(stack.identity.as_ref(), &self.run).await?;
         self.seal_plan(self.with_run_vars(environment), identity)
     }
 
@@ -325,7 +346,7 @@ impl Workspace {
         let stack = self.runner.stack().clone();
         let cancel = self.cancel.clone();
         self.life.start_services()?;
-        let identity = stack.identity.prepare(&self.run).await?;
+        let identity = Self::prepare_identity(stack.identity.as_ref(), &self.run).await?;
         self.scrubber = Scrubber::new(&identity.credentials);
         let plan = self.seal_plan(environment.clone(), identity.clone())?;
         let filesystem = plan.filesystem.clone();
