@@ -14,7 +14,9 @@ use support::{
 };
 use tokio_util::sync::CancellationToken;
 use workspace_core::boundary::{BoundaryKind, KillCause};
-use workspace_core::contract::{ByteSize, Contract, DurationSpec, RequiredCheck};
+use workspace_core::contract::{
+    Assurance, ByteSize, CleanupOwner, Contract, DurationSpec, Fixture as EnvFixture, RequiredCheck,
+};
 use workspace_core::digest::sha256_hex;
 use workspace_core::evidence::{ExitStatusRecord, Tamper, verify};
 use workspace_core::lifecycle::{FailureCause, State, StateName};
@@ -301,6 +303,8 @@ async fn a_contract_the_stack_cannot_keep_is_refused_before_anything_is_created(
     let fx = Fixture::new("unsupported");
     let mut contract = fx.contract();
     contract.environment.limits.disk = Some(ByteSize(1 << 30));
+    contract.environment.runtime.image = Some("oci-layout:/images/x@sha256:00".into());
+    contract.process.cleanup_owner = CleanupOwner::Caller;
     let error = fx
         .runner()
         .create(contract, CreateOptions::default())
@@ -309,8 +313,16 @@ async fn a_contract_the_stack_cannot_keep_is_refused_before_anything_is_created(
     assert!(error.evidence.is_none(), "{error:?}");
     match error.kind.as_ref() {
         RunErrorKind::Unsupported(problems) => {
-            let text = problems.to_string();
-            assert!(text.contains("environment.limits.disk"), "{text}");
+            let fields: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+            assert_eq!(
+                fields,
+                [
+                    "environment.limits.disk",
+                    "environment.runtime.image",
+                    "process.cleanup_owner"
+                ],
+                "{problems}"
+            );
         }
         other => panic!("expected Unsupported, got {other:?}"),
     }
@@ -323,6 +335,116 @@ async fn a_contract_the_stack_cannot_keep_is_refused_before_anything_is_created(
         );
     }
     fx.assert_nothing_left(&error.run_id, &[]);
+}
+
+/// `environment.fixtures` (one, pinned by `fixture_sha256`) and
+/// `environment.runtime.lockfiles` over the fixture repository's files.
+fn pinning(fx: &Fixture, fixture_sha256: String) -> Contract {
+    let mut contract = fx.contract();
+    contract.environment.fixtures = vec![EnvFixture {
+        name: "greeting".into(),
+        path: "hello.txt".into(),
+        sha256: Some(fixture_sha256),
+    }];
+    contract.environment.runtime.lockfiles = vec!["src/lib.txt".into(), "Cargo.lock".into()];
+    contract
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_files_are_digested_as_provisioned_and_recorded() {
+    let fx = Fixture::new("pinned");
+    let hello = std::fs::read(fx.repo.join("hello.txt")).unwrap();
+    let lib = std::fs::read(fx.repo.join("src/lib.txt")).unwrap();
+    let contract = pinning(&fx, sha256_hex(&hello));
+    // The command edits the fixture: the record is of the checkout as made.
+    let report = run_shell(&fx, contract, "echo edited > hello.txt", "pinned").await;
+    assert_concluded(&fx, &report, &[]);
+    assert_eq!(report.outcome.failure, None);
+    let source = read_json(&report.evidence, "source.json");
+    assert_eq!(
+        source["pinned"],
+        serde_json::json!([
+            {"path": "hello.txt", "pinned_as": "fixture", "name": "greeting",
+             "sha256": sha256_hex(&hello)},
+            {"path": "src/lib.txt", "pinned_as": "lockfile", "sha256": sha256_hex(&lib)},
+            {"path": "Cargo.lock", "pinned_as": "lockfile", "sha256": null},
+        ]),
+        "{source}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixture_that_is_not_what_the_contract_pins_fails_the_run_before_any_command() {
+    let fx = Fixture::new("fixture-mismatch");
+    let wrong = sha256_hex(b"another file");
+    let contract = pinning(&fx, wrong.clone());
+    let error = fx
+        .runner()
+        .create(contract, CreateOptions::default())
+        .await
+        .expect_err("a fixture of another digest");
+    let cause = error.kind.failure_cause();
+    match &cause {
+        FailureCause::Fixture {
+            name,
+            path,
+            expected,
+            found,
+        } => {
+            assert_eq!((name.as_str(), path.as_str()), ("greeting", "hello.txt"));
+            assert_eq!(expected, &wrong);
+            let hello = std::fs::read(fx.repo.join("hello.txt")).unwrap();
+            assert_eq!(found.as_deref(), Some(sha256_hex(&hello).as_str()));
+        }
+        other => panic!("expected a fixture failure, got {other:?}"),
+    }
+    assert!(
+        cause.to_string().contains("fixture greeting (hello.txt)"),
+        "{cause}"
+    );
+    // Its evidence is exported and sealed; no command ran; nothing is left.
+    let evidence = error.evidence.clone().expect("evidence of the failed run");
+    assert_intact(&evidence);
+    let outcome = read_outcome(&evidence);
+    assert_eq!(outcome.failure, Some(cause));
+    assert!(outcome.commands.is_empty(), "{:?}", outcome.commands);
+    fx.assert_nothing_left(&error.run_id, &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_toolchain_the_run_lacks_fails_closed_when_required_and_is_recorded_when_best_effort() {
+    let fx = Fixture::new("toolchain");
+    let mut contract = fx.contract();
+    contract.environment.runtime.toolchain = Some("git 999.1".into());
+    contract.environment.assurance = Assurance::Required;
+    let error = fx
+        .runner()
+        .create(contract.clone(), CreateOptions::default())
+        .await
+        .expect_err("git 999.1 is not what the run has");
+    let cause = error.kind.failure_cause().to_string();
+    assert!(
+        cause.contains("the declared toolchain is \"git 999.1\""),
+        "{cause}"
+    );
+    let evidence = error.evidence.clone().expect("evidence of the failed seal");
+    assert_intact(&evidence);
+    assert!(read_outcome(&evidence).commands.is_empty());
+    fx.assert_nothing_left(&error.run_id, &[]);
+
+    // Best effort: the run goes on and the evidence says what was downgraded.
+    contract.environment.assurance = Assurance::BestEffort;
+    let report = run_shell(&fx, contract, "true", "toolchain").await;
+    assert_concluded(&fx, &report, &[]);
+    let observed = read_json(&report.evidence, "observed.json");
+    let mismatches = observed["probe"]["mismatches"].to_string();
+    assert!(mismatches.contains("git 999.1"), "{observed}");
+    assert!(
+        observed["probe"]["facts"]["toolchain"]
+            .as_str()
+            .unwrap()
+            .starts_with("git version")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

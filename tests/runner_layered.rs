@@ -37,12 +37,20 @@ async fn a_layered_run_edits_tracked_files_exports_a_patch_and_resumes() {
     let runner = f.runner_with(stack);
     let mut contract = f.contract();
     contract.source.materialization = Materialization::Layered;
+    // A lockfile is digested from the shared base tree, as provisioned.
+    contract.environment.runtime.lockfiles = vec!["src/lib.txt".into()];
 
     let mut ws = runner
         .create(contract, CreateOptions::default())
         .await
         .unwrap();
     let source = ws.source().unwrap().clone();
+    let lib = std::fs::read(f.repo.join("src/lib.txt")).unwrap();
+    assert_eq!(source.pinned.len(), 1, "{:?}", source.pinned);
+    assert_eq!(
+        source.pinned[0].sha256.as_deref(),
+        Some(workspace_core::digest::sha256_hex(&lib).as_str())
+    );
     let layers = source
         .layers
         .clone()

@@ -72,6 +72,7 @@ impl EnvironmentBoundary for NamespaceEnvironment {
                 LimitKind::OpenFiles,
             ],
             services: true,
+            images: false,
         }
     }
 

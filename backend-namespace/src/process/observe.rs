@@ -237,8 +237,30 @@ pub fn compare(facts: &BTreeMap<String, Value>, expected: &Expected) -> Vec<Stri
             "environment variables {extra:?} are visible but not in the plan"
         ));
     }
+    mismatches.extend(toolchain_mismatch(facts, expected.toolchain.as_deref()));
     mismatches.extend(mount_mismatches(facts));
     mismatches
+}
+
+/// Whether the declared toolchain (`PROGRAM [VERSION]`) is what the run has: its
+/// program found, and its version line showing the declared version.
+fn toolchain_mismatch(facts: &BTreeMap<String, Value>, declared: Option<&str>) -> Option<String> {
+    let declared = declared?;
+    let mut words = declared.split_whitespace();
+    let program = words.next()?;
+    let version: Vec<&str> = words.collect();
+    let seen = facts.get("toolchain").and_then(Value::as_str);
+    let Some(seen) = seen.filter(|line| !line.ends_with("not found in the run")) else {
+        return Some(format!(
+            "the declared toolchain {declared:?} is not in the run ({program} not found)"
+        ));
+    };
+    // `1.95` is kept by `1.95.0`: each declared word begins a word of the line.
+    let shown: Vec<&str> = seen.split_whitespace().collect();
+    let has_version = version
+        .iter()
+        .all(|word| shown.iter().any(|seen| seen.starts_with(word)));
+    (!has_version).then(|| format!("the declared toolchain is {declared:?}, the run has {seen:?}"))
 }
 
 /// The observation of `output` against `expected`.
@@ -355,6 +377,25 @@ rustc 1.95.0 (59807616e 2026-11-20)
             none.iter().any(|m| m.contains("no mount table")),
             "{none:#?}"
         );
+    }
+
+    #[test]
+    fn a_toolchain_is_kept_when_its_program_shows_the_declared_version() {
+        let facts = |line: &str| BTreeMap::from([("toolchain".to_owned(), json!(line))]);
+        let seen = facts("rustc 1.95.0 (59807616e 2026-01-01)");
+        assert_eq!(toolchain_mismatch(&seen, Some("rustc 1.95.0")), None);
+        assert_eq!(toolchain_mismatch(&seen, Some("rustc")), None);
+        assert_eq!(toolchain_mismatch(&seen, Some("rustc 1.95")), None);
+        assert_eq!(toolchain_mismatch(&seen, None), None);
+        let other = toolchain_mismatch(&seen, Some("rustc 1.80.0")).unwrap_or_default();
+        assert!(
+            other.contains("1.80.0") && other.contains("1.95.0"),
+            "{other}"
+        );
+        let missing = facts("cargo: not found in the run");
+        let missing = toolchain_mismatch(&missing, Some("cargo 1.95.0")).unwrap_or_default();
+        assert!(missing.contains("not in the run"), "{missing}");
+        assert!(toolchain_mismatch(&BTreeMap::new(), Some("go")).is_some());
     }
 
     #[test]

@@ -145,6 +145,7 @@ pub fn plan_for(workspace: &Path, layers: Option<LayersRecord>) -> MountPlan {
         submodules: Vec::new(),
         inputs: Vec::new(),
         initial_diff: String::new(),
+        pinned: Vec::new(),
     };
     let identity = IdentityPlan {
         user: UserClass::Unprivileged,

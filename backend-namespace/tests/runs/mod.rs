@@ -79,6 +79,7 @@ pub async fn standalone_run(run_id: &str, edit: impl FnOnce(&mut Contract)) -> R
         submodules: Vec::new(),
         inputs: Vec::new(),
         initial_diff: String::new(),
+        pinned: Vec::new(),
     };
     let environment = NamespaceEnvironment::with_host_vars(Default::default())
         .prepare(&run)

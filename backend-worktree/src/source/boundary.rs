@@ -17,6 +17,7 @@ use super::checkout::{Checkout, standalone_at, tree_of};
 use super::config::{prepare_destination, remote_urls};
 use super::inputs::copy_inputs;
 use super::linked::{provision_linked, release_linked};
+use super::pinned::pinned_files;
 use super::release::remove_tree;
 use super::resolve::{open_source_repo, resolve_revision};
 use super::resume::verify_checkout;
@@ -106,6 +107,7 @@ impl SourceBoundary for WorktreeSource {
             },
             submodules: true,
             untracked_inputs: true,
+            pinned_files: true,
         }
     }
 
@@ -127,11 +129,15 @@ impl SourceBoundary for WorktreeSource {
             ) => Some(cache.clone()),
             _ => None,
         };
+        let environment = run.contract.environment.clone();
         if let Some(cache) = layered {
             let run_dir = run.run_dir.clone();
             let (record, base) = blocking("provision layered checkout", path, move || {
                 let _entered = span.enter();
-                super::layered::provision_layered_source(&section, &cache, &run_dir)
+                let (mut record, base) =
+                    super::layered::provision_layered_source(&section, &cache, &run_dir)?;
+                record.pinned = pinned_files(&record, &environment)?;
+                Ok((record, base))
             })
             .await?;
             self.held().insert(from, base);
@@ -140,7 +146,9 @@ impl SourceBoundary for WorktreeSource {
         let snapshots = self.snapshots.clone();
         blocking("provision checkout", path, move || {
             let _entered = span.enter();
-            provision_source_in(&section, &dest, from, snapshots.as_deref())
+            let mut record = provision_source_in(&section, &dest, from, snapshots.as_deref())?;
+            record.pinned = pinned_files(&record, &environment)?;
+            Ok(record)
         })
         .await
     }
@@ -520,5 +528,6 @@ fn record(
         submodules,
         inputs,
         initial_diff,
+        pinned: Vec::new(),
     }
 }

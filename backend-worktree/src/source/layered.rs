@@ -59,6 +59,7 @@ pub(crate) fn provision_layered_source(
             submodules,
             inputs,
             initial_diff: String::new(),
+            pinned: Vec::new(),
         })
     })();
     match record {

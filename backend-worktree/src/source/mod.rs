@@ -48,6 +48,7 @@ mod inputs;
 mod layered;
 mod linked;
 pub(crate) mod materialize;
+mod pinned;
 mod release;
 mod resolve;
 mod resume;

@@ -23,6 +23,9 @@ pub struct SourceCapabilities {
     pub submodules: bool,
     /// Whether it copies declared untracked inputs.
     pub untracked_inputs: bool,
+    /// Whether it digests the files the contract pins (fixtures, lockfiles)
+    /// into [`SourceRecord::pinned`](super::SourceRecord::pinned).
+    pub pinned_files: bool,
 }
 
 /// What a filesystem boundary supports.
@@ -79,6 +82,8 @@ pub struct EnvironmentCapabilities {
     pub limits: Vec<LimitKind>,
     /// Whether it starts services with health checks.
     pub services: bool,
+    /// Whether it runs commands in a pinned image (`environment.runtime.image`).
+    pub images: bool,
 }
 
 /// What an identity boundary supports.
@@ -127,6 +132,30 @@ impl SourceCapabilities {
         }
         if !section.inputs.is_empty() && !self.untracked_inputs {
             unsupported(problems, "source.inputs", backend, "untracked inputs");
+        }
+    }
+
+    /// Records the files `environment` pins that this implementation cannot
+    /// digest.
+    pub fn check_pinned(
+        &self,
+        backend: &str,
+        environment: &EnvironmentSection,
+        problems: &mut Problems,
+    ) {
+        if self.pinned_files {
+            return;
+        }
+        if !environment.fixtures.is_empty() {
+            unsupported(problems, "environment.fixtures", backend, "pinned fixtures");
+        }
+        if !environment.runtime.lockfiles.is_empty() {
+            unsupported(
+                problems,
+                "environment.runtime.lockfiles",
+                backend,
+                "lockfile digests",
+            );
         }
     }
 }
@@ -218,6 +247,14 @@ impl EnvironmentCapabilities {
         }
         if !section.services.is_empty() && !self.services {
             unsupported(problems, "environment.services", backend, "services");
+        }
+        if section.runtime.image.is_some() && !self.images {
+            unsupported(
+                problems,
+                "environment.runtime.image",
+                backend,
+                "a pinned image (it runs the host's base system)",
+            );
         }
     }
 }

@@ -51,7 +51,8 @@ pub use promotion::{
     PromotionRecord, PromotionRequest,
 };
 pub use source::{
-    InputRecord, LayersRecord, OriginRecord, SourceBoundary, SourceRecord, SubmoduleRecord,
+    InputRecord, LayersRecord, OriginRecord, PinnedAs, PinnedFile, SourceBoundary, SourceRecord,
+    SubmoduleRecord,
 };
 pub use stack::Stack;
 

@@ -79,6 +79,81 @@ pub struct SourceRecord {
     pub inputs: Vec<InputRecord>,
     /// The initial diff against the commit: empty for a fresh checkout.
     pub initial_diff: String,
+    /// The files the contract pins (`environment.fixtures`,
+    /// `environment.runtime.lockfiles`), digested as the checkout was made,
+    /// before any command ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned: Vec<PinnedFile>,
+}
+
+impl SourceRecord {
+    /// The first fixture `environment` pins by digest that the checkout did not
+    /// have as pinned when it was made (a different file, or none), as the
+    /// failure it is.
+    pub fn fixture_mismatch(
+        &self,
+        environment: &crate::contract::EnvironmentSection,
+    ) -> Option<crate::lifecycle::FailureCause> {
+        environment.fixtures.iter().find_map(|fixture| {
+            let expected = fixture.sha256.as_ref()?;
+            let found = self
+                .pinned
+                .iter()
+                .find(|pinned| {
+                    pinned.path == fixture.path
+                        && matches!(&pinned.pinned_as, PinnedAs::Fixture { name } if *name == fixture.name)
+                })
+                .and_then(|pinned| pinned.sha256.clone());
+            (found.as_ref() != Some(expected)).then(|| crate::lifecycle::FailureCause::Fixture {
+                name: fixture.name.clone(),
+                path: fixture.path.clone(),
+                expected: expected.clone(),
+                found,
+            })
+        })
+    }
+}
+
+/// A file the contract pins, as the checkout had it when it was made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedFile {
+    /// Its path relative to the workspace root.
+    pub path: String,
+    /// Why it is pinned.
+    #[serde(flatten)]
+    pub pinned_as: PinnedAs,
+    /// sha256 of its content (hex); `None` when the checkout has no such file.
+    pub sha256: Option<String>,
+}
+
+/// Why a file is pinned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "pinned_as", rename_all = "kebab-case")]
+pub enum PinnedAs {
+    /// An `environment.fixtures` entry.
+    Fixture {
+        /// The fixture's name.
+        name: String,
+    },
+    /// An `environment.runtime.lockfiles` entry.
+    Lockfile,
+}
+
+impl PinnedAs {
+    /// What `environment` pins, each path with why, in contract order:
+    /// fixtures, then lockfiles.
+    pub fn of(environment: &crate::contract::EnvironmentSection) -> Vec<(String, PinnedAs)> {
+        let fixtures = environment.fixtures.iter().map(|fixture| {
+            let name = fixture.name.clone();
+            (fixture.path.clone(), PinnedAs::Fixture { name })
+        });
+        let lockfiles = environment
+            .runtime
+            .lockfiles
+            .iter()
+            .map(|path| (path.clone(), PinnedAs::Lockfile));
+        fixtures.chain(lockfiles).collect()
+    }
 }
 
 /// The overlay layers of a layered checkout.

@@ -33,9 +33,9 @@ impl Stack {
     /// named by its field path; `Ok` when the stack can keep the whole contract.
     pub fn check(&self, contract: &Contract) -> Result<(), Problems> {
         let mut problems = Problems::new();
-        self.source
-            .capabilities()
-            .check(self.source.name(), &contract.source, &mut problems);
+        let source = self.source.capabilities();
+        source.check(self.source.name(), &contract.source, &mut problems);
+        source.check_pinned(self.source.name(), &contract.environment, &mut problems);
         self.filesystem.capabilities().check(
             self.filesystem.name(),
             &contract.filesystem,

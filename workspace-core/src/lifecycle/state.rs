@@ -181,6 +181,17 @@ pub enum FailureCause {
         /// What happened, with the tail of its log.
         message: String,
     },
+    /// A fixture the contract pins by digest is not what the checkout has.
+    Fixture {
+        /// The fixture's name.
+        name: String,
+        /// Its path relative to the workspace root.
+        path: String,
+        /// The digest the contract pins.
+        expected: String,
+        /// The digest of the file the checkout has; `None`: it has none.
+        found: Option<String>,
+    },
     /// The runner itself failed (its journal, its evidence, a task it started).
     Runner {
         /// The error, as text.
@@ -201,6 +212,18 @@ impl fmt::Display for FailureCause {
                 write!(f, "the boundary probe saw {}", mismatches.join("; "))
             }
             Self::Service { name, message } => write!(f, "service {name}: {message}"),
+            Self::Fixture {
+                name,
+                path,
+                expected,
+                found,
+            } => match found {
+                Some(found) => write!(
+                    f,
+                    "fixture {name} ({path}) has sha256 {found}, the contract pins {expected}"
+                ),
+                None => write!(f, "fixture {name} ({path}) is not in the checkout"),
+            },
             Self::Runner { message } => f.write_str(message),
         }
     }

@@ -26,6 +26,7 @@ fn record(layers: Option<LayersRecord>) -> SourceRecord {
         submodules: Vec::new(),
         inputs: Vec::new(),
         initial_diff: String::new(),
+        pinned: Vec::new(),
     }
 }
 

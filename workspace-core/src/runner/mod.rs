@@ -72,7 +72,7 @@ use crate::RunId;
 use crate::boundary::{CommandOutput, PreviewEndpoint};
 use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
 use crate::capacity::{AdmissionControl, Capacity};
-use crate::contract::Contract;
+use crate::contract::{CleanupOwner, Contract};
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
 use crate::lifecycle::{Lifecycle, Timeouts, TransitionObserver};
 use crate::recovery::{RecoveryError, RecoveryReport, recover};
@@ -186,10 +186,16 @@ impl Runner {
     /// its own validation, then what the stack cannot enforce.
     pub fn check(&self, contract: &Contract) -> Result<(), RunErrorKind> {
         contract.validate().map_err(RunErrorKind::InvalidContract)?;
-        self.inner
-            .stack
-            .check(contract)
-            .map_err(RunErrorKind::Unsupported)
+        let mut problems = self.inner.stack.check(contract).err().unwrap_or_default();
+        if contract.process.cleanup_owner == CleanupOwner::Caller {
+            problems.push(
+                "process.cleanup_owner",
+                "the runner cleans up every run it exports; for a workspace its caller \
+                 ends, create it (`Runner::create`, `agent-workspace create`) and finish \
+                 it when done (`Workspace::finish`, `destroy`)",
+            );
+        }
+        problems.into_result().map_err(RunErrorKind::Unsupported)
     }
 
     /// Creates a run of `contract` and brings it to `Sealed`.

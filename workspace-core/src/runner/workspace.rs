@@ -122,6 +122,11 @@ impl Workspace {
         .await?;
         self.evidence.write_json(EvidenceFile::Source, &source)?;
         self.source = Some(source.clone());
+        // A fixture that is not what the contract pins fails the run before
+        // anything ran in it.
+        if let Some(mismatch) = source.fixture_mismatch(&self.run.contract.environment) {
+            return Err(RunErrorKind::Failed(mismatch));
+        }
         let filesystem = stack.filesystem.prepare(&self.run, &source).await?;
         write_state(&self.paths.run_dir.join(FILESYSTEM_STATE_FILE), &filesystem)?;
         self.filesystem = Some(filesystem);

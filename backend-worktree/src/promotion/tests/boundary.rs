@@ -47,6 +47,7 @@ fn source_record(fx: &Fixture) -> SourceRecord {
         submodules: Vec::new(),
         inputs: Vec::new(),
         initial_diff: String::new(),
+        pinned: Vec::new(),
     }
 }
 

@@ -42,6 +42,7 @@ fn layered_record(dir: &Path) -> SourceRecord {
         submodules: Vec::new(),
         inputs: Vec::new(),
         initial_diff: String::new(),
+        pinned: Vec::new(),
     }
 }
 

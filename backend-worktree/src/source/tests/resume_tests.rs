@@ -21,6 +21,7 @@ fn record_of(repo: &Repo, checkout: &Checkout) -> SourceRecord {
         submodules: Vec::new(),
         inputs: Vec::new(),
         initial_diff: String::new(),
+        pinned: Vec::new(),
     }
 }
 
