@@ -56,8 +56,10 @@ pub use backend_namespace as namespace;
 pub use backend_worktree as worktree;
 pub use workspace_core as core;
 
+mod danger_host;
 mod stack;
 
+pub use danger_host::{DangerNoIsolationProcess, danger_no_isolation_stack};
 pub use stack::{
     DEFAULT_CGROUP_PARENT, HostDirs, LayeredStackError, namespace_stack, namespace_stack_layered,
 };

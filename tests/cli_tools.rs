@@ -280,3 +280,25 @@ fn probe_prints_the_observed_facts_and_finishes_the_run() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--rev nope"), "{stderr}");
 }
+
+#[test]
+fn conformance_prints_one_line_per_case_and_fails_the_stack_without_isolation() {
+    let fixture = CliFixture::new("conformance");
+    let out = fixture.agent_workspace(&["conformance", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let results: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(results.len(), 7, "{results:?}");
+    assert!(
+        results.iter().all(|r| r["verdict"] == "passed"),
+        "{results:?}"
+    );
+
+    let out = fixture.agent_workspace(&["conformance", "--backend", "danger-host"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 7, "{stdout}");
+    for case in ["path-scope", "concurrency", "credential", "escape-signal"] {
+        assert!(stdout.contains(&format!("{case}: failed: ")), "{stdout}");
+    }
+    assert!(stdout.contains("snapshot: passed"), "{stdout}");
+}

@@ -2,6 +2,7 @@
 //! its own file and returns the process exit code.
 
 mod check_host;
+mod conformance;
 mod contract;
 mod contract_args;
 mod create;
@@ -83,6 +84,8 @@ enum Command {
     CheckHost(check_host::CheckHostArgs),
     /// Seal a workspace, print what the boundary probe saw, and finish it.
     Probe(probe::ProbeArgs),
+    /// Run the conformance kit on a backend: one line per contract test.
+    Conformance(conformance::ConformanceArgs),
 }
 
 /// Parses the arguments and runs the subcommand.
@@ -116,6 +119,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Recover(args) => recover::run(&args, &cli.host),
         Command::CheckHost(args) => check_host::run(&args),
         Command::Probe(args) => probe::run(args, &cli.host),
+        Command::Conformance(args) => conformance::run(&args, &cli.host),
     }
 }
 

@@ -51,6 +51,8 @@
 
 pub mod boundary;
 pub mod capacity;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod contract;
 pub mod digest;
 pub mod evidence;

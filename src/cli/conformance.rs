@@ -1,0 +1,91 @@
+//! `agent-workspace conformance`: the conformance kit on a backend.
+
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use workspace_core::conformance::{CaseResult, Kit, Verdict};
+
+use super::host::HostArgs;
+use super::session::block_on;
+
+/// The stacks the kit can be run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum KitBackend {
+    /// The embedded default: Linux namespaces, cgroups and seccomp.
+    Namespace,
+    /// No isolation at all, a reference the kit must fail (never run agents on it).
+    DangerHost,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConformanceArgs {
+    /// The backend to test.
+    #[arg(long, value_enum, default_value_t = KitBackend::Namespace)]
+    backend: KitBackend,
+    /// Print the results as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs every case of the kit, each on a fresh fixture of its own (under the
+/// system's temporary directory, in cgroups of its own), prints one line per
+/// case (or JSON), and exits 0 only when none failed.
+pub(crate) fn run(args: &ConformanceArgs, host: &HostArgs) -> ExitCode {
+    let parent = format!("{}-conformance-{}", host.cgroup_parent, std::process::id());
+    let kit = match args.backend {
+        KitBackend::Namespace => {
+            let parent = parent.clone();
+            Kit::new(move |scratch| {
+                agent_workspace::namespace_stack_layered(&parent, scratch.join("trees"), 1 << 30)
+                    .map_err(|e| workspace_core::error_chain(&e))
+            })
+        }
+        KitBackend::DangerHost => Kit::new(|_| Ok(agent_workspace::danger_no_isolation_stack())),
+    };
+    let json = args.json;
+    let code = block_on(async move { report(&kit.run_all().await, json) });
+    if args.backend == KitBackend::Namespace {
+        remove_cgroup_parent(&parent);
+    }
+    code
+}
+
+/// Prints `results` and returns the exit status: 1 when a case failed.
+fn report(results: &[CaseResult], json: bool) -> ExitCode {
+    if json {
+        match serde_json::to_string(results) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("agent-workspace: cannot print the results: {e}"),
+        }
+    } else {
+        for result in results {
+            match &result.verdict {
+                Verdict::Passed => println!("{}: passed", result.name),
+                Verdict::Unsupported { reason } => {
+                    println!("{}: unsupported ({reason})", result.name);
+                }
+                Verdict::Failed { observed } => println!("{}: failed: {observed}", result.name),
+            }
+        }
+    }
+    let failed = results
+        .iter()
+        .any(|r| matches!(r.verdict, Verdict::Failed { .. }));
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Removes the kit's cgroup parent (its runs' cgroups are gone by now).
+fn remove_cgroup_parent(parent: &str) {
+    let removed = backend_namespace::cgroup::CgroupLayout::detect()
+        .map_err(|e| e.to_string())
+        .and_then(|layout| {
+            backend_namespace::cgroup::remove_parent(&layout, parent).map_err(|e| e.to_string())
+        });
+    if let Err(e) = removed {
+        eprintln!("agent-workspace: removing the kit's cgroups {parent}: {e}");
+    }
+}
