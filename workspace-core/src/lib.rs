@@ -45,6 +45,15 @@
 //! (finishing runs whose runner died) and [`runner`], which drives a run through
 //! all of them over a [`boundary::Stack`].
 //!
+//! **Plugging in a backend.** A backend is an implementation of one or more of
+//! the six boundary traits, swapped into a [`boundary::Stack`] (e.g. the facade's
+//! `namespace_stack`, with `stack.environment` replaced by your own). The
+//! conformance kit (`conformance`, feature `conformance`) then tells whether the
+//! composed stack keeps the promises of the contract: every case `passed`,
+//! `unsupported` by a declared capability, or `failed` with what it observed. The
+//! facade's `examples/vendor_backend.rs` does exactly that with an Environment
+//! boundary written outside this project.
+//!
 //! This crate has no backend, no Linux-only code and no `unsafe`.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
