@@ -57,6 +57,18 @@ fn created_with_an_edit(fixture: &CliFixture, check: &str) -> (String, String) {
     (run, digest)
 }
 
+/// `promote RUN --approved-by reviewer --sha256 DIGEST`.
+fn promote(fixture: &CliFixture, run: &str, digest: &str) -> std::process::Output {
+    fixture.agent_workspace(&[
+        "promote",
+        run,
+        "--approved-by",
+        "reviewer",
+        "--sha256",
+        digest,
+    ])
+}
+
 /// Nothing of a run is left under the runtime directory (the shared tree cache
 /// and the journals of finished runs stay, as after every run).
 fn assert_cleaned(fixture: &CliFixture) {
@@ -81,27 +93,13 @@ fn an_approved_patch_whose_check_passes_is_promoted_and_records_who_recorded_it(
     let (run, digest) = created_with_an_edit(&fixture, "test -f fix.txt");
 
     // Not a digest: one line, exit 2, and the run is still there to promote.
-    let out = fixture.agent_workspace(&[
-        "promote",
-        &run,
-        "--approved-by",
-        "reviewer",
-        "--sha256",
-        "not-a-digest",
-    ]);
+    let out = promote(&fixture, &run, "not-a-digest");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--sha256"), "{stderr}");
 
-    let out = fixture.agent_workspace(&[
-        "promote",
-        &run,
-        "--approved-by",
-        "reviewer",
-        "--sha256",
-        &digest,
-    ]);
+    let out = promote(&fixture, &run, &digest);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains(&format!("promoted {digest}")), "{stderr}");
@@ -124,14 +122,7 @@ fn an_approved_patch_whose_check_passes_is_promoted_and_records_who_recorded_it(
 fn a_check_that_edits_the_workspace_blocks_the_promotion_and_its_edit_is_not_in_the_patch() {
     let fixture = CliFixture::new("promote-sneaky");
     let (run, digest) = created_with_an_edit(&fixture, "echo sneaky >> fix.txt; exit 0");
-    let out = fixture.agent_workspace(&[
-        "promote",
-        &run,
-        "--approved-by",
-        "reviewer",
-        "--sha256",
-        &digest,
-    ]);
+    let out = promote(&fixture, &run, &digest);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("promotion refused"), "{stderr}");

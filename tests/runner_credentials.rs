@@ -57,20 +57,7 @@ fn files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
 async fn a_credential_reaches_the_command_and_its_value_never_the_evidence() {
     let f = Fixture::new("credentials");
     let token = format!("tok-{}-s3cr3t-value", std::process::id());
-    let mut stack = f.stack();
-    stack.identity = Arc::new(NamespaceIdentity::with_credential_source(Arc::new(
-        TestIssuer {
-            token: token.clone(),
-        },
-    )));
-    let runner = f.runner_with(stack);
-    let mut contract = f.contract();
-    contract.identity.credentials = vec![Credential {
-        name: "REVIEW_TOKEN".into(),
-        source: "test-issuer".into(),
-        ttl: DurationSpec::from_secs(600),
-        scope: vec!["repo:read".into()],
-    }];
+    let (runner, contract) = runner_with_token(&f, &token);
 
     let mut ws = runner
         .create(contract, CreateOptions::default())

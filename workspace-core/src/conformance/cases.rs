@@ -6,7 +6,7 @@ use super::Verdict;
 use super::fixture::{Fixture, PINNED_FILE, git};
 use crate::boundary::{CommandSpec, SourceRecord};
 use crate::contract::{IsolationLevel, PromotionTarget};
-use crate::runner::{CommandIo, CommandOutcome, CreateOptions, RunReport};
+use crate::runner::{CommandIo, CommandOutcome, CreateOptions, RunReport, Workspace};
 
 /// Runs case `name` on `fixture`.
 pub(super) async fn run(name: &str, fixture: &Fixture) -> Verdict {
@@ -53,6 +53,34 @@ fn isolation_declared(fixture: &Fixture) -> Option<Verdict> {
     })
 }
 
+/// A workspace of `contract`, sealed.
+async fn create(
+    fixture: &Fixture,
+    contract: crate::contract::Contract,
+) -> Result<Workspace, String> {
+    fixture
+        .runner
+        .create(contract, CreateOptions::default())
+        .await
+        .map_err(|e| format!("create: {}", crate::error_chain(&e)))
+}
+
+/// `script` in `workspace`, its output captured.
+async fn exec(workspace: &mut Workspace, script: &str) -> Result<CommandOutcome, String> {
+    workspace
+        .exec(&shell(script), CommandIo::captured())
+        .await
+        .map_err(|e| format!("exec: {}", crate::error_chain(&e)))
+}
+
+/// `workspace` finished: its report.
+async fn finish(workspace: Workspace) -> Result<RunReport, String> {
+    workspace
+        .finish()
+        .await
+        .map_err(|e| format!("finish: {}", crate::error_chain(&e)))
+}
+
 /// One run of `script` on the fixture's `HEAD`: its report and its command.
 async fn one_run(fixture: &Fixture, script: &str) -> Result<(RunReport, CommandOutcome), String> {
     let report = fixture
@@ -74,20 +102,10 @@ async fn one_run(fixture: &Fixture, script: &str) -> Result<(RunReport, CommandO
 
 /// The run gets exactly the pinned revision, not the repository's newer HEAD.
 async fn snapshot(fixture: &Fixture) -> Result<Verdict, String> {
-    let mut workspace = fixture
-        .runner
-        .create(fixture.contract(&fixture.first), CreateOptions::default())
-        .await
-        .map_err(|e| format!("create: {}", crate::error_chain(&e)))?;
+    let mut workspace = create(fixture, fixture.contract(&fixture.first)).await?;
     let recorded = workspace.source().map(|s| s.commit.clone());
-    let outcome = workspace
-        .exec(&shell(&format!("cat {PINNED_FILE}")), CommandIo::captured())
-        .await
-        .map_err(|e| format!("exec: {}", crate::error_chain(&e)))?;
-    let report = workspace
-        .finish()
-        .await
-        .map_err(|e| format!("finish: {}", crate::error_chain(&e)))?;
+    let outcome = exec(&mut workspace, &format!("cat {PINNED_FILE}")).await?;
+    let report = finish(workspace).await?;
     let seen = stdout_of(&report, &outcome);
     if recorded.as_deref() != Some(fixture.first.as_str()) {
         return failed(format!(
@@ -123,19 +141,12 @@ async fn path_scope(fixture: &Fixture) -> Result<Verdict, String> {
         written = written.display(),
         secret_file = outside.join("secret.txt").display(),
     );
-    let mut workspace = fixture
-        .runner
-        .create(fixture.contract("HEAD"), CreateOptions::default())
-        .await
-        .map_err(|e| format!("create: {}", crate::error_chain(&e)))?;
+    let mut workspace = create(fixture, fixture.contract("HEAD")).await?;
     let checkout = workspace
         .source()
         .map(|s: &SourceRecord| s.workspace.clone())
         .unwrap_or_default();
-    let outcome = workspace
-        .exec(&shell(&script), CommandIo::captured())
-        .await
-        .map_err(|e| format!("exec: {}", crate::error_chain(&e)))?;
+    let outcome = exec(&mut workspace, &script).await?;
     // Looked at while the run lives: its run directory goes at cleanup.
     let escaped: Vec<String> = checkout
         .ancestors()
@@ -145,10 +156,7 @@ async fn path_scope(fixture: &Fixture) -> Result<Verdict, String> {
         .filter(|path| path.exists())
         .map(|path| path.display().to_string())
         .collect();
-    let report = workspace
-        .finish()
-        .await
-        .map_err(|e| format!("finish: {}", crate::error_chain(&e)))?;
+    let report = finish(workspace).await?;
     if written.exists() {
         return failed(format!("the run wrote {} on the host", written.display()));
     }
@@ -223,15 +231,8 @@ async fn concurrency(fixture: &Fixture) -> Result<Verdict, String> {
 /// A workspace let go and taken up again (from its journal, as another
 /// process would) is the one it was: its files are there.
 async fn resume(fixture: &Fixture) -> Result<Verdict, String> {
-    let mut workspace = fixture
-        .runner
-        .create(fixture.contract("HEAD"), CreateOptions::default())
-        .await
-        .map_err(|e| format!("create: {}", crate::error_chain(&e)))?;
-    workspace
-        .exec(&shell("echo kept > resumed.txt"), CommandIo::captured())
-        .await
-        .map_err(|e| format!("exec: {}", crate::error_chain(&e)))?;
+    let mut workspace = create(fixture, fixture.contract("HEAD")).await?;
+    exec(&mut workspace, "echo kept > resumed.txt").await?;
     let detached = workspace
         .detach()
         .await
@@ -241,14 +242,8 @@ async fn resume(fixture: &Fixture) -> Result<Verdict, String> {
         .resume(&detached.run_id, CreateOptions::default())
         .await
         .map_err(|e| format!("resume: {}", crate::error_chain(&e)))?;
-    let read = workspace
-        .exec(&shell("cat resumed.txt"), CommandIo::captured())
-        .await
-        .map_err(|e| format!("exec after resume: {}", crate::error_chain(&e)))?;
-    let report = workspace
-        .finish()
-        .await
-        .map_err(|e| format!("finish: {}", crate::error_chain(&e)))?;
+    let read = exec(&mut workspace, "cat resumed.txt").await?;
+    let report = finish(workspace).await?;
     let seen = stdout_of(&report, &read);
     if seen.trim() != "kept" {
         return failed(format!(
@@ -316,19 +311,9 @@ async fn promotion(fixture: &Fixture) -> Result<Verdict, String> {
         ],
         timeout: None,
     }];
-    let mut workspace = fixture
-        .runner
-        .create(contract, CreateOptions::default())
-        .await
-        .map_err(|e| format!("create: {}", crate::error_chain(&e)))?;
-    workspace
-        .exec(&shell("echo changed >> pinned.txt"), CommandIo::captured())
-        .await
-        .map_err(|e| format!("exec: {}", crate::error_chain(&e)))?;
-    let report = workspace
-        .finish()
-        .await
-        .map_err(|e| format!("finish: {}", crate::error_chain(&e)))?;
+    let mut workspace = create(fixture, contract).await?;
+    exec(&mut workspace, "echo changed >> pinned.txt").await?;
+    let report = finish(workspace).await?;
     let patch_file = report.evidence.join("diff.patch");
     let patch = std::fs::read_to_string(&patch_file).map_err(|e| format!("diff.patch: {e}"))?;
     if !patch.contains("+changed") {
