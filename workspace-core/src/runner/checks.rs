@@ -7,23 +7,13 @@
 //! bound to a state nobody verified. The run's patch is the one taken before the
 //! first check: a check's own edits are never part of it.
 
-use std::collections::BTreeSet;
-
 use super::RunError;
 use super::execute::{CommandIo, describe_kill, millis};
+use super::export::Verified;
 use super::outcome::CommandOutcome;
-use super::patch_reading::sections;
+use super::patch_reading::changed_between;
 use super::workspace::Workspace;
-use crate::boundary::{CheckResult, CommandSpec, PatchExport};
-
-/// What the required checks verified.
-#[derive(Debug, Default)]
-pub(super) struct Verified {
-    /// One result per check that ran, in contract order.
-    pub checks: Vec<CheckResult>,
-    /// The patch taken before the first check: the run's patch.
-    pub patch: Option<PatchExport>,
-}
+use crate::boundary::{CheckResult, CommandSpec};
 
 impl Workspace {
     /// Runs the contract's required checks in the sealed workspace (see the
@@ -110,53 +100,4 @@ fn exit_failure(outcome: &CommandOutcome) -> Option<String> {
         return Some(describe_kill(killed));
     }
     (!outcome.succeeded()).then(|| format!("it ended with {}", outcome.exit.status))
-}
-
-/// The paths whose `diff --git` section differs between two patches (added,
-/// removed or changed), sorted.
-pub(super) fn changed_between(before: &[u8], after: &[u8]) -> Vec<String> {
-    let (before, after) = (sections(before), sections(after));
-    let mut changed = BTreeSet::new();
-    for (path, text) in &before {
-        if after.get(path) != Some(text) {
-            changed.insert(path.clone());
-        }
-    }
-    changed.extend(
-        after
-            .keys()
-            .filter(|path| !before.contains_key(*path))
-            .cloned(),
-    );
-    changed.into_iter().collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ONE: &str = "diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1 +1 @@\n-x\n+y\n";
-    const TWO: &str = "diff --git a/b c/d b/b c/d\nnew file mode 100644\n";
-
-    #[test]
-    fn the_same_patch_changes_nothing() {
-        let patch = format!("{ONE}{TWO}");
-        assert!(changed_between(patch.as_bytes(), patch.as_bytes()).is_empty());
-        assert!(changed_between(b"", b"").is_empty());
-    }
-
-    #[test]
-    fn an_edited_added_or_removed_section_names_its_path() {
-        let edited = ONE.replace("+y", "+y\n+sneaky");
-        let before = format!("{ONE}{TWO}");
-        assert_eq!(
-            changed_between(before.as_bytes(), format!("{edited}{TWO}").as_bytes()),
-            ["a"]
-        );
-        assert_eq!(
-            changed_between(ONE.as_bytes(), before.as_bytes()),
-            ["b c/d"]
-        );
-        assert_eq!(changed_between(before.as_bytes(), b""), ["a", "b c/d"]);
-    }
 }

@@ -1,7 +1,7 @@
 //! The end every run goes through: stop, export, clean up.
 
-use super::checks::Verified;
 use super::execute::millis;
+use super::export::Verified;
 use super::export::{ExportInputs, export_bundle};
 use super::leases::RunLeases;
 use super::outcome::{Outcome, RunReport};

@@ -14,7 +14,10 @@ use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use serde::{Deserialize, Serialize};
 
 use super::patch_reading::{binary_literals, sections};
-use super::scrub::MIN_REDACTED_LEN;
+
+/// Values (and forms of them) shorter than this are not looked for: they would
+/// match ordinary output.
+pub const MIN_REDACTED_LEN: usize = 8;
 
 /// How a credential's value was written where it was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -11,11 +11,19 @@ use crate::boundary::{
 };
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 
-use super::checks::changed_between;
 use super::credential_leaks::CredentialLeak;
 use super::outcome::Outcome;
-use super::patch_reading::withhold;
+use super::patch_reading::{changed_between, withhold};
 use super::scrub::Scrubber;
+
+/// What the required checks verified.
+#[derive(Debug, Default)]
+pub(super) struct Verified {
+    /// One result per check that ran, in contract order.
+    pub checks: Vec<CheckResult>,
+    /// The patch taken before the first check: the run's patch.
+    pub patch: Option<PatchExport>,
+}
 
 /// What a bundle is exported from, besides the boundaries and the outcome.
 pub(super) struct ExportInputs<'a> {

@@ -54,7 +54,7 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-pub use credential_leaks::{CredentialForm, CredentialLeak};
+pub use credential_leaks::{CredentialForm, CredentialLeak, MIN_REDACTED_LEN};
 pub use error::{RunError, RunErrorKind};
 pub use execute::{CommandIo, OutputSink};
 pub use export::PromotionOutcome;
@@ -64,7 +64,7 @@ pub use outcome::{CommandOutcome, Outcome, RunReport};
 pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
-pub use scrub::{MIN_REDACTED_LEN, Scrubber};
+pub use scrub::Scrubber;
 pub use services::{SERVICES_STATE_FILE, ServiceRecord, log_files};
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 

@@ -1,7 +1,7 @@
 //! Reading the git-style patches a promotion boundary exports: their `diff
 //! --git` sections by path, and what their `GIT binary patch` literals hold.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 /// Git's base85 alphabet.
@@ -69,6 +69,25 @@ fn spans(patch: &[u8]) -> Vec<(String, std::ops::Range<usize>)> {
         spans.push((section_path(&header), start..end));
     }
     spans
+}
+
+/// The paths whose `diff --git` section differs between two patches (added,
+/// removed or changed), sorted.
+pub(super) fn changed_between(before: &[u8], after: &[u8]) -> Vec<String> {
+    let (before, after) = (sections(before), sections(after));
+    let mut changed = BTreeSet::new();
+    for (path, text) in &before {
+        if after.get(path) != Some(text) {
+            changed.insert(path.clone());
+        }
+    }
+    changed.extend(
+        after
+            .keys()
+            .filter(|path| !before.contains_key(*path))
+            .cloned(),
+    );
+    changed.into_iter().collect()
 }
 
 /// The new path a section header (`a/OLD b/NEW`, either side quoted when it has
@@ -145,6 +164,31 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+
+    const ONE: &str = "diff --git a/a b/a\n--- a/a\n+++ b/a\n@@ -1 +1 @@\n-x\n+y\n";
+    const TWO: &str = "diff --git a/b c/d b/b c/d\nnew file mode 100644\n";
+
+    #[test]
+    fn the_same_patch_changes_nothing() {
+        let patch = format!("{ONE}{TWO}");
+        assert!(changed_between(patch.as_bytes(), patch.as_bytes()).is_empty());
+        assert!(changed_between(b"", b"").is_empty());
+    }
+
+    #[test]
+    fn an_edited_added_or_removed_section_names_its_path() {
+        let edited = ONE.replace("+y", "+y\n+sneaky");
+        let before = format!("{ONE}{TWO}");
+        assert_eq!(
+            changed_between(before.as_bytes(), format!("{edited}{TWO}").as_bytes()),
+            ["a"]
+        );
+        assert_eq!(
+            changed_between(ONE.as_bytes(), before.as_bytes()),
+            ["b c/d"]
+        );
+        assert_eq!(changed_between(before.as_bytes(), b""), ["a", "b c/d"]);
+    }
 
     #[test]
     fn a_withheld_section_keeps_its_header_and_the_others_stay_as_they_were() {

@@ -8,11 +8,8 @@
 //! becomes `[redacted:NAME]`. The output arrives in chunks, so a value cut by a
 //! chunk boundary is held back until the next chunk decides it.
 
-use super::credential_leaks::{CredentialLeak, Tracked, find_leaks};
+use super::credential_leaks::{CredentialLeak, MIN_REDACTED_LEN, Tracked, find_leaks};
 use crate::boundary::IssuedCredential;
-
-/// Values shorter than this are not redacted: they would match ordinary output.
-pub const MIN_REDACTED_LEN: usize = 8;
 
 /// Redacts the values of a run's credentials from one output stream.
 #[derive(Clone, Default)]

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::FinishOptions;
-use super::checks::Verified;
 use super::execute::{CommandIo, execute, millis};
+use super::export::Verified;
 use super::leases::{LEASES_STATE_FILE, LeasedNames, RunLeases};
 use super::observed::{AppliedEnvironment, ObservedRecord};
 use super::outcome::{CommandOutcome, RunReport};
