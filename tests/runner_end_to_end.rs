@@ -439,6 +439,12 @@ async fn a_toolchain_the_run_lacks_fails_closed_when_required_and_is_recorded_wh
     let observed = read_json(&report.evidence, "observed.json");
     let mismatches = observed["probe"]["mismatches"].to_string();
     assert!(mismatches.contains("git 999.1"), "{observed}");
+    // The limits as the kernel enforces them, read back from the cgroup files.
+    let limits = &observed["probe"]["facts"]["limits"];
+    let planned = &observed["environment"]["limits"];
+    assert_eq!(limits["pids_max"], planned["pids"], "{observed}");
+    assert!(limits["memory_bytes"].as_u64().unwrap() > 0, "{observed}");
+    assert_eq!(limits["cpu_quota_period_us"][1], 100_000, "{observed}");
     assert!(
         observed["probe"]["facts"]["toolchain"]
             .as_str()

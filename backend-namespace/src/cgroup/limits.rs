@@ -155,6 +155,122 @@ pub(crate) fn apply(
     Ok(())
 }
 
+/// The limits of a run as its cgroup files read now: what the kernel enforces,
+/// not what was asked for. `None`: that limit was not applied.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadLimits {
+    /// `memory.limit_in_bytes` / `memory.max`, in bytes (`None` when `max`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// `pids.max` (`None` when `max`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids_max: Option<u64>,
+    /// The cpu quota and period, in microseconds (`None` when unlimited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_quota_period_us: Option<(u64, u64)>,
+}
+
+impl AppliedLimits {
+    /// Reads each applied limit back from its cgroup file.
+    pub fn read_back(&self) -> Result<ReadLimits, CgroupError> {
+        let number = |path: PathBuf| -> Result<Option<u64>, CgroupError> {
+            let text = fsio::read(&path)?;
+            let text = text.trim();
+            if text == "max" || text == "-1" {
+                return Ok(None);
+            }
+            text.parse().map(Some).map_err(|_| CgroupError::Parse {
+                path,
+                expected: "a number or max",
+                found: text.to_owned(),
+            })
+        };
+        let mut read = ReadLimits::default();
+        if let Some(memory) = &self.memory {
+            read.memory_bytes = number(memory.path.join(match memory.hierarchy {
+                Hierarchy::V1 => "memory.limit_in_bytes",
+                Hierarchy::V2 => "memory.max",
+            }))?;
+        }
+        if let Some(pids) = &self.pids {
+            read.pids_max = number(pids.path.join("pids.max"))?;
+        }
+        if let Some(cpu) = &self.cpu {
+            read.cpu_quota_period_us = match cpu.hierarchy {
+                Hierarchy::V1 => number(cpu.path.join("cpu.cfs_quota_us"))?
+                    .zip(number(cpu.path.join("cpu.cfs_period_us"))?),
+                Hierarchy::V2 => {
+                    let path = cpu.path.join("cpu.max");
+                    let text = fsio::read(&path)?;
+                    let mut fields = text.split_whitespace();
+                    match (fields.next(), fields.next().and_then(|p| p.parse().ok())) {
+                        (Some("max"), _) => None,
+                        (Some(quota), Some(period)) => Some((
+                            quota.parse().map_err(|_| CgroupError::Parse {
+                                path: path.clone(),
+                                expected: "QUOTA PERIOD",
+                                found: text.trim().to_owned(),
+                            })?,
+                            period,
+                        )),
+                        _ => {
+                            return Err(CgroupError::Parse {
+                                path,
+                                expected: "QUOTA PERIOD",
+                                found: text.trim().to_owned(),
+                            });
+                        }
+                    }
+                }
+            };
+        }
+        Ok(read)
+    }
+
+    /// Where `read` (read back) differs from what was applied, one sentence
+    /// each. The kernel keeps memory caps in whole pages: a cap read back up to
+    /// one page lower is the same cap.
+    pub fn differences(&self, read: &ReadLimits) -> Vec<String> {
+        const PAGE: u64 = 4096;
+        let mut differences = Vec::new();
+        if let Some(memory) = &self.memory {
+            let kept = read
+                .memory_bytes
+                .is_some_and(|b| b <= memory.limit_bytes && b + PAGE > memory.limit_bytes);
+            if !kept {
+                differences.push(format!(
+                    "the memory cap reads {:?} in {}, {} bytes were applied",
+                    read.memory_bytes,
+                    memory.path.display(),
+                    memory.limit_bytes
+                ));
+            }
+        }
+        if let Some(pids) = &self.pids
+            && read.pids_max != Some(u64::from(pids.max))
+        {
+            differences.push(format!(
+                "pids.max reads {:?} in {}, {} was applied",
+                read.pids_max,
+                pids.path.display(),
+                pids.max
+            ));
+        }
+        if let Some(cpu) = &self.cpu
+            && read.cpu_quota_period_us != Some((cpu.quota_us, cpu.period_us))
+        {
+            differences.push(format!(
+                "the cpu quota reads {:?} in {}, {} us per {} us was applied",
+                read.cpu_quota_period_us,
+                cpu.path.display(),
+                cpu.quota_us,
+                cpu.period_us
+            ));
+        }
+        differences
+    }
+}
+
 /// Whether `limits` asks for a limit of `controller`.
 pub(crate) fn asks_for(limits: &ResolvedLimits, controller: Controller) -> bool {
     match controller {
@@ -167,6 +283,44 @@ pub(crate) fn asks_for(limits: &ResolvedLimits, controller: Controller) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_read_back_other_than_applied_is_named() {
+        let applied = AppliedLimits {
+            memory: Some(AppliedMemory {
+                hierarchy: Hierarchy::V1,
+                path: PathBuf::from("/cg/memory/run"),
+                limit_bytes: 100_000,
+                swap_capped: true,
+            }),
+            pids: Some(AppliedPids {
+                hierarchy: Hierarchy::V1,
+                path: PathBuf::from("/cg/pids/run"),
+                max: 64,
+            }),
+            cpu: Some(AppliedCpu {
+                hierarchy: Hierarchy::V2,
+                path: PathBuf::from("/cg/run"),
+                quota_us: 50_000,
+                period_us: 100_000,
+            }),
+        };
+        // Rounded down to a page by the kernel: the same cap.
+        let kept = ReadLimits {
+            memory_bytes: Some(98_304),
+            pids_max: Some(64),
+            cpu_quota_period_us: Some((50_000, 100_000)),
+        };
+        assert_eq!(applied.differences(&kept), Vec::<String>::new());
+        let lost = ReadLimits {
+            memory_bytes: None,
+            pids_max: Some(128),
+            cpu_quota_period_us: None,
+        };
+        let differences = applied.differences(&lost);
+        assert_eq!(differences.len(), 3, "{differences:?}");
+        assert!(differences[0].contains("/cg/memory/run"), "{differences:?}");
+    }
 
     #[test]
     fn cgroup_cpu_quota_maps_millis_to_microseconds() {

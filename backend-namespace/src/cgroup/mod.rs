@@ -68,7 +68,7 @@ use serde::{Deserialize, Serialize};
 pub use error::CgroupError;
 pub use kill::KillMethod;
 pub use layout::{CgroupLayout, Placement};
-pub use limits::{AppliedCpu, AppliedLimits, AppliedMemory, AppliedPids};
+pub use limits::{AppliedCpu, AppliedLimits, AppliedMemory, AppliedPids, ReadLimits};
 pub use paths::{leaked_paths, remove_parent, run_processes};
 pub use run::RunCgroup;
 

@@ -269,6 +269,10 @@ impl ProcessBoundary for NamespaceProcess {
         let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
         let result = blocking("sealing the run", move || {
             let sealed = seal::prepare(&run_c, &plan_c, &options)?;
+            let expected = observe::Expected {
+                mount_points: sealed.mount_points.clone(),
+                ..expected
+            };
             match probe::probe(&sealed, &expected, options.probe_timeout) {
                 Ok(observed) => Ok((sealed, observed)),
                 Err(e) => {
@@ -280,6 +284,19 @@ impl ProcessBoundary for NamespaceProcess {
         .await;
         let (sealed, mut observed) = result.map_err(|e| e.into_boundary(OP))?;
         observed.previews = sealed.previews.clone();
+        // The limits as the kernel enforces them, read back from the cgroup files.
+        let applied = sealed.cgroup.applied();
+        match applied.read_back() {
+            Ok(read) => {
+                observed.mismatches.extend(applied.differences(&read));
+                observed
+                    .facts
+                    .insert("limits".into(), serde_json::json!(read));
+            }
+            Err(e) => observed
+                .mismatches
+                .push(format!("the run's limits could not be read back: {e}")),
+        }
         observed.facts.insert(
             "handover".into(),
             serde_json::json!(

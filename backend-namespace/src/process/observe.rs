@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use workspace_core::boundary::ObservedBoundary;
+use workspace_core::mount_plan::MountPoint;
 
 /// The line the probe's shell runs for a declared toolchain: the version line of
 /// its program (the first word of `environment.runtime.toolchain`, e.g. `rustc
@@ -40,6 +41,9 @@ pub struct Expected {
     /// The declared toolchain (`environment.runtime.toolchain`), whose program's
     /// version line the probe records.
     pub toolchain: Option<String>,
+    /// Every mount point of the applied plan, with whether it must be read-only
+    /// ([`MountPlan::mount_points`](workspace_core::mount_plan::MountPlan::mount_points)).
+    pub mount_points: Vec<MountPoint>,
 }
 
 /// Parses the probe's output into facts (`uid`, `gid`, `cap_eff`, `cap_prm`,
@@ -112,6 +116,17 @@ pub fn parse(output: &str) -> BTreeMap<String, Value> {
             .collect()
     };
     facts.insert("interfaces".into(), json!(words("interfaces")));
+    facts.insert("absent".into(), json!(words("absent")));
+    let namespaces: BTreeMap<String, Value> = lines("namespaces")
+        .iter()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (kind, run, host) = (fields.next()?, fields.next()?, fields.next()?);
+            Some((kind.to_owned(), json!({ "run": run, "host": host })))
+        })
+        .collect();
+    facts.insert("namespaces".into(), json!(namespaces));
+    facts.insert("cgroups".into(), json!(words("cgroups")));
     if let Some(count) = lines("process_count")
         .first()
         .and_then(|c| c.trim().parse::<u64>().ok())
@@ -188,13 +203,23 @@ pub fn compare(facts: &BTreeMap<String, Value>, expected: &Expected) -> Vec<Stri
             ));
         }
     }
-    match facts.get("cap_eff").and_then(Value::as_str) {
-        Some(caps) if u64::from_str_radix(caps, 16) == Ok(0) => {}
-        other => mismatches.push(format!(
-            "effective capabilities are {}, expected none (0)",
-            other.unwrap_or("unknown")
-        )),
+    for (name, set) in [
+        ("cap_eff", "effective"),
+        ("cap_prm", "permitted"),
+        ("cap_bnd", "bounding"),
+    ] {
+        match facts.get(name).and_then(Value::as_str) {
+            Some(caps) if u64::from_str_radix(caps, 16) == Ok(0) => {}
+            other => mismatches.push(format!(
+                "{set} capabilities are {}, expected none (0)",
+                other.unwrap_or("unknown")
+            )),
+        }
     }
+    for map in ["uid_map", "gid_map"] {
+        mismatches.extend(host_root_mapped(facts, map));
+    }
+    mismatches.extend(shared_namespaces(facts));
     for (name, want, what) in [
         ("no_new_privs", 1, "no_new_privs"),
         ("seccomp", 2, "seccomp mode (2 = filter)"),
@@ -239,6 +264,86 @@ pub fn compare(facts: &BTreeMap<String, Value>, expected: &Expected) -> Vec<Stri
     }
     mismatches.extend(toolchain_mismatch(facts, expected.toolchain.as_deref()));
     mismatches.extend(mount_mismatches(facts));
+    mismatches.extend(plan_mismatches(facts, &expected.mount_points));
+    mismatches
+}
+
+/// A range of `map` (`inside outside count`, as the host reads it) that maps an
+/// id of the run to host root.
+fn host_root_mapped(facts: &BTreeMap<String, Value>, map: &str) -> Option<String> {
+    let lines = facts.get(map).and_then(Value::as_array)?;
+    lines.iter().filter_map(Value::as_str).find_map(|line| {
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        let [inside, outside, count] = fields[..] else {
+            return Some(format!(
+                "{map} has a line that does not read as a range: {line:?}"
+            ));
+        };
+        (outside == 0 && count > 0)
+            .then(|| format!("{map} maps id {inside} of the run to host root ({line:?})"))
+    })
+}
+
+/// Each namespace the run shares with the runner (or that could not be read).
+fn shared_namespaces(facts: &BTreeMap<String, Value>) -> Vec<String> {
+    let Some(namespaces) = facts.get("namespaces").and_then(Value::as_object) else {
+        return vec!["the probe saw no namespaces".to_owned()];
+    };
+    if namespaces.is_empty() {
+        return vec!["the probe saw no namespaces".to_owned()];
+    }
+    namespaces
+        .iter()
+        .filter_map(|(kind, ids)| {
+            let run = ids.get("run").and_then(Value::as_str).unwrap_or("unknown");
+            let host = ids.get("host").and_then(Value::as_str).unwrap_or("unknown");
+            if run == "unknown" {
+                Some(format!("the run's {kind} namespace could not be read"))
+            } else {
+                (run == host).then(|| format!("the run shares the host's {kind} namespace ({run})"))
+            }
+        })
+        .collect()
+}
+
+/// Each mount point of the applied plan read back from the run's mount table:
+/// there (or, for a part of the kernel's `/proc` or `/sys`, absent from this
+/// kernel), and mounted `ro` where the plan leaves it read-only (the last mount
+/// at a target is the one the run sees).
+fn plan_mismatches(facts: &BTreeMap<String, Value>, points: &[MountPoint]) -> Vec<String> {
+    let mounts: Vec<(&str, Vec<&str>)> = facts
+        .get("mounts")
+        .and_then(Value::as_array)
+        .map(|mounts| {
+            mounts
+                .iter()
+                .map(|m| {
+                    let field = |name: &str| m.get(name).and_then(Value::as_str).unwrap_or("");
+                    (field("target"), field("options").split(',').collect())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let absent: Vec<&str> = facts
+        .get("absent")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut mismatches = Vec::new();
+    for point in points {
+        let target = point.target.as_str();
+        match mounts.iter().rev().find(|(at, _)| *at == target) {
+            None if point.kernel_part && absent.contains(&target) => {}
+            None => mismatches.push(format!("{target} is not mounted, the plan mounts it")),
+            Some((_, options)) if point.read_only && !options.contains(&"ro") => {
+                mismatches.push(format!("{target} is writable, the plan makes it read-only"));
+            }
+            Some(_) => {}
+        }
+    }
     mismatches
 }
 
@@ -292,6 +397,9 @@ NoNewPrivs:\t1
 Seccomp:\t2
 @@uid_map
       1000     101000          1
+@@namespaces
+net net:[4026532001] net:[4026531840]
+user user:[4026532002] user:[4026531837]
 @@hostname
 run-1
 @@interfaces
@@ -319,6 +427,7 @@ rustc 1.95.0 (59807616e 2026-11-20)
             hostname: "run-1".into(),
             env_names: BTreeSet::from(["PATH".to_owned(), "HOME".to_owned()]),
             toolchain: None,
+            mount_points: Vec::new(),
         }
     }
 
@@ -376,6 +485,69 @@ rustc 1.95.0 (59807616e 2026-11-20)
         assert!(
             none.iter().any(|m| m.contains("no mount table")),
             "{none:#?}"
+        );
+    }
+
+    #[test]
+    fn a_namespace_shared_with_the_host_is_a_mismatch() {
+        let shared = GOOD.replace("net net:[4026532001]", "net net:[4026531840]");
+        let mismatches = observe(&shared, &expected()).mismatches;
+        assert_eq!(
+            mismatches,
+            ["the run shares the host's net namespace (net:[4026531840])"]
+        );
+        let unread = GOOD.replace("net net:[4026532001]", "net unknown");
+        let mismatches = observe(&unread, &expected()).mismatches;
+        assert_eq!(mismatches, ["the run's net namespace could not be read"]);
+    }
+
+    #[test]
+    fn a_map_to_host_root_is_a_mismatch() {
+        let facts = |line: &str| BTreeMap::from([("uid_map".to_owned(), json!([line]))]);
+        assert_eq!(host_root_mapped(&facts("1000 101000 1"), "uid_map"), None);
+        let root = host_root_mapped(&facts("0 0 1"), "uid_map").unwrap_or_default();
+        assert!(root.contains("host root"), "{root}");
+        assert!(host_root_mapped(&facts("0 0 4294967295"), "uid_map").is_some());
+        assert!(host_root_mapped(&facts("garbage"), "uid_map").is_some());
+    }
+
+    #[test]
+    fn the_plan_is_read_back_from_the_mount_table() {
+        let point = |target: &str, read_only, kernel_part| MountPoint {
+            target: target.into(),
+            read_only,
+            kernel_part,
+        };
+        let facts = BTreeMap::from([
+            (
+                "mounts".to_owned(),
+                json!([
+                    {"target": "/workspace", "options": "rw,nosuid", "fstype": "overlay"},
+                    {"target": "/workspace/migrations", "options": "rw,nosuid", "fstype": "overlay"},
+                    {"target": "/workspace/migrations", "options": "ro,nosuid", "fstype": "overlay"},
+                    {"target": "/usr", "options": "rw,nosuid", "fstype": "ext4"},
+                ]),
+            ),
+            ("absent".to_owned(), json!(["/proc/kcore"])),
+        ]);
+        let points = [
+            point("/workspace", false, false),
+            point("/workspace/migrations", true, false),
+            point("/proc/kcore", true, true),
+        ];
+        assert_eq!(plan_mismatches(&facts, &points), Vec::<String>::new());
+        let broken = [
+            point("/usr", true, false),
+            point("/workspace/secrets", true, false),
+            point("/proc/keys", true, true),
+        ];
+        assert_eq!(
+            plan_mismatches(&facts, &broken),
+            [
+                "/usr is writable, the plan makes it read-only",
+                "/workspace/secrets is not mounted, the plan mounts it",
+                "/proc/keys is not mounted, the plan mounts it",
+            ]
         );
     }
 

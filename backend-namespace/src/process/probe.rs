@@ -27,6 +27,9 @@ use super::observe::{self, Expected};
 use super::seal::{Sealed, pipe};
 use crate::spawn::{Sandbox, SpawnError, SpawnedChild, join};
 
+/// The namespaces a run must have of its own.
+const NAMESPACES: [&str; 7] = ["user", "mnt", "pid", "net", "uts", "ipc", "cgroup"];
+
 /// The keys of `/proc/<pid>/status` the observation keeps.
 const STATUS_KEYS: [&str; 7] = [
     "Uid:",
@@ -89,6 +92,7 @@ pub(crate) fn probe(
         });
     };
     let mut text = from_host(shell, &sealed.sandbox);
+    text.push_str(&absent_section(shell, &expected.mount_points));
     let mut stdin = std::fs::File::from(stdin_write);
     if let Some(line) = observe::toolchain_line(expected.toolchain.as_deref()) {
         // A shell that is gone fails the write; its output then lacks the line.
@@ -128,6 +132,24 @@ pub(crate) fn probe(
     Ok(observed)
 }
 
+/// The parts of the kernel's `/proc` and `/sys` the plan covers that the run's
+/// own procfs and sysfs do not have (this kernel lacks them), looked up from the
+/// host through `/proc/<pid>/root` (fresh kernel file systems: no link of the
+/// run's on the way).
+fn absent_section(pid: u32, points: &[workspace_core::mount_plan::MountPoint]) -> String {
+    let mut section = String::from("@@absent\n");
+    for point in points.iter().filter(|p| p.kernel_part) {
+        let inside = format!("/proc/{pid}/root{}", point.target);
+        if let Err(e) = std::fs::symlink_metadata(&inside)
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            section.push_str(&point.target);
+            section.push('\n');
+        }
+    }
+    section
+}
+
 /// What the host reads of process `pid` of the sandbox, as the sections
 /// [`observe::parse`] reads (a section that cannot be read stays empty, which
 /// the comparison reports).
@@ -154,6 +176,24 @@ fn from_host(pid: u32, sandbox: &Sandbox) -> String {
     sections.insert("gid_map", gid_map);
     let hostname = in_sandbox::hostname(sandbox).unwrap_or_default();
     sections.insert("hostname", format!("{hostname}\n"));
+    // Each namespace of the run beside the runner's own: `KIND RUN HOST`.
+    sections.insert(
+        "namespaces",
+        NAMESPACES
+            .iter()
+            .map(|kind| {
+                let link = |path: String| {
+                    std::fs::read_link(path)
+                        .map(|l| l.to_string_lossy().into_owned())
+                        .unwrap_or_else(|_| "unknown".into())
+                };
+                let run = link(format!("{proc}/ns/{kind}"));
+                let host = link(format!("/proc/self/ns/{kind}"));
+                format!("{kind} {run} {host}\n")
+            })
+            .collect(),
+    );
+    sections.insert("cgroups", text("cgroup"));
     sections.insert(
         "interfaces",
         text("net/dev")

@@ -112,6 +112,9 @@ pub(crate) struct Sealed {
     pub(crate) mount_plan_sha256: String,
     /// The published ports' host ends, as bound.
     pub(crate) previews: Vec<PreviewEndpoint>,
+    /// The applied plan's mount points, with whether each is read-only (what
+    /// the probe reads back).
+    pub(crate) mount_points: Vec<workspace_core::mount_plan::MountPoint>,
 }
 
 /// The host ids of the run's identity.
@@ -197,6 +200,7 @@ pub(crate) fn prepare(
         source,
     })?;
     let spec = RunSpec::new(run, plan, mount_plan.workdir.clone());
+    let mount_points = mount_plan.mount_points();
     let mount_plan_sha256 =
         workspace_core::digest::sha256_hex(&serde_json::to_vec(&mount_plan).unwrap_or_default());
     let init = cgroup
@@ -246,6 +250,7 @@ pub(crate) fn prepare(
         handover,
         mount_plan_sha256,
         previews,
+        mount_points,
     })
 }
 
@@ -341,6 +346,7 @@ pub(crate) fn adopt(
         handover: Vec::new(),
         mount_plan_sha256: saved.mount_plan_sha256,
         previews: saved.previews,
+        mount_points: Vec::new(),
     }))
 }
 
@@ -370,6 +376,8 @@ pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
         hostname: run.run_id.to_string(),
         env_names,
         toolchain: run.contract.environment.runtime.toolchain.clone(),
+        // Known once the plan is built (`prepare`).
+        mount_points: Vec::new(),
     }
 }
 

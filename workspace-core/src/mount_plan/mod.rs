@@ -36,7 +36,7 @@ mod build;
 mod types;
 
 pub use build::{HostLayout, PlanInputs, SystemEntry};
-pub use types::{MountAction, MountPlan, MountStep, Reason};
+pub use types::{MountAction, MountPlan, MountPoint, MountStep, Reason};
 
 #[cfg(test)]
 mod tests;

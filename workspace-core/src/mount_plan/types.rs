@@ -133,4 +133,53 @@ impl MountPlan {
     pub fn steps_for(&self, reason: Reason) -> impl Iterator<Item = &MountStep> {
         self.steps.iter().filter(move |step| step.reason == reason)
     }
+
+    /// Every target the plan mounts something at, once, with whether the last
+    /// step there leaves it read-only: what a probe reads back from the run's
+    /// mount table (a target must be a mount point; one left read-only must be
+    /// mounted `ro`).
+    pub fn mount_points(&self) -> Vec<MountPoint> {
+        let mut points: Vec<MountPoint> = Vec::new();
+        for step in &self.steps {
+            let read_only = match &step.action {
+                MountAction::Bind { read_only, .. } | MountAction::Rebind { read_only } => {
+                    *read_only
+                }
+                MountAction::Mask { .. } | MountAction::RemountReadOnly | MountAction::Sysfs => {
+                    true
+                }
+                MountAction::Overlay { .. }
+                | MountAction::Tmpfs { .. }
+                | MountAction::Proc
+                | MountAction::Devpts
+                | MountAction::Device { .. } => false,
+                MountAction::Symlink { .. } | MountAction::File { .. } => continue,
+            };
+            // A part of the kernel's /proc or /sys that this kernel does not
+            // have is not there to be covered.
+            let kernel_part = matches!(step.reason, Reason::Proc | Reason::Sys)
+                && !matches!(step.action, MountAction::Proc | MountAction::Sysfs);
+            match points.iter_mut().find(|p| p.target == step.target) {
+                Some(point) => point.read_only = read_only,
+                None => points.push(MountPoint {
+                    target: step.target.clone(),
+                    read_only,
+                    kernel_part,
+                }),
+            }
+        }
+        points
+    }
+}
+
+/// A target the plan mounts something at ([`MountPlan::mount_points`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountPoint {
+    /// The absolute path inside.
+    pub target: String,
+    /// Whether the last step there leaves it read-only.
+    pub read_only: bool,
+    /// A part of the kernel's `/proc` or `/sys` (a kernel may not have it; then
+    /// there is nothing to mount over).
+    pub kernel_part: bool,
 }
