@@ -70,6 +70,7 @@ pub fn probe_request(fixture: &Fixture, role: &str, arg: &str) -> SpawnRequest {
 pub fn probe_argv() -> Vec<String> {
     [
         PROBE,
+        "--ignored",
         "--exact",
         "attack_probe_role",
         "--nocapture",
