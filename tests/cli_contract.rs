@@ -4,10 +4,14 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// `agent-workspace ARGS` in the project directory, its runtime directory (what
+/// `--backend` sets up) a temporary one.
 fn agent_workspace(args: &[&str]) -> Output {
+    let runtime = tempfile::tempdir().expect("a runtime directory");
     Command::new(env!("CARGO_BIN_EXE_agent-workspace"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("AGENT_WORKSPACE_RUNTIME_DIR", runtime.path())
         .output()
         .expect("run agent-workspace")
 }
@@ -125,6 +129,32 @@ fn a_file_with_three_kinds_of_mistake_gets_three_lines_from_check_and_from_run()
         let prefix = format!("agent-workspace: --contract {file}: {want}");
         assert!(line.starts_with(&prefix), "{line:?} is not {want:?}");
     }
+}
+
+#[test]
+fn check_against_a_backend_lists_what_it_cannot_keep() {
+    // The shipped PostgreSQL example runs on the namespace backend as shipped.
+    let out = agent_workspace(&[
+        "contract",
+        "check",
+        "examples/contracts/postgres.toml",
+        "--backend",
+        "namespace",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("kept by the namespace backend"), "{stdout}");
+    // The design's example asks for what this backend cannot keep: each is named.
+    let out = agent_workspace(&["contract", "check", EXAMPLE, "--backend", "namespace"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("environment.limits.disk: "), "{stderr}");
+    assert!(stderr.contains("identity.credentials: "), "{stderr}");
 }
 
 #[test]

@@ -5,7 +5,10 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use workspace_core::contract::{Contract, ContractError};
+use workspace_core::runner::RunErrorKind;
 
+use super::backend::Backend;
+use super::host::HostArgs;
 use super::{BadInput, EXIT_BAD_INPUT};
 
 #[derive(Debug, Subcommand)]
@@ -15,14 +18,18 @@ pub(crate) enum ContractCommand {
     Check {
         /// The contract file.
         file: PathBuf,
+        /// Also check it against this backend's stack: list every setting it
+        /// cannot keep (what `run` would refuse before creating anything).
+        #[arg(long, value_enum)]
+        backend: Option<Backend>,
     },
     /// Print the JSON Schema of a contract.
     Schema,
 }
 
-pub(crate) fn run(command: ContractCommand) -> ExitCode {
+pub(crate) fn run(command: ContractCommand, host: &HostArgs) -> ExitCode {
     match command {
-        ContractCommand::Check { file } => check(&file),
+        ContractCommand::Check { file, backend } => check(&file, backend, host),
         ContractCommand::Schema => match serde_json::to_string_pretty(&Contract::json_schema()) {
             Ok(schema) => {
                 println!("{schema}");
@@ -36,7 +43,7 @@ pub(crate) fn run(command: ContractCommand) -> ExitCode {
     }
 }
 
-fn check(file: &Path) -> ExitCode {
+fn check(file: &Path, backend: Option<Backend>, host: &HostArgs) -> ExitCode {
     let shown = file.display();
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
@@ -53,10 +60,17 @@ fn check(file: &Path) -> ExitCode {
     } else {
         Contract::from_toml(&text)
     };
+    let parsed = match (parsed, backend) {
+        (Ok(contract), Some(backend)) => kept_by(contract, backend, host),
+        (parsed, _) => parsed,
+    };
     match parsed {
         Ok(contract) => {
+            let kept = backend
+                .map(|b| format!(", kept by the {} backend", b.name()))
+                .unwrap_or_default();
             println!(
-                "{shown}: valid {} contract for {} at {}",
+                "{shown}: valid {} contract for {} at {}{kept}",
                 serde_json::to_value(contract.shape)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
@@ -80,6 +94,34 @@ fn check(file: &Path) -> ExitCode {
             eprintln!("{shown}: {err}");
             ExitCode::from(EXIT_BAD_INPUT)
         }
+    }
+}
+
+/// `contract` if `backend`'s stack (and the runner) can keep every setting of
+/// it, else every setting it cannot keep, as problems.
+fn kept_by(
+    contract: Contract,
+    backend: Backend,
+    host: &HostArgs,
+) -> Result<Contract, ContractError> {
+    let unsupported = |message: String| {
+        let mut problems = workspace_core::contract::Problems::new();
+        problems.push("--backend", message);
+        ContractError::Invalid { problems }
+    };
+    if backend == Backend::Container {
+        return Err(unsupported(
+            "the container backend is not available yet; use --backend namespace".into(),
+        ));
+    }
+    let runner = super::session::runner(host, None)
+        .map_err(|_| unsupported("the namespace backend cannot be set up on this host".into()))?;
+    match runner.check(&contract) {
+        Ok(()) => Ok(contract),
+        Err(RunErrorKind::Unsupported(problems) | RunErrorKind::InvalidContract(problems)) => {
+            Err(ContractError::Invalid { problems })
+        }
+        Err(other) => Err(unsupported(workspace_core::error_chain(&other))),
     }
 }
 

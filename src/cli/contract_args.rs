@@ -9,16 +9,8 @@ use workspace_core::contract::{
 };
 
 use super::BadInput;
+use super::backend::Backend;
 use super::contract::load_contract;
-
-/// The isolation backend of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Backend {
-    /// Linux namespaces, cgroups and seccomp, embedded (the default).
-    Namespace,
-    /// An OCI runtime (crun, runc, youki).
-    Container,
-}
 
 /// The network of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -1,6 +1,7 @@
 //! Command-line interface: argument parsing and dispatch. Each subcommand lives in
 //! its own file and returns the process exit code.
 
+mod backend;
 mod check_host;
 mod conformance;
 mod contract;
@@ -109,7 +110,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Export(args) => export::run(args, &cli.host),
         Command::Destroy(args) => destroy::run(args, &cli.host),
         Command::Promote(args) => promote::run(args, &cli.host),
-        Command::Contract(command) => contract::run(command),
+        Command::Contract(command) => contract::run(command, &cli.host),
         Command::Verify(args) => verify::run(&args),
         Command::Ls(args) => ls::run(&args, &cli.host),
         Command::Suspend(args) => suspend::suspend(args, &cli.host),
