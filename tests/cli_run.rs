@@ -270,3 +270,82 @@ fn bad_input_exits_2_with_one_line_and_leaves_nothing_behind() {
         expect_bad_input(&fixture, args, names);
     }
 }
+
+#[test]
+fn the_shipped_payments_contract_runs_as_shipped_on_a_repository_that_has_what_it_names() {
+    let fixture = CliFixture::new("payments-example");
+    let repo = fixture.repo();
+    for (path, content) in [
+        (".env.example", "API_URL=http://127.0.0.1:43117\n"),
+        (
+            "migrations/0001_init.sql",
+            "create table refunds (id int);\n",
+        ),
+        (
+            "tests/fixtures/refunds_partial_capture.json",
+            "{\"captured\": 1001}\n",
+        ),
+        ("Cargo.lock", "# a lockfile\n"),
+        ("src/refunds/mod.rs", "pub fn round() {}\n"),
+    ] {
+        let file = repo.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, content).unwrap();
+    }
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "payments-api layout"]);
+    let contract = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/contracts/payments-api-1842.toml"
+    );
+    let token = format!("sandbox-token-{}-value", std::process::id());
+    let out = fixture
+        .command()
+        .args(["run", "--contract", contract, "--repo"])
+        .arg(&repo)
+        .args(["--rev", "HEAD", "--evidence"])
+        .arg(fixture.evidence())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "test -n \"$PAYMENTS_SANDBOX_TOKEN\" && ! echo x > migrations/x \
+             && echo fixed >> src/refunds/mod.rs",
+        ])
+        .env("PAYMENTS_SANDBOX_TOKEN", &token)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let (_, evidence) = summary(&out);
+    fixture.assert_verifies(&evidence);
+    let source: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("source.json")).unwrap()).unwrap();
+    let pinned: Vec<&str> = source["pinned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        pinned,
+        ["tests/fixtures/refunds_partial_capture.json", "Cargo.lock"]
+    );
+    let patch = std::fs::read_to_string(evidence.join("diff.patch")).unwrap();
+    assert!(patch.contains("+fixed"), "{patch}");
+    // Without the token in the environment, the run says which variable is missing.
+    let out = fixture
+        .command()
+        .args(["run", "--contract", contract, "--repo"])
+        .arg(&repo)
+        .args(["--rev", "HEAD", "--", "true"])
+        .env_remove("PAYMENTS_SANDBOX_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("no variable PAYMENTS_SANDBOX_TOKEN"),
+        "{stderr}"
+    );
+}

@@ -52,6 +52,13 @@ pub(crate) fn runner(host: &HostArgs, evidence: Option<PathBuf>) -> Result<Runne
         );
         ExitCode::from(EXIT_RUNNER_FAILED)
     })?;
+    // Credentials come from the invoking environment, by name (`env:NAME`).
+    let mut stack = stack;
+    stack.identity = Arc::new(
+        backend_namespace::identity::NamespaceIdentity::with_credential_source(Arc::new(
+            agent_workspace::HostEnvCredentials,
+        )),
+    );
     let capacity = host_capacity(host);
     let config = RunnerConfig::new(dirs.runtime, evidence.unwrap_or(dirs.evidence));
     Ok(Runner::with_admission(stack, config, Arc::new(capacity)))
