@@ -631,7 +631,11 @@ async fn a_check_that_edits_what_it_verifies_fails_and_its_edit_is_not_in_the_pa
     let promotion = read_json(&report.evidence, "promotion.json");
     assert_eq!(promotion["result"], "refused", "{promotion}");
     let reason = promotion["reason"].as_str().unwrap();
-    assert!(reason.contains("changed after the patch"), "{reason}");
+    assert!(
+        reason
+            .contains("required check \"sneaky\" failed: it changed the workspace it verified: x"),
+        "{reason}"
+    );
     assert_eq!(report.outcome.failure, None);
 }
 

@@ -20,7 +20,7 @@ pub(crate) struct PromoteArgs {
     approved_by: Vec<String>,
     /// The sha256 of the patch being approved, as `export` printed it: an approval
     /// of another patch does not count.
-    #[arg(long, value_name = "DIGEST")]
+    #[arg(long, value_name = "DIGEST", requires = "approved_by")]
     sha256: Option<String>,
     /// Print a JSON summary on stdout instead of the summary line.
     #[arg(long)]

@@ -127,7 +127,12 @@ impl PromotionBoundary for WorktreePromotion {
             let export = export_run(&repo, &source, &contract)?;
             match promotion.target {
                 PromotionTarget::Patch => {
+                    // A promoted patch is what a person applies: the checks and the
+                    // approval the contract asks for are both bound to its digest.
                     require_checks(promotion, &request, &export.patch_sha256)
+                        .and_then(|()| {
+                            require_approval(promotion, &request.approvals, &export.patch_sha256)
+                        })
                         .map_err(boundary_error("promote patch", changed_files_root(&source)))?;
                     Ok(PromotionRecord {
                         patch_sha256: export.patch_sha256,

@@ -76,12 +76,14 @@ pub(super) async fn execute(
     io: CommandIo,
     (cancel, scrubber): (&CancellationToken, &Scrubber),
 ) -> Result<CommandOutcome, RunErrorKind> {
-    let mut recorder = evidence.start_command(CommandStart::now(spec.argv.clone(), &spec.cwd))?;
+    // The command line is a record too: a credential in it is redacted there.
+    let argv: Vec<String> = spec.argv.iter().map(|a| scrubber.redact(a)).collect();
+    let mut recorder = evidence.start_command(CommandStart::now(argv.clone(), &spec.cwd))?;
     let seq = recorder.seq();
     let started = Instant::now();
     let outcome = |exit: ExitRecord, error: Option<String>| CommandOutcome {
         seq,
-        argv: spec.argv.clone(),
+        argv: argv.clone(),
         exit,
         duration_ms: millis(started.elapsed()),
         error,
@@ -120,7 +122,7 @@ pub(super) async fn execute(
             return Ok(outcome(exit, None));
         }
     };
-    tracing::info!(run_id = %run.run_id, seq, argv = ?spec.argv, "command started");
+    tracing::info!(run_id = %run.run_id, seq, ?argv, "command started");
 
     let to_file = |file: &mut std::fs::File| {
         file.try_clone()

@@ -63,6 +63,22 @@ pub enum PromotionOutcome {
     },
 }
 
+/// Withholds from `patch` every file that holds a value of `scrubber`'s
+/// credentials (its digest follows); returns what was found.
+pub(super) fn withhold_leaks(patch: &mut PatchExport, scrubber: &Scrubber) -> Vec<CredentialLeak> {
+    let leaks = scrubber.leaks_in(&patch.patch);
+    if !leaks.is_empty() {
+        let paths: Vec<&str> = leaks.iter().map(|leak| leak.path.as_str()).collect();
+        patch.patch = withhold(
+            &patch.patch,
+            &paths,
+            "it holds the value of a credential the run was given",
+        );
+        patch.patch_sha256 = crate::digest::sha256_hex(&patch.patch);
+    }
+    leaks
+}
+
 /// Exports the changes (when there is a checkout), the checks, the approvals, the
 /// promotion (when `promote` carries approvals), the outcome and a copy of the
 /// journal, then seals the bundle. Every step is attempted even when an earlier one
@@ -105,22 +121,9 @@ pub(super) async fn export_bundle(
                     }
                     None => now,
                 };
-                outcome.credential_leaks = scrubber.leaks_in(&patch.patch);
-                if !outcome.credential_leaks.is_empty() {
-                    // The evidence is shared with reviewers: it must not carry the
-                    // values either.
-                    let paths: Vec<&str> = outcome
-                        .credential_leaks
-                        .iter()
-                        .map(|leak| leak.path.as_str())
-                        .collect();
-                    patch.patch = withhold(
-                        &patch.patch,
-                        &paths,
-                        "it holds the value of a credential the run was given",
-                    );
-                    patch.patch_sha256 = crate::digest::sha256_hex(&patch.patch);
-                }
+                // The evidence is shared with reviewers: it must not carry the
+                // values either.
+                outcome.credential_leaks = withhold_leaks(&mut patch, scrubber);
                 outcome.patch_sha256 = Some(patch.patch_sha256.clone());
                 outcome.changed_paths = patch.changes.len();
                 if let Err(e) = evidence.write_bytes(EvidenceFile::Diff, &patch.patch) {
@@ -158,9 +161,22 @@ pub(super) async fn export_bundle(
                 leaks: outcome.credential_leaks.clone(),
             })
         }
-        (Some(_), ..) if drift.is_some() => Some(PromotionOutcome::Refused {
-            reason: drift.clone().unwrap_or_default(),
-        }),
+        (Some(_), ..) if drift.is_some() => {
+            // Name the check that did it, when one did.
+            let culprit = checks.iter().find(|c| !c.changed_paths.is_empty());
+            let reason = match culprit {
+                Some(check) => format!(
+                    "required check {:?} failed: {}",
+                    check.name,
+                    check
+                        .failure
+                        .as_deref()
+                        .unwrap_or("it changed the workspace")
+                ),
+                None => drift.clone().unwrap_or_default(),
+            };
+            Some(PromotionOutcome::Refused { reason })
+        }
         (Some(approvals), Some(source), Some(digest)) => {
             let request = PromotionRequest {
                 patch_sha256: digest.clone(),

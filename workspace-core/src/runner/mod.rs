@@ -35,6 +35,7 @@ mod error;
 mod execute;
 mod export;
 mod http;
+mod identity_store;
 mod leases;
 mod observed;
 mod outcome;
@@ -339,14 +340,21 @@ impl Runner {
     /// while the patch is taken, so no `exec` changes the checkout meanwhile).
     pub async fn export_patch(&self, run_id: &RunId) -> Result<PatchExport, RunError> {
         let parked = resume::Parked::take(&self.inner.config, run_id)?;
-        let patch = self
+        let mut patch = self
             .inner
             .stack
             .promotion
             .export(&parked.run, &parked.stored.source)
             .await
             .map_err(|e| RunError::refused(run_id, e.into()))?;
+        // What holds a credential of the run is withheld here as in the evidence:
+        // the digest printed is the one its evidence will have.
+        let identity = identity_store::load(&parked.run.run_dir)
+            .map_err(|kind| RunError::refused(run_id, kind))?;
         drop(parked); // releases the journal
+        if let Some(identity) = identity {
+            export::withhold_leaks(&mut patch, &Scrubber::new(&identity.credentials));
+        }
         Ok(patch)
     }
 

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use super::RunnerConfig;
 use super::export::{ExportInputs, export_bundle};
+use super::identity_store;
 use super::outcome::Outcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::scrub::Scrubber;
@@ -106,6 +107,19 @@ impl RecoveryHooks for StackRecovery {
                 run.found_in.name()
             )],
         };
+        // The credentials its processes held, kept with the run: none of their
+        // values may reach the evidence of a recovered run either.
+        let credentials = match identity_store::load(&paths.run_dir) {
+            Ok(identity) => identity.map(|i| i.credentials).unwrap_or_default(),
+            Err(e) => {
+                outcome.errors.push(format!(
+                    "reading the run's credentials to keep them out of its evidence: {}",
+                    crate::error_chain(&e)
+                ));
+                Vec::new()
+            }
+        };
+        let scrubber = Scrubber::new(&credentials);
         export_bundle(
             self.stack.promotion.as_ref(),
             &context,
@@ -114,9 +128,7 @@ impl RecoveryHooks for StackRecovery {
                 source: source.as_ref(),
                 checks: &[],
                 verified: None,
-                // Its credentials died with its runner: there is nothing to
-                // look for (a recovered run is never promoted).
-                scrubber: &Scrubber::default(),
+                scrubber: &scrubber,
                 promote: None,
                 journal: &paths.journal,
             },

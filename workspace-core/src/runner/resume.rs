@@ -31,8 +31,8 @@ impl Parked {
     pub(super) fn take(config: &RunnerConfig, run_id: &RunId) -> Result<Self, RunError> {
         let refuse = |kind| RunError::refused(run_id, kind);
         let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
-        let (life, _torn) = Lifecycle::recover(&paths.journal, run_id.clone(), config.timeouts)
-            .map_err(|e| refuse(e.into()))?;
+        let (life, _torn) =
+            take_journal(&paths.journal, run_id, config.timeouts).map_err(|e| refuse(e.into()))?;
         if !matches!(life.state(), State::Suspended | State::Detached) {
             return Err(refuse(RunErrorKind::NotSuspended {
                 state: life.state().name(),
@@ -51,6 +51,32 @@ impl Parked {
             stored,
             run,
         })
+    }
+}
+
+/// How long a journal that reads as held is tried again before it counts as
+/// owned: a fork anywhere in this process shares every open file with the child
+/// until it execs or closes them, the journal's lock with them, for a moment.
+const HELD_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The run's journal, taken over; a moment's `Held` is waited out, a live owner
+/// (which holds it for longer than [`HELD_WAIT`]) is not.
+fn take_journal(
+    journal: &std::path::Path,
+    run_id: &RunId,
+    timeouts: crate::lifecycle::Timeouts,
+) -> Result<(Lifecycle, Option<crate::journal::TornTail>), crate::lifecycle::LifecycleError> {
+    let deadline = std::time::Instant::now() + HELD_WAIT;
+    loop {
+        match Lifecycle::recover(journal, run_id.clone(), timeouts) {
+            Err(crate::lifecycle::LifecycleError::Open {
+                source: crate::journal::JournalError::Held { .. },
+                ..
+            }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            taken => return taken,
+        }
     }
 }
 

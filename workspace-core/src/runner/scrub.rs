@@ -63,6 +63,19 @@ impl Scrubber {
         find_leaks(patch, &self.credentials)
     }
 
+    /// `text` with every value redacted, on its own (not part of a stream): what
+    /// a record of the run (a command line) shows.
+    pub fn redact(&self, text: &str) -> String {
+        let mut scrubber = Self {
+            secrets: self.secrets.clone(),
+            credentials: Vec::new(),
+            pending: Vec::new(),
+        };
+        let mut out = scrubber.feed(text.as_bytes());
+        out.extend(scrubber.finish());
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
     /// Whether there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
@@ -125,6 +138,16 @@ mod tests {
         }
         out.extend(s.finish());
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_command_line_is_redacted_on_its_own() {
+        let s = scrubber();
+        assert_eq!(
+            s.redact("curl -H 'token: tok-1234567890'"),
+            "curl -H 'token: [redacted:TOKEN]'"
+        );
+        assert_eq!(s.redact("abc"), "abc");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::RunErrorKind;
+use super::identity_store::IDENTITY_STATE_FILE;
 use super::leases::LEASES_STATE_FILE;
 use super::paths::FILESYSTEM_STATE_FILE;
 
@@ -55,7 +56,11 @@ pub(super) fn write_state(path: &Path, value: &impl Serialize) -> Result<(), Run
 /// Removes the runner's own files in the run directory, then the directory if it
 /// is empty. Anything a boundary left there is reported, never removed blindly.
 pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
-    for name in [FILESYSTEM_STATE_FILE, LEASES_STATE_FILE] {
+    for name in [
+        FILESYSTEM_STATE_FILE,
+        LEASES_STATE_FILE,
+        IDENTITY_STATE_FILE,
+    ] {
         match std::fs::remove_file(run_dir.join(name)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::FinishOptions;
 use super::execute::{CommandIo, execute, millis};
 use super::export::Verified;
+use super::identity_store;
 use super::leases::{LEASES_STATE_FILE, LeasedNames, RunLeases};
 use super::observed::{AppliedEnvironment, ObservedRecord};
 use super::outcome::{CommandOutcome, RunReport};
@@ -209,11 +210,26 @@ impl Workspace {
     }
 
     /// The plans to attach with: the environment with the run's variables and
-    /// the identity prepared again (credentials are issued anew).
+    /// the run's identity, as it was sealed.
     async fn attach_plan(&self, environment: EnvironmentPlan) -> Result<SealPlan, RunErrorKind> {
         let stack = self.runner.stack().clone();
-        let identity = Self::prepare_identity(stack.identity.as_ref(), &self.run).await?;
+        let identity = Self::run_identity(stack.identity.as_ref(), &self.run).await?;
         self.seal_plan(self.with_run_vars(environment), identity)
+    }
+
+    /// The run's identity: as kept since it was first sealed (its credentials are
+    /// issued once, and its processes hold those values), else prepared by the
+    /// identity boundary now and kept.
+    async fn run_identity(
+        identity: &dyn IdentityBoundary,
+        run: &RunContext,
+    ) -> Result<IdentityPlan, RunErrorKind> {
+        if let Some(kept) = identity_store::load(&run.run_dir)? {
+            return Ok(kept);
+        }
+        let prepared = Self::prepare_identity(identity, run).await?;
+        identity_store::store(&run.run_dir, &prepared)?;
+        Ok(prepared)
     }
 
     /// Adds what a resume inherited to `resumes` in `source.json`.
@@ -242,7 +258,7 @@ impl Workspace {
     }
 
     /// Attaches a detached run to its live sandbox: capacity and leases again,
-    /// the environment and identity prepared again (credentials are issued anew),
+    /// the environment prepared again and the identity it was sealed with,
     /// then the process boundary takes the sandbox over. A sandbox that is gone is
     /// not pretended to be there: the run goes through `Provisioning(Resumed)`
     /// (the checkout re-verified) and is sealed again, as after a suspend.
@@ -351,7 +367,7 @@ impl Workspace {
         let stack = self.runner.stack().clone();
         let cancel = self.cancel.clone();
         self.life.start_services()?;
-        let identity = Self::prepare_identity(stack.identity.as_ref(), &self.run).await?;
+        let identity = Self::run_identity(stack.identity.as_ref(), &self.run).await?;
         self.scrubber = Scrubber::new(&identity.credentials);
         let plan = self.seal_plan(environment.clone(), identity.clone())?;
         let filesystem = plan.filesystem.clone();
@@ -547,7 +563,7 @@ impl Workspace {
         let process = self.runner.stack().process.clone();
         let started = self
             .services
-            .start_background(process.as_ref(), &self.run, command)
+            .start_background(process.as_ref(), &self.run, command, &self.scrubber)
             .await;
         started.map_err(|kind| self.error(kind))
     }

@@ -167,11 +167,23 @@ async fn promotion_boundary_patch_target_writes_no_ref() {
     let run = run_context(&fx, PromotionTarget::Patch);
     let source = source_record(&fx);
     let export = boundary.export(&run, &source).await.unwrap();
-    let request = PromotionRequest {
+    let mut request = PromotionRequest {
         patch_sha256: export.patch_sha256.clone(),
         checks: vec![check("test", true, &export.patch_sha256)],
         approvals: vec![],
     };
+    // A promoted patch needs the approval the contract asks for, of this digest.
+    let refused = boundary.promote(&run, &source, &request).await.unwrap_err();
+    assert!(refused.to_string().contains("promote patch"), "{refused}");
+    let approval = |digest: &str| ApprovalRecord {
+        approver: "reviewer".into(),
+        patch_sha256: digest.into(),
+        at_unix_ms: 1,
+        recorded_by: None,
+    };
+    request.approvals = vec![approval(&"0".repeat(64))];
+    assert!(boundary.promote(&run, &source, &request).await.is_err());
+    request.approvals = vec![approval(&export.patch_sha256)];
     let record = boundary.promote(&run, &source, &request).await.unwrap();
     assert_eq!(record.review_ref, None);
     assert_eq!(record.patch_sha256, export.patch_sha256);

@@ -127,7 +127,9 @@ impl Services {
         process: &dyn ProcessBoundary,
         run: &RunContext,
         command: &CommandSpec,
+        scrubber: &Scrubber,
     ) -> Result<String, RunErrorKind> {
+        let argv: Vec<String> = command.argv.iter().map(|a| scrubber.redact(a)).collect();
         let taken = self
             .records
             .iter()
@@ -148,7 +150,7 @@ impl Services {
         let now = unix_ms_now();
         self.records.push(ServiceRecord {
             name: name.clone(),
-            argv: command.argv.clone(),
+            argv: argv.clone(),
             probe: "none (started with exec --detach)".into(),
             started_unix_ms: now,
             ready_unix_ms: Some(now),
@@ -159,7 +161,7 @@ impl Services {
         });
         self.running.push((self.records.len() - 1, execution));
         self.save(&run.run_dir)?;
-        tracing::info!(run_id = %run.run_id, %name, argv = ?command.argv, "background command started");
+        tracing::info!(run_id = %run.run_id, %name, ?argv, "background command started");
         Ok(name)
     }
 
