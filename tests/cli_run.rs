@@ -14,7 +14,11 @@ use support::git;
 
 /// The summary line (the last line on stderr) and the evidence directory it names.
 fn summary(out: &Output) -> (String, PathBuf) {
-    let stderr = text(&out.stderr);
+    summary_of(&text(&out.stderr))
+}
+
+/// [`summary`] of a stderr already read.
+fn summary_of(stderr: &str) -> (String, PathBuf) {
     let line = stderr.lines().last().expect("a summary line").to_owned();
     assert!(line.starts_with("agent-workspace: run run-"), "{stderr}");
     let (_, dir) = line
@@ -348,4 +352,135 @@ fn the_shipped_payments_contract_runs_as_shipped_on_a_repository_that_has_what_i
         stderr.contains("no variable PAYMENTS_SANDBOX_TOKEN"),
         "{stderr}"
     );
+}
+
+/// Starts `run -- sh -c SCRIPT MARK` with its stdout piped, waits until it
+/// printed `started`, sends the CLI `signal` and returns its exit status, stdout
+/// and stderr.
+fn interrupted_run(
+    fixture: &CliFixture,
+    extra: &[&str],
+    script: &str,
+    mark: &str,
+    signal: &str,
+) -> (Option<i32>, String, String) {
+    let repo = fixture.repo();
+    let evidence = fixture.evidence();
+    let mut args: Vec<&str> = extra.to_vec();
+    args.extend(["run", "--repo", repo.to_str().unwrap()]);
+    args.extend(["--evidence", evidence.to_str().unwrap()]);
+    interrupted(fixture, &args, script, mark, signal)
+}
+
+/// `agent-workspace ARGS -- sh -c SCRIPT MARK`, sent `signal` once it printed
+/// `started`: its exit status, stdout and stderr.
+fn interrupted(
+    fixture: &CliFixture,
+    args: &[&str],
+    script: &str,
+    mark: &str,
+    signal: &str,
+) -> (Option<i32>, String, String) {
+    use std::io::{BufRead, Read};
+    let mut child = fixture
+        .command()
+        .args(args)
+        .args(["--", "sh", "-c", script, mark])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("started") {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "no start: {seen}");
+        seen.push_str(&line);
+    }
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("sh")
+        .args(["-c", &format!("kill -{signal} \"$1\""), "kill", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    stdout.read_to_string(&mut seen).unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    (status.code(), seen, stderr)
+}
+
+#[test]
+fn sigterm_ends_the_run_cleanly_after_the_commands_own_trap_and_exits_143() {
+    let fixture = CliFixture::new("sigterm");
+    let mark = support::marker("sigterm");
+    let script = "trap 'echo trapped; exit 0' TERM; echo started; while :; do sleep 0.1; done";
+    let (status, stdout, stderr) = interrupted_run(&fixture, &[], script, &mark, "TERM");
+    assert_eq!(status, Some(143), "{stderr}");
+    // The command's own handler ran in its grace period.
+    assert!(stdout.contains("trapped"), "{stdout}");
+    assert!(
+        stderr.contains("terminated; stopping the command"),
+        "{stderr}"
+    );
+    let (_, evidence) = summary_of(&stderr);
+    fixture.assert_verifies(&evidence);
+    let outcome: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("outcome.json")).unwrap()).unwrap();
+    assert_eq!(
+        outcome["commands"][0]["exit"]["killed"], "cancelled",
+        "{outcome}"
+    );
+    assert!(
+        support::processes_with(&mark).is_empty(),
+        "the command outlived its run"
+    );
+    let runs: Vec<_> = std::fs::read_dir(fixture.runtime().join("runs"))
+        .unwrap()
+        .collect();
+    assert!(runs.is_empty(), "{runs:?}");
+}
+
+#[test]
+fn a_command_that_ignores_the_signal_is_killed_after_the_grace_and_ctrl_c_exits_130() {
+    let fixture = CliFixture::new("sigint");
+    let mark = support::marker("sigint");
+    let script = "trap '' TERM INT; echo started; while :; do sleep 0.1; done";
+    let (status, _, stderr) =
+        interrupted_run(&fixture, &["--stop-grace", "1"], script, &mark, "INT");
+    assert_eq!(status, Some(130), "{stderr}");
+    let (_, evidence) = summary_of(&stderr);
+    fixture.assert_verifies(&evidence);
+    assert!(
+        support::processes_with(&mark).is_empty(),
+        "the command outlived its run"
+    );
+}
+
+#[test]
+fn an_interrupted_exec_exits_143_and_the_workspace_lives_on() {
+    let fixture = CliFixture::new("exec-sigterm");
+    let repo = fixture.repo();
+    let out = fixture.agent_workspace(&["create", "--repo", repo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let run = text(&out.stdout).trim().to_owned();
+    let mark = support::marker("exec-sigterm");
+    let script = "trap 'echo trapped; exit 3' TERM; echo started; while :; do sleep 0.1; done";
+    let (status, stdout, stderr) = interrupted(&fixture, &["exec", &run], script, &mark, "TERM");
+    assert_eq!(status, Some(143), "{stderr}");
+    assert!(stdout.contains("trapped"), "{stdout}");
+    assert!(
+        support::processes_with(&mark).is_empty(),
+        "the command outlived its exec"
+    );
+    // Only the command was stopped: the workspace takes the next one.
+    let out = fixture.agent_workspace(&["exec", &run, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }

@@ -9,7 +9,7 @@ use workspace_core::runner::CreateOptions;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
 use super::run::refuse;
-use super::session::{bad_input, block_on, cancel_on_ctrl_c, runner};
+use super::session::{bad_input, block_on, cancel_on_signals, runner};
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
@@ -40,7 +40,8 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
         }
         let options = CreateOptions {
             run_id: None,
-            cancel: Some(cancel_on_ctrl_c()),
+            cancel: Some(cancel_on_signals()),
+            cancel_grace: Some(host.stop_grace()),
             observer: super::progress::on_terminal(),
         };
         let workspace = match runner.create(contract, options).await {

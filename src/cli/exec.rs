@@ -3,11 +3,11 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use workspace_core::boundary::CommandSpec;
+use workspace_core::boundary::{CommandSpec, KillCause};
 use workspace_core::runner::{CommandIo, CreateOptions};
 
 use super::host::HostArgs;
-use super::session::{cancel_on_ctrl_c, on_run};
+use super::session::{cancel_on_signals, interrupted_status, on_run};
 use super::summary::report_run_error;
 use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
@@ -48,7 +48,8 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
         let options = CreateOptions {
             run_id: None,
-            cancel: Some(cancel_on_ctrl_c()),
+            cancel: Some(cancel_on_signals()),
+            cancel_grace: Some(host.stop_grace()),
             observer: super::progress::on_terminal(),
         };
         let mut workspace = match runner.resume(&run_id, options).await {
@@ -70,6 +71,11 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         let outcome = workspace.exec(&command, io).await;
         let detached = workspace.detach().await;
         match (outcome, detached) {
+            // Interrupted: 130 or 143, as a shell reports it, whatever the
+            // command's own end in its grace period was.
+            (Ok(outcome), Ok(_)) if outcome.exit.killed == Some(KillCause::Cancelled) => {
+                ExitCode::from(interrupted_status())
+            }
             (Ok(outcome), Ok(_)) => {
                 let status = outcome.shell_status().clamp(0, 255);
                 ExitCode::from(u8::try_from(status).unwrap_or(EXIT_RUNNER_FAILED))

@@ -31,9 +31,24 @@ pub(crate) struct HostArgs {
         env = "AGENT_WORKSPACE_CAPACITY_SLOTS"
     )]
     capacity_slots: Option<u32>,
+    /// On Ctrl-C or SIGTERM, how long the running command gets to stop after
+    /// its own SIGTERM before its whole tree is killed, in seconds.
+    #[arg(
+        long,
+        global = true,
+        value_name = "SECONDS",
+        env = "AGENT_WORKSPACE_STOP_GRACE",
+        default_value_t = 10
+    )]
+    stop_grace: u64,
 }
 
 impl HostArgs {
+    /// How long a command gets to stop when the run is interrupted.
+    pub(crate) fn stop_grace(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.stop_grace)
+    }
+
     /// The runtime and evidence directories, with the flags applied.
     pub(crate) fn dirs(&self) -> HostDirs {
         let mut dirs = HostDirs::from_env();

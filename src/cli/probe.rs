@@ -13,7 +13,7 @@ use workspace_core::runner::{CreateOptions, ObservedRecord, Runner};
 use super::BadInput;
 use super::contract_args::{ContractArgs, one_line};
 use super::host::HostArgs;
-use super::session::{bad_input, block_on, cancel_on_ctrl_c, runner};
+use super::session::{bad_input, block_on, cancel_on_signals, runner};
 
 #[derive(Debug, Args)]
 pub(crate) struct ProbeArgs {
@@ -73,10 +73,12 @@ pub(crate) fn run(args: ProbeArgs, host: &HostArgs) -> ExitCode {
 }
 
 async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {
-    let cancel = cancel_on_ctrl_c();
+    let cancel = cancel_on_signals();
     let options = CreateOptions {
         run_id: None,
         cancel: Some(cancel),
+        // The probe runs no command of its own.
+        cancel_grace: None,
         observer: None,
     };
     let summary = match runner.create(contract, options).await {

@@ -11,7 +11,7 @@ use super::EXIT_BAD_INPUT;
 use super::contract_args::ContractArgs;
 pub(crate) use super::contract_args::one_line;
 use super::host::HostArgs;
-use super::session::{bad_input, block_on, cancel_on_ctrl_c, runner};
+use super::session::{bad_input, block_on, cancel_on_signals, runner};
 use super::summary::{report_run_error, report_summary};
 
 #[derive(Debug, Args)]
@@ -60,7 +60,8 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         };
         let options = CreateOptions {
             run_id: None,
-            cancel: Some(cancel_on_ctrl_c()),
+            cancel: Some(cancel_on_signals()),
+            cancel_grace: Some(host.stop_grace()),
             observer: super::progress::on_terminal(),
         };
         match runner.run(contract, &command, io, options).await {

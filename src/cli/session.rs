@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 use tokio_util::sync::CancellationToken;
 use workspace_core::RunId;
 use workspace_core::runner::{Runner, RunnerConfig};
@@ -64,17 +66,50 @@ pub(crate) fn runner(host: &HostArgs, evidence: Option<PathBuf>) -> Result<Runne
     Ok(Runner::with_admission(stack, config, Arc::new(capacity)))
 }
 
-/// A token cancelled by Ctrl-C.
-pub(crate) fn cancel_on_ctrl_c() -> CancellationToken {
+/// The signal that interrupted this process (`SIGINT` or `SIGTERM`), 0 before one
+/// came.
+static INTERRUPTED_BY: AtomicI32 = AtomicI32::new(0);
+
+/// The exit status of a run or command this process ended because it was
+/// interrupted: 128 + the signal, as a shell reports it (130 for Ctrl-C, 143 for
+/// SIGTERM).
+pub(crate) fn interrupted_status() -> u8 {
+    match INTERRUPTED_BY.load(Ordering::Relaxed) {
+        0 => 130,
+        signal => u8::try_from(128 + signal).unwrap_or(130),
+    }
+}
+
+/// A token cancelled by Ctrl-C (`SIGINT`) or `SIGTERM` (what CI, systemd,
+/// `timeout` and `docker stop` send): the run's command gets `SIGTERM` and the
+/// grace of `--stop-grace`, then its tree is killed; the evidence is exported.
+pub(crate) fn cancel_on_signals() -> CancellationToken {
+    use tokio::signal::unix::{SignalKind, signal};
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("agent-workspace: interrupted; stopping the run and exporting its evidence");
-            on_signal.cancel();
-        }
+        let (Ok(mut interrupt), Ok(mut terminate)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            eprintln!("agent-workspace: cannot watch for SIGINT and SIGTERM");
+            return;
+        };
+        let (signal, name) = tokio::select! {
+            _ = interrupt.recv() => (libc_signal::SIGINT, "interrupted"),
+            _ = terminate.recv() => (libc_signal::SIGTERM, "terminated"),
+        };
+        INTERRUPTED_BY.store(signal, Ordering::Relaxed);
+        eprintln!("agent-workspace: {name}; stopping the command and exporting the evidence");
+        on_signal.cancel();
     });
     cancel
+}
+
+/// The two signal numbers, without a crate for them.
+mod libc_signal {
+    pub(super) const SIGINT: i32 = 2;
+    pub(super) const SIGTERM: i32 = 15;
 }
 
 /// Runs `body` with a runner over the host's directories and the run named on

@@ -11,6 +11,7 @@ use workspace_core::lifecycle::FailureCause;
 use workspace_core::runner::{CredentialLeak, RunError, RunReport};
 
 use super::EXIT_RUNNER_FAILED;
+use super::session::interrupted_status;
 
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
@@ -108,11 +109,13 @@ impl Summary {
 /// was cancelled (Ctrl-C); 125 when the run failed before its command.
 pub(crate) fn exit_code(report: &RunReport) -> u8 {
     match report.last_command() {
-        Some(command) if command.exit.killed == Some(KillCause::Cancelled) => 130,
+        Some(command) if command.exit.killed == Some(KillCause::Cancelled) => interrupted_status(),
         Some(command) => {
             u8::try_from(command.shell_status().clamp(0, 255)).unwrap_or(EXIT_RUNNER_FAILED)
         }
-        None if matches!(report.outcome.failure, Some(FailureCause::Cancelled)) => 130,
+        None if matches!(report.outcome.failure, Some(FailureCause::Cancelled)) => {
+            interrupted_status()
+        }
         None => EXIT_RUNNER_FAILED,
     }
 }

@@ -74,7 +74,7 @@ pub(super) async fn execute(
     evidence: &EvidenceWriter,
     spec: &CommandSpec,
     io: CommandIo,
-    (cancel, scrubber): (&CancellationToken, &Scrubber),
+    (cancel, grace, scrubber): (&CancellationToken, Option<Duration>, &Scrubber),
 ) -> Result<CommandOutcome, RunErrorKind> {
     // The command line is a record too: a credential in it is redacted there.
     let argv: Vec<String> = spec.argv.iter().map(|a| scrubber.redact(a)).collect();
@@ -154,10 +154,17 @@ pub(super) async fn execute(
     let waited = tokio::select! {
         waited = execution.wait() => waited,
         () = cancel.cancelled() => {
-            tracing::info!(run_id = %run.run_id, seq, "cancelling the command");
-            match execution.kill(KillCause::Cancelled).await {
-                Ok(()) => execution.wait().await,
-                Err(error) => Err(error),
+            tracing::info!(run_id = %run.run_id, seq, ?grace, "cancelling the command");
+            match grace {
+                // Asked to stop first: it ends as it ends, killed after the grace.
+                Some(grace) => execution.terminate(grace).await.map(|exit| ExitRecord {
+                    killed: Some(KillCause::Cancelled),
+                    ..exit
+                }),
+                None => match execution.kill(KillCause::Cancelled).await {
+                    Ok(()) => execution.wait().await,
+                    Err(error) => Err(error),
+                },
             }
         }
     };

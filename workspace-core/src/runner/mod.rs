@@ -109,6 +109,10 @@ pub struct CreateOptions {
     /// Cancels the run from outside (e.g. on Ctrl-C): a waiting, provisioning or
     /// running run fails with cause `cancelled`, and is still exported and cleaned.
     pub cancel: Option<CancellationToken>,
+    /// How a command running when the run is cancelled ends: `Some(grace)` sends
+    /// it `SIGTERM` (its own handler runs) and kills its whole tree after
+    /// `grace`; `None` kills the tree at once.
+    pub cancel_grace: Option<std::time::Duration>,
     /// Told about every lifecycle transition, after it is journaled (progress).
     pub observer: Option<TransitionObserver>,
 }
@@ -127,6 +131,7 @@ impl std::fmt::Debug for CreateOptions {
         f.debug_struct("CreateOptions")
             .field("run_id", &self.run_id)
             .field("cancel", &self.cancel)
+            .field("cancel_grace", &self.cancel_grace)
             .field("observer", &self.observer.is_some())
             .finish()
     }
@@ -272,6 +277,7 @@ impl Runner {
             started,
             started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
+            cancel_grace: options.cancel_grace,
             scrubber: Scrubber::default(),
             services: Services::default(),
             concluded: false,
@@ -320,6 +326,7 @@ impl Runner {
             started: Instant::now(),
             started_unix_ms: stored.started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
+            cancel_grace: options.cancel_grace,
             scrubber: Scrubber::default(),
             services: Services::default(),
             concluded: false,

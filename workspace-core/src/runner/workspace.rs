@@ -53,6 +53,9 @@ pub struct Workspace {
     pub(super) started: Instant,
     pub(super) started_unix_ms: u64,
     pub(super) cancel: CancellationToken,
+    /// How a running command ends on a cancel (see
+    /// [`CreateOptions::cancel_grace`](super::CreateOptions::cancel_grace)).
+    pub(super) cancel_grace: Option<Duration>,
     /// Redacts the run's credential values from command output.
     pub(super) scrubber: Scrubber,
     /// The run's services.
@@ -585,7 +588,7 @@ impl Workspace {
             &self.evidence,
             command,
             io,
-            (&self.cancel, &self.scrubber),
+            (&self.cancel, self.cancel_grace, &self.scrubber),
         )
         .await?;
         self.life.finish()?;
