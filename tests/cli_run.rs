@@ -484,3 +484,24 @@ fn an_interrupted_exec_exits_143_and_the_workspace_lives_on() {
     let out = fixture.agent_workspace(&["destroy", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+#[test]
+fn a_debian_userland_inside_has_its_alternatives_loader_cache_and_certificates() {
+    for tool in ["/etc/alternatives/awk", "/etc/alternatives/which"] {
+        assert!(
+            std::path::Path::new(tool).exists(),
+            "this test needs {tool} on the host (Debian packages mawk and debianutils)"
+        );
+    }
+    let fixture = CliFixture::new("userland");
+    let out = fixture.run(&[
+        "--",
+        "sh",
+        "-c",
+        "awk 'BEGIN { print \"awk works\" }' && which sh && test -s /etc/ld.so.cache \
+         && test -d /etc/ssl/certs && test ! -e /etc/ssl/private && test ! -e /etc/shadow",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("awk works") && stdout.contains("/usr/bin/sh"), "{stdout}");
+}

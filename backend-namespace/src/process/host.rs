@@ -10,8 +10,21 @@ use super::error::ProcessError;
 pub const SYSTEM_PATHS: [&str; 7] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
 ];
-/// Host files under `/etc` passed through read-only when present.
-pub const ETC_PATHS: [&str; 3] = ["/etc/resolv.conf", "/etc/ssl/certs", "/etc/ca-certificates"];
+/// Host files under `/etc` passed through read-only when present (and not
+/// symlinks): what a toolchain needs of a Debian userland. `alternatives` is
+/// where `cc`, `awk`, `which`, `editor` and friends point; the dynamic loader's
+/// cache and configuration find multiarch libraries; the CA certificates and
+/// OpenSSL's configuration; the resolver's file. Never `/etc/ssl/private`.
+pub const ETC_PATHS: [&str; 8] = [
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/ca-certificates",
+    "/etc/resolv.conf",
+];
 
 /// What this host offers: each of [`SYSTEM_PATHS`] that exists, as a directory to
 /// bind or a symlink to recreate (looked at with `symlink_metadata`, never
@@ -58,7 +71,12 @@ pub(crate) fn probe_under(root: &Path) -> Result<HostLayout, ProcessError> {
     }
     let etc = ETC_PATHS
         .into_iter()
-        .filter(|path| std::fs::symlink_metadata(root.join(&path[1..])).is_ok())
+        // A symlink would be followed by the bind to wherever it points: only
+        // real files and directories are passed through.
+        .filter(|path| {
+            std::fs::symlink_metadata(root.join(&path[1..]))
+                .is_ok_and(|meta| meta.is_file() || meta.is_dir())
+        })
         .map(PathBuf::from)
         .collect();
     Ok(HostLayout { system, etc })
