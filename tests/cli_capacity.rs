@@ -124,7 +124,19 @@ fn a_second_run_waits_for_the_first_and_ls_shows_both() {
     assert!(holds[0].contains(first_id.as_str().unwrap()), "{table}");
 
     let first = finish(first);
-    let second = finish(second);
+    let out = second.wait_with_output().expect("wait for the second run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // It said, whatever the terminal, for what it waited and behind whom.
+    let waited: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("waits for capacity"))
+        .collect();
+    assert_eq!(waited.len(), 1, "{stderr}");
+    assert!(waited[0].contains(first_id.as_str().unwrap()), "{stderr}");
+    assert!(waited[0].contains("needs 0.5 cpu, 512 MiB"), "{stderr}");
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    let second = PathBuf::from(summary["evidence"].as_str().expect("evidence"));
     let (first_started, first_finished) = command_times(&first);
     let (second_started, _) = command_times(&second);
     assert!(first_started <= first_finished);

@@ -503,5 +503,8 @@ fn a_debian_userland_inside_has_its_alternatives_loader_cache_and_certificates()
     ]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("awk works") && stdout.contains("/usr/bin/sh"), "{stdout}");
+    assert!(
+        stdout.contains("awk works") && stdout.contains("/usr/bin/sh"),
+        "{stdout}"
+    );
 }

@@ -42,7 +42,10 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
             run_id: None,
             cancel: Some(cancel_on_signals()),
             cancel_grace: Some(host.stop_grace()),
-            observer: super::progress::on_terminal(),
+            observer: Some(super::waiting::observer(
+                host,
+                super::progress::on_terminal(),
+            )),
         };
         let workspace = match runner.create(contract, options).await {
             Ok(workspace) => workspace,

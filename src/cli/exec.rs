@@ -50,7 +50,10 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
             run_id: None,
             cancel: Some(cancel_on_signals()),
             cancel_grace: Some(host.stop_grace()),
-            observer: super::progress::on_terminal(),
+            observer: Some(super::waiting::observer(
+                host,
+                super::progress::on_terminal(),
+            )),
         };
         let mut workspace = match runner.resume(&run_id, options).await {
             Ok(workspace) => workspace,

@@ -23,6 +23,7 @@ mod session;
 mod summary;
 mod suspend;
 mod verify;
+mod waiting;
 
 use std::process::ExitCode;
 

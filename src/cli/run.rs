@@ -62,7 +62,10 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
             run_id: None,
             cancel: Some(cancel_on_signals()),
             cancel_grace: Some(host.stop_grace()),
-            observer: super::progress::on_terminal(),
+            observer: Some(super::waiting::observer(
+                host,
+                super::progress::on_terminal(),
+            )),
         };
         match runner.run(contract, &command, io, options).await {
             Ok(report) => report_summary(&report, json),

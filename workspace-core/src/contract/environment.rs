@@ -38,6 +38,10 @@ pub struct EnvironmentSection {
     /// Resource and time caps.
     #[serde(default)]
     pub limits: Limits,
+    /// What the run needs, as host capacity admission counts it (the caps are
+    /// `limits`); without it, half a core and 512 MiB, or the caps when smaller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<Reservation>,
     /// What happens when a declared layer cannot be applied or observed.
     #[serde(default)]
     pub assurance: Assurance,
@@ -127,6 +131,19 @@ pub struct Limits {
     pub open_files: Option<u32>,
 }
 
+/// What a run needs of the host, as admission counts it: runs wait in line until
+/// the host has this much free; their caps are [`Limits`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reservation {
+    /// Cores the run needs (e.g. `0.5`), at most `limits.cpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    /// Memory the run needs, at most `limits.memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<ByteSize>,
+}
+
 /// What happens when a declared layer cannot be applied or observed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -198,6 +215,9 @@ impl EnvironmentSection {
         }
         self.validate_network(problems);
         self.limits.validate(problems);
+        if let Some(reservation) = &self.reservation {
+            reservation.validate(&self.limits, problems);
+        }
     }
 
     fn validate_network(&self, problems: &mut Problems) {
@@ -260,10 +280,111 @@ impl Limits {
     }
 }
 
+/// What a run reserves without `environment.reservation`: half a core.
+pub const DEFAULT_RESERVED_CPU_MILLIS: u64 = 500;
+/// What a run reserves without `environment.reservation`: 512 MiB.
+pub const DEFAULT_RESERVED_MEMORY: u64 = 512 << 20;
+
+impl Reservation {
+    fn validate(&self, limits: &Limits, problems: &mut Problems) {
+        if let Some(cpus) = self.cpus {
+            if !(cpus.is_finite() && cpus > 0.0 && cpus <= MAX_CPUS) {
+                problems.push(
+                    "environment.reservation.cpus",
+                    format!("{cpus} is not a CPU share in (0, {MAX_CPUS}]"),
+                );
+            } else if limits.cpus.is_some_and(|cap| cpus > cap) {
+                problems.push(
+                    "environment.reservation.cpus",
+                    "is more than environment.limits.cpus: a run cannot need more than its cap",
+                );
+            }
+        }
+        if let Some(memory) = self.memory {
+            if memory.bytes() == 0 {
+                problems.push("environment.reservation.memory", "is zero");
+            } else if limits
+                .memory
+                .is_some_and(|cap| memory.bytes() > cap.bytes())
+            {
+                problems.push(
+                    "environment.reservation.memory",
+                    "is more than environment.limits.memory: a run cannot need more than its cap",
+                );
+            }
+        }
+    }
+
+    /// The cores reserved, in thousandths: the declared need, else the default
+    /// or `cap_millis` when that is smaller.
+    pub fn cpu_millis(reservation: Option<&Self>, cap_millis: Option<u64>) -> u64 {
+        // Validation bounds `cpus` to (0, 4096], so the product fits.
+        match reservation.and_then(|r| r.cpus) {
+            Some(cpus) => (cpus * 1000.0).round() as u64,
+            None => cap_millis.map_or(DEFAULT_RESERVED_CPU_MILLIS, |cap| {
+                cap.min(DEFAULT_RESERVED_CPU_MILLIS)
+            }),
+        }
+    }
+
+    /// The memory reserved, in bytes: the declared need, else the default or
+    /// `cap_bytes` when that is smaller.
+    pub fn memory_bytes(reservation: Option<&Self>, cap_bytes: Option<u64>) -> u64 {
+        match reservation.and_then(|r| r.memory) {
+            Some(memory) => memory.bytes(),
+            None => cap_bytes.map_or(DEFAULT_RESERVED_MEMORY, |cap| {
+                cap.min(DEFAULT_RESERVED_MEMORY)
+            }),
+        }
+    }
+}
+
 fn is_host_port(destination: &str) -> bool {
     destination.rsplit_once(':').is_some_and(|(host, port)| {
         !host.is_empty()
             && !host.contains(char::is_whitespace)
             && port.parse::<u16>().is_ok_and(|p| p != 0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_reserves_what_it_needs_not_its_caps() {
+        // The default preset's caps (2 cores, 4 GiB): half a core and 512 MiB.
+        assert_eq!(Reservation::cpu_millis(None, Some(2000)), 500);
+        assert_eq!(Reservation::memory_bytes(None, Some(4 << 30)), 512 << 20);
+        // Caps smaller than the default need are the need.
+        assert_eq!(Reservation::cpu_millis(None, Some(250)), 250);
+        assert_eq!(Reservation::memory_bytes(None, Some(64 << 20)), 64 << 20);
+        // A declared need is what is reserved.
+        let declared = Reservation {
+            cpus: Some(1.5),
+            memory: Some(ByteSize(1 << 30)),
+        };
+        assert_eq!(Reservation::cpu_millis(Some(&declared), Some(2000)), 1500);
+        assert_eq!(Reservation::memory_bytes(Some(&declared), None), 1 << 30);
+    }
+
+    #[test]
+    fn a_need_above_its_cap_is_refused_naming_the_field() {
+        let limits = Limits {
+            cpus: Some(1.0),
+            memory: Some(ByteSize(1 << 30)),
+            ..Limits::default()
+        };
+        let reservation = Reservation {
+            cpus: Some(2.0),
+            memory: Some(ByteSize(2 << 30)),
+        };
+        let mut problems = Problems::new();
+        reservation.validate(&limits, &mut problems);
+        let fields: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["environment.reservation.cpus", "environment.reservation.memory"]
+        );
+    }
 }

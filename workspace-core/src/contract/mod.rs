@@ -42,7 +42,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use environment::{
-    Assurance, EnvironmentSection, Fixture, Limits, Network, NetworkMode, Runtime,
+    Assurance, DEFAULT_RESERVED_CPU_MILLIS, DEFAULT_RESERVED_MEMORY, EnvironmentSection, Fixture,
+    Limits, Network, NetworkMode, Reservation, Runtime,
 };
 pub use error::{ContractError, Format};
 pub use filesystem::{FilesystemSection, HomeDir, HostMount, MountMode, exclusion_glob};

@@ -331,7 +331,10 @@ impl Workspace {
         let stack = self.runner.stack().clone();
         // The environment is resolved first: its limits are what the run reserves.
         let environment = stack.environment.prepare(&self.run).await?;
-        let request = reserve_request(&environment.limits);
+        let request = reserve_request(
+            &environment.limits,
+            self.run.contract.environment.reservation.as_ref(),
+        );
         let limit = self.limit(StateName::Waiting);
         let admission = self.runner.admission().clone();
         let label = self.run.run_id.to_string();
@@ -708,11 +711,17 @@ pub struct SuspendedRun {
     pub suspension: Suspension,
 }
 
-/// What a run with `limits` reserves: its cpu, memory and disk caps and one slot.
-pub(super) fn reserve_request(limits: &crate::boundary::ResolvedLimits) -> Resources {
+/// What a run with `limits` reserves: the cores and memory it needs
+/// (`reservation`, else the defaults or its caps when smaller), its disk cap
+/// and one slot.
+pub(super) fn reserve_request(
+    limits: &crate::boundary::ResolvedLimits,
+    reservation: Option<&crate::contract::Reservation>,
+) -> Resources {
+    use crate::contract::Reservation;
     Resources {
-        cpu_millis: limits.cpu_millis.unwrap_or(0),
-        memory_bytes: limits.memory_bytes.unwrap_or(0),
+        cpu_millis: Reservation::cpu_millis(reservation, limits.cpu_millis),
+        memory_bytes: Reservation::memory_bytes(reservation, limits.memory_bytes),
         disk_bytes: limits.disk_bytes.unwrap_or(0),
         slots: 1,
     }
