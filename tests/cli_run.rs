@@ -508,3 +508,64 @@ fn a_debian_userland_inside_has_its_alternatives_loader_cache_and_certificates()
         "{stdout}"
     );
 }
+
+#[test]
+fn files_the_base_commits_ignore_rules_ignore_are_left_out_of_the_patch_and_listed() {
+    let fixture = CliFixture::new("gitignore");
+    let repo = fixture.repo();
+    std::fs::write(repo.join(".gitignore"), "*.pyc\n!keep.pyc\nbuild/\n").unwrap();
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    std::fs::write(repo.join("src/.gitignore"), "*.tmp\n").unwrap();
+    std::fs::write(repo.join("tracked.pyc"), "tracked\n").unwrap();
+    git(&repo, &["add", ".gitignore", "src/.gitignore"]);
+    git(&repo, &["add", "-f", "tracked.pyc"]);
+    git(&repo, &["commit", "-q", "-m", "ignore rules"]);
+    std::fs::write(repo.join(".git/info/exclude"), "local.log\n").unwrap();
+    let out = fixture.run(&[
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p build && echo o > build/out.o && echo c > a.pyc && echo k > keep.pyc \
+         && echo t > src/x.tmp && echo l > local.log && echo changed >> tracked.pyc \
+         && echo secret.txt >> .gitignore && echo s > secret.txt && echo n > new.txt",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (line, evidence) = summary(&out);
+    let patch = std::fs::read_to_string(evidence.join("diff.patch")).unwrap();
+    // Kept: the negated file, a tracked file that matches a rule, the agent's own
+    // edit of .gitignore (it cannot hide a file with it), new files.
+    for kept in [
+        "keep.pyc",
+        "tracked.pyc",
+        ".gitignore",
+        "secret.txt",
+        "new.txt",
+    ] {
+        assert!(
+            patch.contains(&format!("b/{kept}")),
+            "{kept} missing:\n{patch}"
+        );
+    }
+    for left_out in ["a.pyc", "build/out.o", "src/x.tmp", "local.log"] {
+        assert!(
+            !patch.contains(left_out),
+            "{left_out} in the patch:\n{patch}"
+        );
+    }
+    let changes: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("changes.json")).unwrap()).unwrap();
+    let mut ignored: Vec<&str> = changes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["ignored"] == true)
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    ignored.sort_unstable();
+    assert_eq!(
+        ignored,
+        ["a.pyc", "build/out.o", "local.log", "src/x.tmp"],
+        "{changes}"
+    );
+    assert!(line.contains(", 5 changed files,"), "{line}");
+}

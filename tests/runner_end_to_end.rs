@@ -655,3 +655,34 @@ async fn an_empty_run_exports_an_empty_patch() {
     assert!(report.outcome.commands.is_empty());
     assert_eq!(report.outcome.changed_paths, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_checkout_leaves_what_gitignore_ignores_out_of_its_patch() {
+    let fx = Fixture::new("ignored");
+    std::fs::write(fx.repo.join(".gitignore"), "*.log\n").unwrap();
+    support::git(&fx.repo, &["add", ".gitignore"]);
+    support::git(&fx.repo, &["commit", "-q", "-m", "ignore logs"]);
+    let report = run_shell(
+        &fx,
+        fx.contract(),
+        "echo x > a.log; echo y > b.txt",
+        "ignored",
+    )
+    .await;
+    assert_concluded(&fx, &report, &[]);
+    let patch = read_evidence(&report, "diff.patch");
+    assert!(
+        patch.contains("b/b.txt") && !patch.contains("a.log"),
+        "{patch}"
+    );
+    assert_eq!(report.outcome.changed_paths, 1);
+    let changes = read_json(&report.evidence, "changes.json");
+    let ignored: Vec<&str> = changes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["ignored"] == true)
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(ignored, ["a.log"], "{changes}");
+}

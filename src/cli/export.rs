@@ -39,7 +39,7 @@ pub(crate) fn run(args: ExportArgs, host: &HostArgs) -> ExitCode {
         }
         eprintln!(
             "agent-workspace: run {run_id}: {} changed path(s), sha256 {}",
-            patch.changes.len(),
+            patch.changes.iter().filter(|c| !c.ignored).count(),
             patch.patch_sha256
         );
         ExitCode::SUCCESS

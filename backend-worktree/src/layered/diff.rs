@@ -234,6 +234,7 @@ pub(crate) fn export_layered_patch_within(
             },
         })?;
     let changes = layered_changes(&repo, base_commit, upper, options)?;
+    let (changes, ignored) = crate::promotion::ignored::split_ignored(&repo, base_commit, changes)?;
     let mut budget = ContentBudget::new(limits);
     let mut read_new = |path: &str, entry: &Entry| {
         read_entry_within(upper, path, entry, &mut budget)
@@ -242,7 +243,7 @@ pub(crate) fn export_layered_patch_within(
     let patch = crate::promotion::patch::render_patch(&repo, &changes, &mut read_new)?;
     Ok(PatchExport {
         patch_sha256: sha256_hex(&patch),
-        changes: crate::promotion::patch::changed_paths(&changes, outputs),
+        changes: crate::promotion::patch::changed_paths(&changes, &ignored, outputs),
         patch,
     })
 }

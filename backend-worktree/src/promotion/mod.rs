@@ -24,6 +24,7 @@ mod boundary;
 mod error;
 mod gate;
 mod hunks;
+pub(crate) mod ignored;
 pub(crate) mod patch;
 mod quote;
 pub mod review;

@@ -70,6 +70,7 @@ pub(crate) fn export_patch_within(
     let base = base_tree(&repo, base_commit).map_err(PromotionError::changes("read base tree"))?;
     let (changes, _) = changes_against(&base, workspace, options)
         .map_err(PromotionError::changes("compute changes"))?;
+    let (changes, ignored) = super::ignored::split_ignored(&repo, base_commit, changes)?;
     let mut budget = ContentBudget::new(limits);
     let mut read_new = |path: &str, entry: &Entry| {
         read_entry_within(workspace, path, entry, &mut budget)
@@ -78,7 +79,7 @@ pub(crate) fn export_patch_within(
     let patch = render_patch(&repo, &changes, &mut read_new)?;
     let export = PatchExport {
         patch_sha256: sha256_hex(&patch),
-        changes: changed_paths(&changes, outputs),
+        changes: changed_paths(&changes, &ignored, outputs),
         patch,
     };
     tracing::info!(
@@ -89,15 +90,24 @@ pub(crate) fn export_patch_within(
     Ok(export)
 }
 
-/// `changes.json`: every change with whether it lies inside the declared outputs.
-pub(crate) fn changed_paths(changes: &[Change], outputs: &[String]) -> Vec<ChangedPath> {
+/// `changes.json`: every change with whether it lies inside the declared
+/// outputs, then the added files the repository's ignore rules leave out of
+/// the patch (marked `ignored`).
+pub(crate) fn changed_paths(
+    changes: &[Change],
+    ignored: &[Change],
+    outputs: &[String],
+) -> Vec<ChangedPath> {
+    let entry = |change: &Change, ignored: bool| ChangedPath {
+        path: change.path.clone(),
+        change: change.kind.clone(),
+        in_scope: in_scope(change, outputs),
+        ignored,
+    };
     changes
         .iter()
-        .map(|change| ChangedPath {
-            path: change.path.clone(),
-            change: change.kind.clone(),
-            in_scope: in_scope(change, outputs),
-        })
+        .map(|change| entry(change, false))
+        .chain(ignored.iter().map(|change| entry(change, true)))
         .collect()
 }
 

@@ -37,7 +37,8 @@ pub(crate) fn rebuild_changes(
     let mut changes = Vec::with_capacity(export.changes.len());
     let mut contents = Contents::new();
     let mut budget = ContentBudget::new(limits);
-    for changed in &export.changes {
+    // What the ignore rules left out of the patch is not part of the review either.
+    for changed in export.changes.iter().filter(|c| !c.ignored) {
         let outdated = || PromotionError::ExportOutdated {
             path: changed.path.clone(),
         };

@@ -58,6 +58,10 @@ pub struct ChangedPath {
     pub change: ChangeKind,
     /// Whether it lies inside the contract's declared outputs.
     pub in_scope: bool,
+    /// A new file the repository's ignore rules (the base commit's
+    /// `.gitignore` files, the source's `info/exclude`) leave out of the patch.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignored: bool,
 }
 
 /// What happened to a path.

@@ -384,7 +384,10 @@ mod tests {
         let fields: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
         assert_eq!(
             fields,
-            ["environment.reservation.cpus", "environment.reservation.memory"]
+            [
+                "environment.reservation.cpus",
+                "environment.reservation.memory"
+            ]
         );
     }
 }

@@ -125,7 +125,7 @@ pub(super) async fn export_bundle(
                 // values either.
                 outcome.credential_leaks = withhold_leaks(&mut patch, scrubber);
                 outcome.patch_sha256 = Some(patch.patch_sha256.clone());
-                outcome.changed_paths = patch.changes.len();
+                outcome.changed_paths = patch.changes.iter().filter(|c| !c.ignored).count();
                 if let Err(e) = evidence.write_bytes(EvidenceFile::Diff, &patch.patch) {
                     fail(&mut errors, "writing diff.patch", &e);
                 }

@@ -105,6 +105,7 @@ fn listing(path: &str) -> PatchExport {
             path: path.into(),
             change: ChangeKind::Added,
             in_scope: true,
+            ignored: false,
         }],
     }
 }

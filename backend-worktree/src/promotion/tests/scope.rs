@@ -32,6 +32,7 @@ fn promotion_generated_paths_are_not_in_the_patch() {
             path: "src/lib.rs".into(),
             change: ChangeKind::Modified,
             in_scope: true,
+            ignored: false,
         }]
     );
     assert_eq!(
