@@ -69,7 +69,7 @@ fn exit_124_after_the_timeout() {
         "timeout",
         &["--timeout", "1", "--", "/bin/sleep", "30"],
         124,
-        ": timed out (exit 124), ",
+        ": timed out after ",
     );
     assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
 }
@@ -568,4 +568,54 @@ fn files_the_base_commits_ignore_rules_ignore_are_left_out_of_the_patch_and_list
         "{changes}"
     );
     assert!(line.contains(", 5 changed files,"), "{line}");
+}
+
+#[test]
+fn exec_says_how_its_command_ended_a_busy_run_names_its_holder_and_an_ended_one_is_bad_input() {
+    let fixture = CliFixture::new("exec-words");
+    let repo = fixture.repo();
+    let out = fixture.agent_workspace(&["create", "--repo", repo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let run = text(&out.stdout).trim().to_owned();
+
+    let out = fixture.agent_workspace(&["exec", &run, "--", "no-such-program-here"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert!(
+        stderr.contains("not found: no-such-program-here"),
+        "{stderr}"
+    );
+    let out = fixture.agent_workspace(&["exec", &run, "--timeout", "1", "--", "sleep", "30"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    assert!(stderr.contains("command 2: timed out after 1."), "{stderr}");
+
+    // While one exec holds the run, another says who.
+    let mut holder = fixture
+        .command()
+        .args(["exec", &run, "--", "sleep", "3"])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let busy = loop {
+        let out = fixture.agent_workspace(&["exec", &run, "--", "true"]);
+        let stderr = text(&out.stderr);
+        if stderr.contains("is in use by process") {
+            break stderr;
+        }
+        assert!(std::time::Instant::now() < deadline, "never busy: {stderr}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(busy.trim().lines().count(), 1, "{busy}");
+    assert!(holder.wait().unwrap().success());
+
+    let out = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for again in ["destroy", "promote"] {
+        let out = fixture.agent_workspace(&[again, &run]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{again}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("has ended (cleaned)"), "{stderr}");
+    }
 }

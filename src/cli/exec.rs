@@ -72,6 +72,12 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         }
         let io = CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr());
         let outcome = workspace.exec(&command, io).await;
+        if let Ok(outcome) = &outcome {
+            eprintln!(
+                "agent-workspace: {}",
+                super::summary::command_line(&run_id, outcome)
+            );
+        }
         let detached = workspace.detach().await;
         match (outcome, detached) {
             // Interrupted: 130 or 143, as a shell reports it, whatever the

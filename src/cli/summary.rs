@@ -6,12 +6,13 @@ use std::path::PathBuf;
 use serde::Serialize;
 use std::process::ExitCode;
 use workspace_core::boundary::KillCause;
-use workspace_core::lifecycle::FailureCause;
 
-use workspace_core::runner::{CredentialLeak, RunError, RunReport};
+use workspace_core::journal::JournalError;
+use workspace_core::lifecycle::{FailureCause, LifecycleError, StateName};
+use workspace_core::runner::{CommandOutcome, CredentialLeak, RunError, RunErrorKind, RunReport};
 
-use super::EXIT_RUNNER_FAILED;
 use super::session::interrupted_status;
+use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
@@ -33,6 +34,9 @@ pub(crate) struct Summary {
     pub patch_sha256: Option<String>,
     pub duration_ms: u64,
     pub cleaned: bool,
+    /// The command the line is about (not printed in JSON).
+    #[serde(skip)]
+    pub command: Option<CommandOutcome>,
 }
 
 impl Summary {
@@ -51,19 +55,19 @@ impl Summary {
             patch_sha256: report.outcome.patch_sha256.clone(),
             duration_ms: report.duration_ms,
             cleaned: report.cleaned,
+            command: command.cloned(),
         }
     }
 
     /// `agent-workspace: run <id>: exit 0, 1 changed file, 2.3 s; evidence <dir>`.
     pub(crate) fn line(&self) -> String {
-        let status = match (&self.exit_status, &self.killed) {
-            (Some(status), Some(KillCause::Timeout)) => format!("timed out (exit {status})"),
-            (Some(status), Some(KillCause::MemoryLimit)) => {
-                format!("killed at the memory limit (exit {status})")
-            }
-            (Some(status), Some(KillCause::Cancelled)) => format!("cancelled (exit {status})"),
-            (Some(status), _) => format!("exit {status}"),
-            (None, _) => "no command ran".to_owned(),
+        let status = match &self.command {
+            Some(command) => status_words(
+                command.shell_status(),
+                command.exit.killed.as_ref(),
+                command,
+            ),
+            None => "no command ran".to_owned(),
         };
         let files = match self.changed_paths {
             1 => "1 changed file".to_owned(),
@@ -101,6 +105,37 @@ impl Summary {
             line.push_str("; not cleaned up (run `agent-workspace recover`)");
         }
         line
+    }
+}
+
+/// `run R: command N: exit 0, 0.1 s` (with why it was killed or did not start):
+/// what `exec` prints on stderr when its command ends.
+pub(crate) fn command_line(run: &workspace_core::RunId, command: &CommandOutcome) -> String {
+    let status = status_words(
+        command.shell_status(),
+        command.exit.killed.as_ref(),
+        command,
+    );
+    format!(
+        "run {run}: command {}: {status}, {:.1} s",
+        command.seq,
+        command.duration_ms as f64 / 1000.0
+    )
+}
+
+/// A command's end in words: `exit 0`, `timed out after 30.0 s (exit 124)`,
+/// `did not start: not found: NAME (exit 127)`.
+fn status_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome) -> String {
+    if let Some(error) = &command.error {
+        return format!("did not start: {error} (exit {status})");
+    }
+    let seconds = command.duration_ms as f64 / 1000.0;
+    match killed {
+        Some(KillCause::Timeout) => format!("timed out after {seconds:.1} s (exit {status})"),
+        Some(KillCause::MemoryLimit) => format!("killed at the memory limit (exit {status})"),
+        Some(KillCause::Cancelled) => format!("cancelled (exit {status})"),
+        Some(KillCause::Teardown) => format!("killed as the run ended (exit {status})"),
+        None => format!("exit {status}"),
     }
 }
 
@@ -143,6 +178,32 @@ pub(crate) fn print_summary(report: &RunReport, json: bool) {
 /// Prints a run that could not be created or resumed, with its evidence if any,
 /// and returns exit status 125.
 pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
+    let run = &error.run_id;
+    match error.kind.as_ref() {
+        // Asking an ended run for more is bad input, not a failure of the run.
+        RunErrorKind::NotSuspended { state } => {
+            let next = if *state == StateName::Cleaned {
+                "there is nothing left to do with it"
+            } else {
+                "`agent-workspace recover` finishes it"
+            };
+            eprintln!("agent-workspace: run {run} has ended ({state}); {next}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+        RunErrorKind::Lifecycle(LifecycleError::Open {
+            source: JournalError::Held { path },
+            ..
+        }) => {
+            let holder = lock_holder(path)
+                .map(|pid| format!("process {pid}"))
+                .unwrap_or_else(|| "another process".to_owned());
+            eprintln!(
+                "agent-workspace: run {run} is in use by {holder}; try again when it is done"
+            );
+            return ExitCode::from(EXIT_RUNNER_FAILED);
+        }
+        _ => {}
+    }
     let evidence = error
         .evidence
         .as_ref()
@@ -153,4 +214,18 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
         super::contract_args::one_line(&workspace_core::error_chain(error))
     );
     ExitCode::from(EXIT_RUNNER_FAILED)
+}
+
+/// The process holding the lock of `file`, from `/proc/locks` (a `FLOCK` on its
+/// inode); `None` when it cannot be told.
+fn lock_holder(file: &std::path::Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(file).ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        // `1: FLOCK  ADVISORY  WRITE 4242 fd:01:123456 0 EOF`
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (pid, id) = (fields.get(4)?, fields.get(5)?);
+        (id.rsplit(':').next()? == inode.to_string()).then(|| pid.parse().ok())?
+    })
 }

@@ -30,6 +30,15 @@ pub enum ProcessError {
         /// The cgroup error (it names the file).
         source: CgroupError,
     },
+    /// The command's program is not in the run (or not executable there):
+    /// `execve` said so.
+    #[error("{reason}: {program}")]
+    ProgramNotRun {
+        /// The program as the command named it.
+        program: String,
+        /// `not found` or `not executable`.
+        reason: &'static str,
+    },
     /// Starting a command in its namespaces failed.
     #[error("{step}: {source}")]
     Spawn {
