@@ -174,3 +174,34 @@ impl ProcessError {
         }
     }
 }
+
+impl ProcessError {
+    /// The error of a command that did not start: the program named when `execve`
+    /// could not find or run it (what a user needs to read), else the spawn error.
+    pub(crate) fn not_run(program: String, source: crate::spawn::SpawnError) -> Self {
+        use crate::spawn::{ChildStage, SpawnError};
+        use nix::errno::Errno;
+        match &source {
+            SpawnError::Child {
+                stage: ChildStage::Exec,
+                errno: Errno::ENOENT | Errno::ENOTDIR,
+                ..
+            } => Self::ProgramNotRun {
+                program,
+                reason: "not found",
+            },
+            SpawnError::Child {
+                stage: ChildStage::Exec,
+                errno: Errno::EACCES,
+                ..
+            } => Self::ProgramNotRun {
+                program,
+                reason: "not executable",
+            },
+            _ => Self::Spawn {
+                step: "starting the command",
+                source,
+            },
+        }
+    }
+}

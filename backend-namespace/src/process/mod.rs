@@ -656,7 +656,7 @@ async fn spawn_command(
         let child = crate::spawn::join(&sandbox, &request);
         // The parent's copies of the child's ends (the stdin pipe, the pty's slave).
         drop(request);
-        child.map_err(|source| not_run(program, source))
+        child.map_err(|source| ProcessError::not_run(program, source))
     })
     .await?;
     let (stdin, stdout, stderr) = match followed {
@@ -770,34 +770,5 @@ mod tests {
         assert!(workdir("/workspace", "../etc").is_err());
         assert!(workdir("/workspace", "a/../../b").is_err());
         assert!(workdir("/workspace", "/etc").is_err());
-    }
-}
-
-/// The error of a command that did not start: the program named when `execve`
-/// could not find or run it (what a user needs to read), else the spawn error.
-fn not_run(program: String, source: crate::spawn::SpawnError) -> ProcessError {
-    use crate::spawn::{ChildStage, SpawnError};
-    use nix::errno::Errno;
-    match &source {
-        SpawnError::Child {
-            stage: ChildStage::Exec,
-            errno,
-            ..
-        } if matches!(errno, Errno::ENOENT | Errno::ENOTDIR) => ProcessError::ProgramNotRun {
-            program,
-            reason: "not found",
-        },
-        SpawnError::Child {
-            stage: ChildStage::Exec,
-            errno: Errno::EACCES,
-            ..
-        } => ProcessError::ProgramNotRun {
-            program,
-            reason: "not executable",
-        },
-        _ => ProcessError::Spawn {
-            step: "starting the command",
-            source,
-        },
     }
 }
