@@ -610,7 +610,16 @@ fn exec_says_how_its_command_ended_a_busy_run_names_its_holder_and_an_ended_one_
     assert!(holder.wait().unwrap().success());
 
     let out = fixture.agent_workspace(&["destroy", &run]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The summary gives the workspace's lifetime (more than the 3 s exec above),
+    // not the last process's.
+    let seconds: f64 = stderr
+        .rsplit_once(" s; evidence")
+        .and_then(|(head, _)| head.rsplit(", ").next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {stderr}"));
+    assert!(seconds >= 3.0, "{stderr}");
     for again in ["destroy", "promote"] {
         let out = fixture.agent_workspace(&[again, &run]);
         let stderr = text(&out.stderr);

@@ -90,7 +90,13 @@ fn ls_shows_nothing_after_runs_finished_and_all_lists_them() {
 
     let out = fixture.agent_workspace(&["ls"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    // Nothing to list says so.
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("no runs that are not cleaned up under "),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
     assert!(ls_json(&fixture, false).is_empty());
 
     let out = fixture.agent_workspace(&["ls", "--all"]);
@@ -122,7 +128,10 @@ fn recover_on_an_empty_runtime_dir_exits_0() {
     let fixture = CliFixture::new("recover-empty");
     let out = fixture.agent_workspace(&["recover"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "0 run(s) recovered, 0 live left alone, 0 already cleaned up"
+    );
     let out = fixture.agent_workspace(&["recover", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
@@ -183,7 +192,11 @@ fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
     // Recovering again finds nothing to do.
     let out = fixture.agent_workspace(&["recover", "--evidence", evidence.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
-    assert!(text(&out.stdout).contains("finished (already cleaned up)"));
+    // One line: a count, not a line per past run.
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "0 run(s) recovered, 0 live left alone, 1 already cleaned up"
+    );
 }
 
 #[test]

@@ -159,7 +159,14 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
             }
         }
     } else {
-        if !rows.is_empty() {
+        if rows.is_empty() {
+            let listed = if args.all {
+                "runs"
+            } else {
+                "runs that are not cleaned up"
+            };
+            println!("no {listed} under {}", host.dirs().runtime.display());
+        } else {
             print!("{}", table(&rows));
         }
         if let Some(pool) = pool

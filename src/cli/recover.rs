@@ -100,9 +100,13 @@ fn lines(report: &RecoveryReport) -> Vec<String> {
     for id in &report.live {
         lines.push(format!("{id}: live (a runner holds it); left alone"));
     }
-    for id in &report.finished {
-        lines.push(format!("{id}: finished (already cleaned up)"));
-    }
+    // Runs that were already cleaned up are counted, not listed one by one.
+    let acted = report.recovered.len();
+    lines.push(format!(
+        "{acted} run(s) recovered, {} live left alone, {} already cleaned up",
+        report.live.len(),
+        report.finished.len()
+    ));
     for (path, reason) in &report.unreadable {
         lines.push(format!(
             "{}: unreadable journal: {}",

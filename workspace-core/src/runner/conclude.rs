@@ -1,6 +1,5 @@
 //! The end every run goes through: stop, export, clean up.
 
-use super::execute::millis;
 use super::export::Verified;
 use super::export::{ExportInputs, export_bundle};
 use super::leases::RunLeases;
@@ -181,7 +180,8 @@ impl Workspace {
             promotion,
             cleaned,
             cleanup_errors,
-            duration_ms: millis(self.started.elapsed()),
+            // The workspace's lifetime, across the processes that drove it.
+            duration_ms: unix_ms_now().saturating_sub(self.started_unix_ms),
         })
     }
 }

@@ -51,7 +51,6 @@ mod workspace;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
@@ -222,7 +221,6 @@ impl Runner {
         self.check(&contract).map_err(|kind| refuse(kind, None))?;
         let config = &self.inner.config;
         let paths = RunPaths::new(&config.runtime_dir, &config.evidence_root, &run_id);
-        let started = Instant::now();
         let started_unix_ms = unix_ms_now();
         let evidence = EvidenceWriter::create(&config.evidence_root, &run_id)
             .map_err(|e| refuse(e.into(), None))?;
@@ -274,7 +272,6 @@ impl Runner {
             sealing: false,
             commands: Vec::new(),
             errors: Vec::new(),
-            started,
             started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
             cancel_grace: options.cancel_grace,
@@ -323,7 +320,6 @@ impl Runner {
             sealing: false,
             commands: stored.commands,
             errors: Vec::new(),
-            started: Instant::now(),
             started_unix_ms: stored.started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
             cancel_grace: options.cancel_grace,

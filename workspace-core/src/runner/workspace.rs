@@ -50,7 +50,6 @@ pub struct Workspace {
     pub(super) sealing: bool,
     pub(super) commands: Vec<CommandOutcome>,
     pub(super) errors: Vec<String>,
-    pub(super) started: Instant,
     pub(super) started_unix_ms: u64,
     pub(super) cancel: CancellationToken,
     /// How a running command ends on a cancel (see
