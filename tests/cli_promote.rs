@@ -122,7 +122,16 @@ fn an_approved_patch_whose_check_passes_is_promoted_and_records_who_recorded_it(
 fn a_check_that_edits_the_workspace_blocks_the_promotion_and_its_edit_is_not_in_the_patch() {
     let fixture = CliFixture::new("promote-sneaky");
     let (run, digest) = created_with_an_edit(&fixture, "echo sneaky >> fix.txt; exit 0");
-    let out = promote(&fixture, &run, &digest);
+    // Told to end it: refused, and the evidence says why.
+    let out = fixture.agent_workspace(&[
+        "promote",
+        &run,
+        "--end",
+        "--approved-by",
+        "reviewer",
+        "--sha256",
+        &digest,
+    ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("promotion refused"), "{stderr}");
@@ -140,5 +149,33 @@ fn a_check_that_edits_the_workspace_blocks_the_promotion_and_its_edit_is_not_in_
         serde_json::from_slice(&std::fs::read(evidence.join("checks.json")).unwrap()).unwrap();
     assert_eq!(checks[0]["passed"], false, "{checks}");
     assert_eq!(checks[0]["changed_paths"], serde_json::json!(["fix.txt"]));
+    assert_cleaned(&fixture);
+}
+
+#[test]
+fn a_failing_check_keeps_the_workspace_for_the_agent_to_fix_and_says_which_failed() {
+    let fixture = CliFixture::new("promote-kept");
+    let (run, digest) = created_with_an_edit(&fixture, "echo sneaky >> fix.txt; exit 0");
+    // `checks` says which check fails and keeps the workspace.
+    let out = fixture.agent_workspace(&["checks", &run]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert_eq!(
+        stdout.trim(),
+        "check: failed: it changed the workspace it verified: fix.txt"
+    );
+    // So does `promote`, which keeps the workspace for the agent to fix...
+    let out = promote(&fixture, &run, &digest);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("required check \"check\" failed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("not promoted and kept"), "{stderr}");
+    let out = fixture.agent_workspace(&["exec", &run, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_cleaned(&fixture);
 }

@@ -3,6 +3,7 @@
 
 mod backend;
 mod check_host;
+mod checks;
 mod conformance;
 mod contract;
 mod contract_args;
@@ -65,6 +66,8 @@ enum Command {
     Destroy(destroy::DestroyArgs),
     /// End a created workspace and promote its patch to the contract's target.
     Promote(promote::PromoteArgs),
+    /// Run a created workspace's required checks now, keeping it live.
+    Checks(checks::ChecksArgs),
     /// Check workspace contracts or print their schema.
     #[command(subcommand)]
     Contract(contract::ContractCommand),
@@ -111,6 +114,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Export(args) => export::run(args, &cli.host),
         Command::Destroy(args) => destroy::run(args, &cli.host),
         Command::Promote(args) => promote::run(args, &cli.host),
+        Command::Checks(args) => checks::run(args, &cli.host),
         Command::Contract(command) => contract::run(command, &cli.host),
         Command::Verify(args) => verify::run(&args),
         Command::Ls(args) => ls::run(&args, &cli.host),

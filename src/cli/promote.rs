@@ -22,6 +22,10 @@ pub(crate) struct PromoteArgs {
     /// of another patch does not count.
     #[arg(long, value_name = "DIGEST", requires = "approved_by")]
     sha256: Option<String>,
+    /// End the workspace even when a required check fails (by default it is
+    /// kept, so the agent can fix what failed and promote again).
+    #[arg(long)]
+    end: bool,
     /// Print a JSON summary on stdout instead of the summary line.
     #[arg(long)]
     json: bool,
@@ -31,7 +35,9 @@ pub(crate) struct PromoteArgs {
 /// required checks run against exactly that state (a check that changes it
 /// fails), then the promotion boundary applies
 /// the contract's target (a patch, or a draft review branch) if the checks and
-/// approvals satisfy its rules. Exit 0 when promoted, 1 when refused.
+/// approvals satisfy its rules. Exit 0 when promoted, 1 when refused. When a
+/// required check fails the workspace is kept (live, as before) unless `--end`
+/// says to end it: the agent can fix what failed and promote again.
 pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
     if let Some(digest) = &args.sha256
         && !is_sha256_hex(digest)
@@ -48,10 +54,35 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
         .map(|approver| ApprovalRecord::new(approver.as_str(), digest.as_str()))
         .collect();
     on_run(host, &args.run, |runner, run_id| async move {
-        let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
+        let mut workspace = match runner.resume(&run_id, CreateOptions::default()).await {
             Ok(workspace) => workspace,
             Err(error) => return report_run_error(&error),
         };
+        if !args.end {
+            let checks = match workspace.check().await {
+                Ok(checks) => checks,
+                Err(error) => return report_run_error(&error),
+            };
+            let failed: Vec<_> = checks.iter().filter(|c| !c.passed).collect();
+            if !failed.is_empty() {
+                for check in &failed {
+                    eprintln!(
+                        "agent-workspace: required check {:?} failed: {}",
+                        check.name,
+                        check.failure.as_deref().unwrap_or("it did not pass")
+                    );
+                }
+                return match workspace.detach().await {
+                    Ok(_) => {
+                        eprintln!(
+                            "agent-workspace: run {run_id} not promoted and kept: fix it and promote again, or `destroy` it (`promote --end` ends it)"
+                        );
+                        ExitCode::FAILURE
+                    }
+                    Err(error) => report_run_error(&error),
+                };
+            }
+        }
         let options = FinishOptions {
             promote: Some(approvals),
         };

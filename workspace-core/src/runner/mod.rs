@@ -277,6 +277,7 @@ impl Runner {
             cancel_grace: options.cancel_grace,
             scrubber: Scrubber::default(),
             services: Services::default(),
+            checked: None,
             concluded: false,
         };
         match workspace.bring_up().await {
@@ -325,6 +326,7 @@ impl Runner {
             cancel_grace: options.cancel_grace,
             scrubber: Scrubber::default(),
             services: Services::default(),
+            checked: None,
             concluded: false,
         };
         let taken = if workspace.state() == &crate::lifecycle::State::Detached {

@@ -59,6 +59,8 @@ pub struct Workspace {
     pub(super) scrubber: Scrubber,
     /// The run's services.
     pub(super) services: Services,
+    /// What [`check`](Self::check) verified, while no command ran since.
+    pub(super) checked: Option<Verified>,
     pub(super) concluded: bool,
 }
 
@@ -583,6 +585,8 @@ impl Workspace {
             return Err(RunErrorKind::Failed(FailureCause::Cancelled));
         }
         self.life.run(seq)?;
+        // A command may change what the checks verified.
+        self.checked = None;
         let process = self.runner.stack().process.clone();
         let outcome = execute(
             process.as_ref(),
@@ -614,7 +618,10 @@ impl Workspace {
     /// never promoted.
     pub async fn finish_with(mut self, options: FinishOptions) -> Result<RunReport, RunError> {
         let mut verified = Verified::default();
-        if self.life.state() == &State::Sealed && !self.cancel.is_cancelled() {
+        if let Some(checked) = self.checked.take() {
+            // Checked just before, and no command ran since.
+            verified = checked;
+        } else if self.life.state() == &State::Sealed && !self.cancel.is_cancelled() {
             verified = self.run_required_checks().await?;
         }
         if self.cancel.is_cancelled() {
@@ -624,6 +631,24 @@ impl Workspace {
             self.journal(|life| life.drain().map(drop))?;
         }
         self.conclude(verified, options.promote).await
+    }
+
+    /// Runs the contract's required checks now, each against the patch taken
+    /// before it (see [`finish_with`](Self::finish_with)), without ending the
+    /// workspace: a caller sees what fails, lets the agent fix it and checks
+    /// again. A [`finish_with`](Self::finish_with) right after (no command in
+    /// between) promotes on these results instead of running the checks again.
+    pub async fn check(&mut self) -> Result<Vec<crate::boundary::CheckResult>, RunError> {
+        if self.life.state() != &State::Sealed {
+            let state = self.life.state().name();
+            return Err(self.error(RunErrorKind::Failed(FailureCause::Runner {
+                message: format!("the checks need a sealed run, not one {state}"),
+            })));
+        }
+        let verified = self.run_required_checks().await?;
+        let results = verified.checks.clone();
+        self.checked = Some(verified);
+        Ok(results)
     }
 
     /// Cancels the run (a running command is killed) and concludes it as failed
