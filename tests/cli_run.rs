@@ -628,3 +628,49 @@ fn exec_says_how_its_command_ended_a_busy_run_names_its_holder_and_an_ended_one_
         assert!(stderr.contains("has ended (cleaned)"), "{stderr}");
     }
 }
+
+#[test]
+fn repositories_as_users_have_them_a_subdirectory_a_dirty_tree_a_url() {
+    let fixture = CliFixture::new("repos");
+    let repo = fixture.repo();
+    // A directory inside the repository names the repository, as git has it.
+    let sub = repo.join("src");
+    let out = fixture.agent_workspace(&[
+        "run",
+        "--repo",
+        sub.to_str().unwrap(),
+        "--",
+        "test",
+        "-f",
+        "hello.txt",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Uncommitted changes are not part of the run, and it says so once.
+    std::fs::write(repo.join("hello.txt"), "edited, not committed\n").unwrap();
+    let out = fixture.run(&["--", "grep", "-q", "edited", "hello.txt"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the run saw the uncommitted edit: {stderr}"
+    );
+    assert_eq!(
+        stderr.matches("has uncommitted changes").count(),
+        1,
+        "{stderr}"
+    );
+    // A URL is refused before anything is created, naming the flag.
+    let out = fixture.agent_workspace(&[
+        "run",
+        "--repo",
+        "https://example.invalid/r.git",
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--repo https://example.invalid/r.git: only a repository on this host"),
+        "{stderr}"
+    );
+}

@@ -112,8 +112,19 @@ impl ContractArgs {
 /// The repository as an absolute path, or why it is not one.
 fn check_repository(repo: &Path, from_flag: bool) -> Result<PathBuf, BadInput> {
     let named = if from_flag { "--repo" } else { "source.repo" };
-    let absolute = std::fs::canonicalize(repo)
+    let shown = repo.to_string_lossy();
+    if shown.contains("://") || shown.starts_with("git@") {
+        return Err(BadInput(format!(
+            "{named} {shown}: only a repository on this host is supported; clone it and name the clone"
+        )));
+    }
+    let named_dir = std::fs::canonicalize(repo)
         .map_err(|e| BadInput(format!("{named} {}: {}", repo.display(), io_reason(&e))))?;
+    // As git does: a directory inside a repository names that repository.
+    let absolute = named_dir
+        .ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .map_or(named_dir.clone(), Path::to_path_buf);
     backend_worktree::source::open_source_repo(&absolute).map_err(|e| {
         BadInput(format!(
             "{named} {}: not a git repository ({})",
@@ -132,13 +143,20 @@ fn check_revision(repo: &Path, rev: &str, from_flag: bool) -> Result<(), BadInpu
     };
     let opened = backend_worktree::source::open_source_repo(repo)
         .map_err(|e| BadInput(one_line(&workspace_core::error_chain(&e))))?;
-    backend_worktree::source::resolve_revision(&opened, rev).map_err(|e| {
+    let commit = backend_worktree::source::resolve_revision(&opened, rev).map_err(|e| {
         BadInput(format!(
             "{named} {rev}: not a commit of {} ({})",
             repo.display(),
             one_line(&workspace_core::error_chain(&e))
         ))
     })?;
+    let head = opened.head_id().ok().map(|id| id.detach());
+    if head == Some(commit) && backend_worktree::source::has_uncommitted_changes(&opened) {
+        eprintln!(
+            "agent-workspace: {} has uncommitted changes; the run gets {rev} as committed, without them",
+            repo.display()
+        );
+    }
     Ok(())
 }
 

@@ -64,5 +64,5 @@ pub use error::SourceError;
 pub use inherited::Inherited;
 pub use inputs::copy_inputs;
 pub use linked::{provision_linked, release_linked};
-pub use resolve::{open_source_repo, resolve_revision};
+pub use resolve::{has_uncommitted_changes, open_source_repo, resolve_revision};
 pub use resume::{ResumeReport, verify_checkout};

@@ -18,6 +18,12 @@ pub fn open_source_repo(path: &Path) -> Result<gix::Repository, SourceError> {
     })
 }
 
+/// Whether the source's working tree or index differs from its `HEAD` (untracked
+/// files aside): what a run of `HEAD` does not get.
+pub fn has_uncommitted_changes(repo: &gix::Repository) -> bool {
+    repo.is_dirty().unwrap_or(false)
+}
+
 /// Resolves `rev` (a commit id, a unique prefix of one, a tag or a branch) in `repo`
 /// to a commit id, peeling annotated tags.
 ///
