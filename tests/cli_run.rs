@@ -674,3 +674,52 @@ fn repositories_as_users_have_them_a_subdirectory_a_dirty_tree_a_url() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_flags_users_set_most_override_the_contract() {
+    let fixture = CliFixture::new("flags");
+    let host_dir = fixture.path().join("host-cache");
+    std::fs::create_dir_all(&host_dir).unwrap();
+    std::fs::write(host_dir.join("dep.txt"), "a dependency\n").unwrap();
+    // A contract without [source]: the current directory at HEAD, here --repo.
+    let file = fixture.path().join("flags.toml");
+    std::fs::write(
+        &file,
+        "objective = \"flags\"\nshape = \"narrow-fix\"\n[filesystem]\nwritable = [\".\"]\n",
+    )
+    .unwrap();
+    let ro = format!("{}:/deps/cache", host_dir.display());
+    let out = fixture
+        .command()
+        .args(["run", "--contract", file.to_str().unwrap(), "--repo"])
+        .arg(fixture.repo())
+        .args(["--evidence", fixture.evidence().to_str().unwrap()])
+        .args(["--env", "GREETING=hi there", "--env-allow", "AW_FLAG_TEST"])
+        .args(["--ro", &ro, "--generated", "out", "--cpus", "0.5"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "test \"$GREETING\" = 'hi there' && test \"$AW_FLAG_TEST\" = passed \
+             && cat /deps/cache/dep.txt && ! touch /deps/cache/x 2>/dev/null \
+             && mkdir out && echo o > out/a && echo kept > kept.txt",
+        ])
+        .env("AW_FLAG_TEST", "passed")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("a dependency"), "{stdout}");
+    let (_, evidence) = summary(&out);
+    let patch = std::fs::read_to_string(evidence.join("diff.patch")).unwrap();
+    assert!(
+        patch.contains("b/kept.txt") && !patch.contains("out/a"),
+        "{patch}"
+    );
+    let contract: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("contract.json")).unwrap()).unwrap();
+    assert_eq!(contract["environment"]["limits"]["cpus"], 0.5, "{contract}");
+    let out = fixture.run(&["--env", "NOEQUALS", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--env \"NOEQUALS\": write it as NAME=VALUE"));
+}

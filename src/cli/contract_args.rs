@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use workspace_core::contract::{
-    ByteSize, Contract, DurationSpec, NetworkMode, SourceSection, TaskShape,
+    ByteSize, Contract, DurationSpec, HostMount, MountMode, NetworkMode, SourceSection, TaskShape,
 };
 
 use super::BadInput;
@@ -49,6 +49,22 @@ pub(crate) struct ContractArgs {
     /// Cap on processes and threads.
     #[arg(long, value_name = "N")]
     pids: Option<u32>,
+    /// CPU cap in cores (e.g. `1.5`).
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<f64>,
+    /// A variable for the run's commands (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// A host variable passed through by name (repeatable).
+    #[arg(long = "env-allow", value_name = "NAME")]
+    env_allow: Vec<String>,
+    /// A host path mounted read-only, at the same path or at TARGET (repeatable).
+    #[arg(long = "ro", value_name = "HOST[:TARGET]")]
+    read_only_mounts: Vec<String>,
+    /// A path the run generates (build output), left out of the patch on both
+    /// sides (repeatable; the contract's `source.generated`).
+    #[arg(long, value_name = "GLOB")]
+    generated: Vec<String>,
 }
 
 impl ContractArgs {
@@ -99,6 +115,34 @@ impl ContractArgs {
         if let Some(pids) = self.pids {
             limits.pids = Some(pids);
         }
+        if let Some(cpus) = self.cpus {
+            limits.cpus = Some(cpus);
+        }
+        for pair in &self.env {
+            let Some((name, value)) = pair.split_once('=') else {
+                return Err(BadInput(format!("--env {pair:?}: write it as NAME=VALUE")));
+            };
+            contract
+                .environment
+                .env
+                .insert(name.to_owned(), value.to_owned());
+        }
+        contract
+            .environment
+            .env_allow
+            .extend(self.env_allow.iter().cloned());
+        for mount in &self.read_only_mounts {
+            let (host, target) = mount.split_once(':').unwrap_or((mount, mount));
+            contract.filesystem.host_mounts.push(HostMount {
+                host: host.to_owned(),
+                target: target.to_owned(),
+                mode: MountMode::ReadOnly,
+            });
+        }
+        contract
+            .source
+            .generated
+            .extend(self.generated.iter().cloned());
         contract.validate().map_err(|problems| {
             BadInput(format!(
                 "the contract is invalid: {}",

@@ -147,10 +147,10 @@ fn each_malformed_contract_names_its_field_path() {
             "read as an option",
         ),
         (
-            "missing revision",
-            BASE.replace("revision = \"8f3c2d1\"\n", ""),
-            "source",
-            "missing field `revision`",
+            "missing objective",
+            BASE.replace("objective = \"fix the rounding of refunds\"\n", ""),
+            "contract",
+            "missing field `objective`",
         ),
         (
             "credentials in URL",
@@ -422,24 +422,32 @@ fn an_unknown_field_a_wrong_type_and_a_broken_rule_are_one_report_in_line_order(
 }
 
 #[test]
-fn a_mistake_inside_a_required_table_is_not_reported_again_as_the_table_missing() {
+fn a_source_left_out_is_the_current_directory_at_head_and_a_misspelt_key_is_named() {
+    let without = BASE.replace(
+        "[source]\nrepo = \"../payments-api\"\nrevision = \"8f3c2d1\"\n",
+        "",
+    );
+    let contract = Contract::from_toml(&without).expect("a contract without [source]");
+    assert_eq!(
+        (
+            contract.source.repo.as_str(),
+            contract.source.revision.as_str()
+        ),
+        (".", "HEAD")
+    );
     let text = BASE.replace("revision = ", "revisionx = ");
-    let err = Contract::from_toml(&text).expect_err("a misspelt required field");
+    let err = Contract::from_toml(&text).expect_err("a misspelt key");
     let problems: Vec<String> = err
         .problems()
         .unwrap()
         .iter()
         .map(|p| p.to_string())
         .collect();
-    // The misspelt key and the key it lacks; not also "missing field `source`"
-    // for the table taken out to read on.
-    assert_eq!(problems.len(), 2, "{problems:#?}");
+    // Only the misspelt key: the revision it meant defaults, and the table is
+    // not reported again as missing.
+    assert_eq!(problems.len(), 1, "{problems:#?}");
     assert!(
-        problems[0].contains("missing field `revision`"),
-        "{problems:#?}"
-    );
-    assert!(
-        problems[1].starts_with("source.revisionx (line 7): unknown field"),
+        problems[0].starts_with("source.revisionx (line 7): unknown field"),
         "{problems:#?}"
     );
 }

@@ -64,7 +64,9 @@ pub struct Contract {
     pub objective: String,
     /// The kind of work; it adds rules to validation.
     pub shape: TaskShape,
-    /// Source: which code and initial state the agent receives.
+    /// Source: which code and initial state the agent receives (the repository
+    /// in the current directory at `HEAD` when left out).
+    #[serde(default)]
     pub source: SourceSection,
     /// Filesystem: which paths the agent may read or modify.
     #[serde(default)]

@@ -11,10 +11,13 @@ use super::problem::{Problems, indexed};
 #[serde(deny_unknown_fields)]
 pub struct SourceSection {
     /// The repository: a local path (resolved by the caller against its working
-    /// directory) or a remote URL without credentials.
+    /// directory) or a remote URL without credentials; `.` when left out.
+    #[serde(default = "current_dir")]
     pub repo: String,
-    /// The revision to check out (a commit id, tag or branch). It is resolved to an
-    /// immutable commit id once, at provisioning, and that id is what the run records.
+    /// The revision to check out (a commit id, tag or branch); `HEAD` when left
+    /// out. It is resolved to an immutable commit id once, at provisioning, and
+    /// that id is what the run records.
+    #[serde(default = "head")]
     pub revision: String,
     /// Where the initial state comes from.
     #[serde(default)]
@@ -175,6 +178,21 @@ fn url_carries_credentials(url: &str) -> bool {
     authority
         .rsplit_once('@')
         .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+}
+
+fn current_dir() -> String {
+    ".".to_owned()
+}
+
+fn head() -> String {
+    "HEAD".to_owned()
+}
+
+impl Default for SourceSection {
+    /// The repository in the current directory at `HEAD`.
+    fn default() -> Self {
+        Self::new(current_dir(), head())
+    }
 }
 
 #[cfg(test)]
