@@ -315,3 +315,29 @@ fn conformance_prints_one_line_per_case_and_fails_the_stack_without_isolation() 
     }
     assert!(stdout.contains("snapshot: passed"), "{stdout}");
 }
+
+#[test]
+fn prune_forgets_cleaned_runs_beyond_the_newest_and_keeps_the_rest() {
+    let fixture = CliFixture::new("prune");
+    let mut bundles = Vec::new();
+    for _ in 0..3 {
+        bundles.push(one_run(&fixture));
+        // Journals are ordered by when they last changed.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Young runs are kept whatever their number.
+    let out = fixture.agent_workspace(&["prune", "--keep", "1"]);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "pruned 0 cleaned run(s) (0 evidence bundle(s))"
+    );
+    let out = fixture.agent_workspace(&["prune", "--keep", "1", "--older-than", "0", "--evidence"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "pruned 2 cleaned run(s) (2 evidence bundle(s))"
+    );
+    assert_eq!(ls_json(&fixture, true).len(), 1);
+    assert!(!bundles[0].exists() && !bundles[1].exists());
+    fixture.assert_verifies(&bundles[2]);
+}

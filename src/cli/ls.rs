@@ -285,6 +285,20 @@ fn pool_table(pool: &CapacitySnapshot, now: u64) -> String {
 }
 
 /// The `*.jsonl` files of the journal directory, sorted; none if it does not exist.
+/// The journals of `dir` whose runs are cleaned up, with when each last
+/// changed (Unix milliseconds), newest first.
+pub(crate) fn cleaned_runs(dir: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
+    let now = unix_ms_now();
+    let mut cleaned: Vec<(PathBuf, u64)> = journal_files(dir)?
+        .iter()
+        .map(|path| row(path, now))
+        .filter(|row| row.state == StateName::Cleaned.to_string())
+        .map(|row| (row.journal, row.since_unix_ms))
+        .collect();
+    cleaned.sort_by(|a, b| b.1.cmp(&a.1));
+    Ok(cleaned)
+}
+
 fn journal_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,

@@ -18,6 +18,7 @@ mod ports;
 mod probe;
 mod progress;
 mod promote;
+mod prune;
 mod recover;
 mod run;
 mod session;
@@ -85,6 +86,9 @@ enum Command {
     Logs(logs::LogsArgs),
     /// Finish every run whose runner died: reap, export its evidence, clean up.
     Recover(recover::RecoverArgs),
+    /// Forget cleaned runs beyond a count and an age (their journals, and with
+    /// --evidence their bundles).
+    Prune(prune::PruneArgs),
     /// Check whether this host can run the namespace backend.
     CheckHost(check_host::CheckHostArgs),
     /// Seal a workspace, print what the boundary probe saw, and finish it.
@@ -123,6 +127,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Ports(args) => ports::run(args, &cli.host),
         Command::Logs(args) => logs::run(args, &cli.host),
         Command::Recover(args) => recover::run(&args, &cli.host),
+        Command::Prune(args) => prune::run(&args, &cli.host),
         Command::CheckHost(args) => check_host::run(&args),
         Command::Probe(args) => probe::run(args, &cli.host),
         Command::Conformance(args) => conformance::run(&args, &cli.host),
