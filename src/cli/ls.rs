@@ -295,7 +295,7 @@ pub(crate) fn cleaned_runs(dir: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
         .filter(|row| row.state == StateName::Cleaned.to_string())
         .map(|row| (row.journal, row.since_unix_ms))
         .collect();
-    cleaned.sort_by(|a, b| b.1.cmp(&a.1));
+    cleaned.sort_by_key(|(_, since)| std::cmp::Reverse(*since));
     Ok(cleaned)
 }
 
