@@ -723,3 +723,27 @@ fn the_flags_users_set_most_override_the_contract() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--env \"NOEQUALS\": write it as NAME=VALUE"));
 }
+
+#[test]
+fn tty_gives_the_command_a_terminal_of_its_own() {
+    let fixture = CliFixture::new("tty");
+    let out = fixture.run(&[
+        "--tty",
+        "--",
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo on-a-tty",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("on-a-tty"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = fixture.run(&["--", "sh", "-c", "test -t 1 || echo no-tty"]);
+    assert!(
+        text(&out.stdout).contains("no-tty"),
+        "{}",
+        text(&out.stdout)
+    );
+}

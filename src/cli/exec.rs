@@ -24,6 +24,10 @@ pub(crate) struct ExecArgs {
     /// Prints its name, `exec-N`.
     #[arg(long, conflicts_with = "timeout")]
     detach: bool,
+    /// Run the command on a terminal of its own (a pseudo-terminal in the run):
+    /// for programs that need one; stdout and stderr then arrive together.
+    #[arg(long)]
+    tty: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -42,7 +46,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         argv: args.command,
         cwd: ".".into(),
         timeout_ms: args.timeout.map(|secs| secs.saturating_mul(1000)),
-        tty: false,
+        tty: args.tty,
         output: None,
     };
     on_run(host, &args.run, |runner, run_id| async move {

@@ -26,6 +26,10 @@ pub(crate) struct RunArgs {
     /// own stdout then goes to stderr, so stdout is only the summary).
     #[arg(long)]
     json: bool,
+    /// Run the command on a terminal of its own (a pseudo-terminal in the run):
+    /// for programs that need one; stdout and stderr then arrive together.
+    #[arg(long)]
+    tty: bool,
     /// The command and its arguments, after `--`. A program name without `/` is
     /// looked up in the run's `PATH`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -41,7 +45,7 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         argv: args.command,
         cwd: ".".into(),
         timeout_ms: None, // the contract's wall time applies
-        tty: false,
+        tty: args.tty,
         output: None,
     };
     let json = args.json;
