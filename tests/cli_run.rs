@@ -337,7 +337,8 @@ fn the_shipped_payments_contract_runs_as_shipped_on_a_repository_that_has_what_i
     );
     let patch = std::fs::read_to_string(evidence.join("diff.patch")).unwrap();
     assert!(patch.contains("+fixed"), "{patch}");
-    // Without the token in the environment, the run says which variable is missing.
+    // Without the token in the environment, the run says which variable is
+    // missing, before anything is created (bad input).
     let out = fixture
         .command()
         .args(["run", "--contract", contract, "--repo"])
@@ -347,7 +348,7 @@ fn the_shipped_payments_contract_runs_as_shipped_on_a_repository_that_has_what_i
         .output()
         .unwrap();
     let stderr = text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("no variable PAYMENTS_SANDBOX_TOKEN"),
         "{stderr}"

@@ -45,6 +45,12 @@ pub(crate) fn run(command: ContractCommand, host: &HostArgs) -> ExitCode {
 
 fn check(file: &Path, backend: Option<Backend>, host: &HostArgs) -> ExitCode {
     let shown = file.display();
+    if backend == Some(Backend::Container) {
+        eprintln!(
+            "agent-workspace: --backend container: the container backend is not available yet; use --backend namespace"
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(err) => {
@@ -61,7 +67,7 @@ fn check(file: &Path, backend: Option<Backend>, host: &HostArgs) -> ExitCode {
         Contract::from_toml(&text)
     };
     let parsed = match (parsed, backend) {
-        (Ok(contract), Some(backend)) => kept_by(contract, backend, host),
+        (Ok(contract), Some(_)) => kept_by(contract, host),
         (parsed, _) => parsed,
     };
     match parsed {
@@ -97,23 +103,15 @@ fn check(file: &Path, backend: Option<Backend>, host: &HostArgs) -> ExitCode {
     }
 }
 
-/// `contract` if `backend`'s stack (and the runner) can keep every setting of
-/// it, else every setting it cannot keep, as problems.
-fn kept_by(
-    contract: Contract,
-    backend: Backend,
-    host: &HostArgs,
-) -> Result<Contract, ContractError> {
+/// `contract` if the namespace backend's stack (and the runner) can keep every
+/// setting of it, else every setting it cannot keep, as problems. (The
+/// container backend is refused before this.)
+fn kept_by(contract: Contract, host: &HostArgs) -> Result<Contract, ContractError> {
     let unsupported = |message: String| {
         let mut problems = workspace_core::contract::Problems::new();
         problems.push("--backend", message);
         ContractError::Invalid { problems }
     };
-    if backend == Backend::Container {
-        return Err(unsupported(
-            "the container backend is not available yet; use --backend namespace".into(),
-        ));
-    }
     let runner = super::session::runner(host, None)
         .map_err(|_| unsupported("the namespace backend cannot be set up on this host".into()))?;
     match runner.check(&contract) {

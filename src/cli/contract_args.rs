@@ -143,6 +143,20 @@ impl ContractArgs {
             .source
             .generated
             .extend(self.generated.iter().cloned());
+        // A credential from the environment that is not there is known now:
+        // refused before anything is created.
+        for (i, credential) in contract.identity.credentials.iter().enumerate() {
+            if let Some(variable) = credential
+                .source
+                .strip_prefix(agent_workspace::ENV_SOURCE_PREFIX)
+                && std::env::var_os(variable).is_none_or(|v| v.is_empty())
+            {
+                return Err(BadInput(format!(
+                    "identity.credentials[{i}] ({}): the invoking environment has no variable {variable}",
+                    credential.name
+                )));
+            }
+        }
         contract.validate().map_err(|problems| {
             BadInput(format!(
                 "the contract is invalid: {}",
