@@ -183,6 +183,33 @@ fn check_against_a_backend_lists_what_it_cannot_keep() {
 }
 
 #[test]
+fn check_json_lists_each_problem_with_its_path_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("two.toml");
+    std::fs::write(&file, "objective = \"x\"\nshape = \"narrow-fix\"\ncolour = 1\n[filesystem]\nwritable = [\"../a\"]\n")
+        .expect("write");
+    let out = agent_workspace(&["contract", "check", file.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["valid"], false, "{report}");
+    assert_eq!(report["problems"][0]["path"], "colour", "{report}");
+    assert_eq!(report["problems"][0]["line"], 3, "{report}");
+    assert_eq!(
+        report["problems"][1]["path"], "filesystem.writable[0]",
+        "{report}"
+    );
+    let out = agent_workspace(&[
+        "contract",
+        "check",
+        "examples/contracts/postgres.toml",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report, serde_json::json!({ "valid": true, "problems": [] }));
+}
+
+#[test]
 fn the_schema_is_json_with_every_section() {
     let out = agent_workspace(&["contract", "schema"]);
     assert_eq!(out.status.code(), Some(0));

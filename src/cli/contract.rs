@@ -22,6 +22,10 @@ pub(crate) enum ContractCommand {
         /// cannot keep (what `run` would refuse before creating anything).
         #[arg(long, value_enum)]
         backend: Option<Backend>,
+        /// Print `{"valid": ..., "problems": [{"path", "line", "message"}]}` on
+        /// stdout instead of lines on stderr.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the JSON Schema of a contract.
     Schema,
@@ -29,7 +33,11 @@ pub(crate) enum ContractCommand {
 
 pub(crate) fn run(command: ContractCommand, host: &HostArgs) -> ExitCode {
     match command {
-        ContractCommand::Check { file, backend } => check(&file, backend, host),
+        ContractCommand::Check {
+            file,
+            backend,
+            json,
+        } => check(&file, backend, json, host),
         ContractCommand::Schema => match serde_json::to_string_pretty(&Contract::json_schema()) {
             Ok(schema) => {
                 println!("{schema}");
@@ -43,7 +51,7 @@ pub(crate) fn run(command: ContractCommand, host: &HostArgs) -> ExitCode {
     }
 }
 
-fn check(file: &Path, backend: Option<Backend>, host: &HostArgs) -> ExitCode {
+fn check(file: &Path, backend: Option<Backend>, json: bool, host: &HostArgs) -> ExitCode {
     let shown = file.display();
     if backend == Some(Backend::Container) {
         eprintln!(
@@ -70,6 +78,23 @@ fn check(file: &Path, backend: Option<Backend>, host: &HostArgs) -> ExitCode {
         (Ok(contract), Some(_)) => kept_by(contract, host),
         (parsed, _) => parsed,
     };
+    if json {
+        let problems = match &parsed {
+            Ok(_) => serde_json::json!([]),
+            Err(ContractError::Invalid { problems }) => serde_json::json!(problems),
+            Err(err) => serde_json::json!([{ "path": "", "message": err.to_string() }]),
+        };
+        let valid = parsed.is_ok();
+        println!(
+            "{}",
+            serde_json::json!({ "valid": valid, "problems": problems })
+        );
+        return if valid {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_BAD_INPUT)
+        };
+    }
     match parsed {
         Ok(contract) => {
             let kept = backend
