@@ -178,7 +178,7 @@ pub(crate) fn load_contract(file: &Path) -> Result<Contract, BadInput> {
                 .join("\nagent-workspace: "),
             err => format!(
                 "--contract {shown}: {}",
-                super::run::one_line(&err.to_string())
+                super::text::one_line(&err.to_string())
             ),
         };
         BadInput(report)

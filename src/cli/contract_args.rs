@@ -11,6 +11,7 @@ use workspace_core::contract::{
 use super::BadInput;
 use super::backend::Backend;
 use super::contract::load_contract;
+use super::text::one_line;
 
 /// The network of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -224,13 +225,4 @@ fn io_reason(error: &std::io::Error) -> String {
         std::io::ErrorKind::PermissionDenied => "permission denied".into(),
         _ => error.to_string(),
     }
-}
-
-/// Text on one line: newlines become "; ".
-pub(crate) fn one_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
 }

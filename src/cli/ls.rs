@@ -15,8 +15,8 @@ use workspace_core::lifecycle::{FailureCause, State, StateName, Transition};
 use workspace_core::recovery::JOURNAL_DIR;
 use workspace_core::runner::RunPaths;
 
-use super::contract_args::one_line;
 use super::host::{HostArgs, host_capacity};
+use super::text::one_line;
 
 #[derive(Debug, Args)]
 pub(crate) struct LsArgs {

@@ -24,6 +24,7 @@ mod run;
 mod session;
 mod summary;
 mod suspend;
+mod text;
 mod verify;
 mod waiting;
 

@@ -11,9 +11,10 @@ use workspace_core::evidence::EvidenceFile;
 use workspace_core::runner::{CreateOptions, ObservedRecord, Runner};
 
 use super::BadInput;
-use super::contract_args::{ContractArgs, one_line};
+use super::contract_args::ContractArgs;
 use super::host::HostArgs;
 use super::session::{bad_input, block_on, cancel_on_signals, runner};
+use super::text::one_line;
 
 #[derive(Debug, Args)]
 pub(crate) struct ProbeArgs {

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use clap::Args;
 use workspace_core::recovery::RecoveryReport;
 
-use super::contract_args::one_line;
 use super::host::HostArgs;
 use super::session::{block_on, runner};
+use super::text::one_line;
 
 #[derive(Debug, Args)]
 pub(crate) struct RecoverArgs {

@@ -9,10 +9,10 @@ use workspace_core::runner::{CommandIo, CreateOptions, RunErrorKind};
 
 use super::EXIT_BAD_INPUT;
 use super::contract_args::ContractArgs;
-pub(crate) use super::contract_args::one_line;
 use super::host::HostArgs;
 use super::session::{bad_input, block_on, cancel_on_signals, runner};
 use super::summary::{report_run_error, report_summary};
+pub(crate) use super::text::one_line;
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {

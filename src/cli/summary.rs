@@ -211,7 +211,7 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
         .unwrap_or_default();
     eprintln!(
         "agent-workspace: {}{evidence}",
-        super::contract_args::one_line(&workspace_core::error_chain(error))
+        super::text::one_line(&workspace_core::error_chain(error))
     );
     ExitCode::from(EXIT_RUNNER_FAILED)
 }

@@ -7,7 +7,7 @@ use clap::Args;
 use workspace_core::evidence;
 
 use super::EXIT_BAD_INPUT;
-use super::contract_args::one_line;
+use super::text::one_line;
 
 #[derive(Debug, Args)]
 pub(crate) struct VerifyArgs {

@@ -16,12 +16,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::RunErrorKind;
+use super::paths::IDENTITY_STATE_FILE;
 use super::state_files::read_state;
 use crate::boundary::{IdentityPlan, IssuedCredential};
 use crate::contract::UserClass;
-
-/// The file's name in the run directory.
-pub(super) const IDENTITY_STATE_FILE: &str = "identity.json";
 
 #[derive(Serialize, Deserialize)]
 struct StoredIdentity {

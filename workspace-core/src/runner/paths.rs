@@ -12,6 +12,9 @@ pub const RUNS_DIR: &str = "runs";
 /// The file in a run's private directory that records its filesystem grants, so a
 /// later process (resume, recovery) can release them.
 pub const FILESYSTEM_STATE_FILE: &str = "filesystem.json";
+/// The run's identity plan with its credential values (mode 0600), in its run
+/// directory (see `identity_store`).
+pub(super) const IDENTITY_STATE_FILE: &str = "identity.json";
 
 /// The extension of the file beside a run's journal that names its evidence
 /// directory (`<runtime>/journals/<run-id>.evidence`), so that recovery and resume

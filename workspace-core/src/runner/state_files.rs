@@ -7,9 +7,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::RunErrorKind;
-use super::identity_store::IDENTITY_STATE_FILE;
 use super::leases::LEASES_STATE_FILE;
-use super::paths::FILESYSTEM_STATE_FILE;
+use super::paths::{FILESYSTEM_STATE_FILE, IDENTITY_STATE_FILE};
 
 pub(super) fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
     std::fs::create_dir_all(path).map_err(|source| RunErrorKind::Io {
