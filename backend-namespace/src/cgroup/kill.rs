@@ -7,8 +7,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use nix::errno::Errno;
 use nix::libc;
-use serde::{Deserialize, Serialize};
 
+use super::kill_method::KillMethod;
 use super::run::RunCgroup;
 use super::{CgroupError, Controller, Hierarchy, fsio};
 
@@ -25,20 +25,6 @@ fn pause(round: u32) -> Duration {
 }
 /// How long to wait for the v1 freezer to report `FROZEN`.
 const FREEZE_WAIT: Duration = Duration::from_secs(1);
-
-/// How [`RunCgroup::kill_all`] ends the processes of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KillMethod {
-    /// Write `1` to the v2 `cgroup.kill` (the kernel kills the whole subtree,
-    /// including processes forked meanwhile).
-    CgroupKill,
-    /// Freeze the v1 freezer group, SIGKILL every pid in it, thaw; repeat until empty.
-    V1Freezer,
-    /// SIGKILL every pid in the group; repeat until empty (no freezer available, so
-    /// a fork racing the signals is caught by a later round).
-    Signals,
-}
 
 impl RunCgroup {
     /// Every pid in the run's groups and their sub-cgroups (all hierarchies),

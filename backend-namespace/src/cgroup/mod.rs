@@ -56,6 +56,7 @@ mod error;
 mod freezer;
 mod fsio;
 mod kill;
+mod kill_method;
 mod layout;
 mod limits;
 mod paths;
@@ -66,7 +67,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use error::CgroupError;
-pub use kill::KillMethod;
+pub use kill_method::KillMethod;
 pub use layout::{CgroupLayout, Placement};
 pub use limits::{AppliedCpu, AppliedLimits, AppliedMemory, AppliedPids, ReadLimits};
 pub use paths::{leaked_paths, remove_parent, run_processes};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use workspace_core::RunId;
 use workspace_core::boundary::ResolvedLimits;
 
-use super::kill::KillMethod;
+use super::kill_method::KillMethod;
 use super::limits::{self, AppliedLimits};
 use super::paths::check_parent_name;
 use super::{CgroupError, CgroupLayout, Controller, Hierarchy, Placement, fsio};
