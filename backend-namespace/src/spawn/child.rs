@@ -52,18 +52,9 @@ use nix::libc;
 
 use super::error::{ChildStage, Report, SpawnError, op};
 use super::prepared::Prepared;
+use super::protocol::{FD_CGROUP, FD_ERROR, FD_GO, GO_CLEAR_GROUPS};
 use super::raw::{self, Errno, Fd};
 use super::{Pid1, init, mounts};
-
-/// The go byte when the child should clear its supplementary groups.
-pub(crate) const GO_CLEAR_GROUPS: u8 = 1;
-/// The go byte when `setgroups` was denied (groups stay as inherited).
-pub(crate) const GO_GROUPS_DENIED: u8 = 2;
-
-pub(crate) const FD_GO: c_int = 3;
-pub(crate) const FD_ERROR: c_int = 4;
-pub(crate) const FD_STATUS: c_int = 5;
-pub(crate) const FD_CGROUP: c_int = 6;
 
 /// `CAP_LAST_CAP` is below this on every kernel so far; the loop stops at `EINVAL`.
 const CAP_PROBE_LIMIT: c_int = 64;

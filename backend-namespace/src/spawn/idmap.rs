@@ -11,8 +11,8 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::child::{GO_CLEAR_GROUPS, GO_GROUPS_DENIED};
 use super::error::SpawnError;
+use super::protocol::{GO_CLEAR_GROUPS, GO_GROUPS_DENIED};
 
 /// Writes the maps of `pid`; returns the go byte telling the child what it may do
 /// about supplementary groups.

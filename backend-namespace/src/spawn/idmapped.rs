@@ -55,7 +55,7 @@ use nix::libc;
 
 use super::error::SpawnError;
 use super::idmap;
-use super::prepared::OLD_ROOT;
+use super::protocol::OLD_ROOT;
 
 /// Where the child attaches the idmapped mount of an overlay's lower layer.
 #[derive(Debug)]

@@ -28,10 +28,10 @@ use std::ptr;
 
 use nix::libc;
 
-use super::child::{FD_ERROR, FD_STATUS};
 use super::error::{ChildStage, Report, op};
 use super::forward;
 use super::prepared::Prepared;
+use super::protocol::{FD_ERROR, FD_STATUS};
 use super::raw;
 
 /// The signals pid 1 passes on to the command: what supervisors send to ask a

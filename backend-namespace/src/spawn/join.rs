@@ -31,9 +31,9 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::libc;
 
-use super::child::{GO_CLEAR_GROUPS, GO_GROUPS_DENIED};
 use super::error::SpawnError;
 use super::prepared::Prepared;
+use super::protocol::{GO_CLEAR_GROUPS, GO_GROUPS_DENIED};
 use super::{DEFAULT_SETUP_TIMEOUT, ResourceLimits, SpawnedChild, join_child, launch};
 use crate::seccomp::SeccompFilter;
 

@@ -25,12 +25,12 @@ use std::ptr;
 use nix::libc;
 
 use super::child::{
-    FD_CGROUP, GO_CLEAR_GROUPS, begin, clone_with, drop_privileges, fail, run_setup, set_rlimits,
-    stay_undumpable,
+    begin, clone_with, drop_privileges, fail, run_setup, set_rlimits, stay_undumpable,
 };
 use super::error::{ChildStage, Report, SpawnError, op};
 use super::init::{self, Supervisor};
 use super::prepared::Prepared;
+use super::protocol::{FD_CGROUP, GO_CLEAR_GROUPS};
 use super::raw;
 
 /// The namespaces a joining child enters through the sandbox's pidfd.

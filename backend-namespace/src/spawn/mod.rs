@@ -114,6 +114,7 @@ mod join;
 mod join_child;
 mod mounts;
 mod prepared;
+mod protocol;
 mod raw;
 mod rlimits;
 

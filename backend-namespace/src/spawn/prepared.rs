@@ -17,13 +17,12 @@ use workspace_core::mount_plan::{MountAction, Reason};
 
 use super::error::SpawnError;
 use super::idmapped::{self, IdmappedLower};
+use super::protocol::OLD_ROOT;
 use super::raw::OpenHow;
 use super::rlimits::Rlimit64;
 use super::{JoinRequest, Pid1, Sandbox, SpawnRequest};
 use crate::seccomp::{SeccompFilter, SeccompPolicy};
 
-/// Where the host's root is reachable while the plan is applied.
-pub(crate) const OLD_ROOT: &str = "/oldroot";
 /// At most this many cgroup files can be joined (descriptors kept in the child).
 pub(crate) const MAX_CGROUP_FILES: usize = 16;
 
