@@ -91,17 +91,8 @@ impl FilesystemBoundary for WorktreeFilesystem {
         _record: &FilesystemRecord,
         permit: &CleanupPermit,
     ) -> Result<(), BoundaryError> {
-        if permit.run_id() != &run.run_id {
-            return Err(BoundaryError::new(
-                BoundaryKind::Filesystem,
-                "release",
-                format!(
-                    "the cleanup permit is for run {}, not {}",
-                    permit.run_id(),
-                    run.run_id
-                ),
-            ));
-        }
-        Ok(())
+        permit
+            .check(&run.run_id)
+            .map_err(|e| BoundaryError::new(BoundaryKind::Filesystem, "release", e))
     }
 }

@@ -185,16 +185,10 @@ impl SourceBoundary for WorktreeSource {
         record: &SourceRecord,
         permit: &CleanupPermit,
     ) -> Result<(), BoundaryError> {
-        if permit.run_id() != &run.run_id {
-            return Err(BoundaryError::new(
-                BoundaryKind::Source,
-                "release checkout",
-                SourceError::Unsupported {
-                    setting: format!("a cleanup permit of run {}", permit.run_id()),
-                },
-            )
-            .with_path(record.workspace.clone()));
-        }
+        permit.check(&run.run_id).map_err(|e| {
+            BoundaryError::new(BoundaryKind::Source, "release checkout", e)
+                .with_path(record.workspace.clone())
+        })?;
         let record = record.clone();
         let run_dir = run.run_dir.clone();
         let path = record.workspace.clone();
@@ -227,16 +221,10 @@ impl SourceBoundary for WorktreeSource {
     ) -> Result<(), BoundaryError> {
         let run_dir = run.run_dir.clone();
         let checkout = run_dir.join(CHECKOUT_DIR);
-        if permit.run_id() != &run.run_id {
-            return Err(BoundaryError::new(
-                BoundaryKind::Source,
-                "release unrecorded checkout",
-                SourceError::Unsupported {
-                    setting: format!("a cleanup permit of run {}", permit.run_id()),
-                },
-            )
-            .with_path(checkout));
-        }
+        permit.check(&run.run_id).map_err(|e| {
+            BoundaryError::new(BoundaryKind::Source, "release unrecorded checkout", e)
+                .with_path(checkout.clone())
+        })?;
         let linked = run.contract.source.materialization == Materialization::Linked;
         let repository = PathBuf::from(&run.contract.source.repo);
         let released = blocking("release unrecorded checkout", checkout.clone(), move || {

@@ -39,6 +39,29 @@ impl CleanupPermit {
     pub fn run_id(&self) -> &RunId {
         &self.run_id
     }
+
+    /// `Ok` when the permit is for `run`: the one check every boundary that
+    /// removes something makes before it does.
+    pub fn check(&self, run: &RunId) -> Result<(), WrongPermit> {
+        if &self.run_id == run {
+            Ok(())
+        } else {
+            Err(WrongPermit {
+                permit_for: self.run_id.clone(),
+                run: run.clone(),
+            })
+        }
+    }
+}
+
+/// A cleanup permit shown for another run than the one it was issued for.
+#[derive(Debug, thiserror::Error)]
+#[error("the cleanup permit is for run {permit_for}, not {run}")]
+pub struct WrongPermit {
+    /// The run the permit is for.
+    pub permit_for: RunId,
+    /// The run it was shown for.
+    pub run: RunId,
 }
 
 /// Why a lifecycle operation did not happen.

@@ -25,7 +25,9 @@ mod machine;
 mod state;
 mod timeouts;
 
-pub use machine::{CleanupPermit, Lifecycle, LifecycleError, Transition, TransitionObserver};
+pub use machine::{
+    CleanupPermit, Lifecycle, LifecycleError, Transition, TransitionObserver, WrongPermit,
+};
 pub use state::{
     FailureCause, Operation, OperationName, Origin, Refusal, State, StateName, next_state,
 };
