@@ -55,6 +55,40 @@ fn a_credential_is_issued_once_and_never_shown_by_export_or_the_evidence() {
     };
     let out = exec("echo \"$TOKEN\" > leak.txt; echo fine > fine.txt", None);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // The kept credential (host-only, 0600) is out of the run's reach: by its
+    // host path, through pid 1's root, by `..` out of the workspace; and a write
+    // attempt leaves it as it was.
+    let kept = fixture
+        .runtime()
+        .join("runs")
+        .join(&run)
+        .join("identity.json");
+    let before = std::fs::read(&kept).unwrap();
+    let mode = |path: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&kept), 0o600);
+    let attack = format!(
+        "for p in '{k}' '/proc/1/root{k}' ../identity.json ../../identity.json; do \
+           cat \"$p\" 2>/dev/null && echo \"READ $p\"; echo x >> \"$p\" 2>/dev/null && echo \"WROTE $p\"; \
+         done; exit 0",
+        k = kept.display()
+    );
+    let out = exec(&attack, None);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !stdout.contains("READ") && !stdout.contains("WROTE"),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read(&kept).unwrap(),
+        before,
+        "the kept credential changed"
+    );
+    assert_eq!(mode(&kept), 0o600);
     // (The value in the command line is recorded redacted, as output is.)
     let same = format!("test \"$TOKEN\" = '{token}'");
     let out = exec(&same, Some("another-value-123"));

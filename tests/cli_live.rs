@@ -33,18 +33,9 @@ health = { log = "tick" }
 "#;
 
 fn create(fixture: &CliFixture) -> String {
-    let repo = fixture.repo();
     let contract = fixture.path().join("live.toml");
     std::fs::write(&contract, CONTRACT).unwrap();
-    let out = fixture.agent_workspace(&[
-        "create",
-        "--contract",
-        contract.to_str().unwrap(),
-        "--repo",
-        repo.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    text(&out.stdout).trim().to_owned()
+    fixture.create(Some(&contract))
 }
 
 fn exec(fixture: &CliFixture, run: &str, argv: &[&str]) -> std::process::Output {

@@ -34,16 +34,7 @@ command = ["sh", "-c", "{check}"]
 fn created_with_an_edit(fixture: &CliFixture, check: &str) -> (String, String) {
     let file = fixture.path().join("promote.toml");
     std::fs::write(&file, contract(check)).unwrap();
-    let repo = fixture.repo();
-    let out = fixture.agent_workspace(&[
-        "create",
-        "--contract",
-        file.to_str().unwrap(),
-        "--repo",
-        repo.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let run = text(&out.stdout).trim().to_owned();
+    let run = fixture.create(Some(&file));
     let out = fixture.agent_workspace(&["exec", &run, "--", "sh", "-c", "echo fixed > fix.txt"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = fixture.agent_workspace(&["export", &run]);

@@ -466,10 +466,7 @@ fn a_command_that_ignores_the_signal_is_killed_after_the_grace_and_ctrl_c_exits_
 #[test]
 fn an_interrupted_exec_exits_143_and_the_workspace_lives_on() {
     let fixture = CliFixture::new("exec-sigterm");
-    let repo = fixture.repo();
-    let out = fixture.agent_workspace(&["create", "--repo", repo.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let run = text(&out.stdout).trim().to_owned();
+    let run = fixture.create(None);
     let mark = support::marker("exec-sigterm");
     let script = "trap 'echo trapped; exit 3' TERM; echo started; while :; do sleep 0.1; done";
     let (status, stdout, stderr) = interrupted(&fixture, &["exec", &run], script, &mark, "TERM");
@@ -574,10 +571,7 @@ fn files_the_base_commits_ignore_rules_ignore_are_left_out_of_the_patch_and_list
 #[test]
 fn exec_says_how_its_command_ended_a_busy_run_names_its_holder_and_an_ended_one_is_bad_input() {
     let fixture = CliFixture::new("exec-words");
-    let repo = fixture.repo();
-    let out = fixture.agent_workspace(&["create", "--repo", repo.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let run = text(&out.stdout).trim().to_owned();
+    let run = fixture.create(None);
 
     let out = fixture.agent_workspace(&["exec", &run, "--", "no-such-program-here"]);
     let stderr = text(&out.stderr);

@@ -58,16 +58,7 @@ fn a_process_cannot_leave_the_workspace_cgroup_nor_outlive_destroy() {
     let fixture = CliFixture::new("live-escape");
     let service = marker("escape-service");
     let contract = contract(&fixture, &service);
-    let repo = fixture.repo();
-    let out = fixture.agent_workspace(&[
-        "create",
-        "--contract",
-        contract.to_str().unwrap(),
-        "--repo",
-        repo.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let run = text(&out.stdout).trim().to_owned();
+    let run = fixture.create(Some(&contract));
 
     let daemon = marker("escape-daemon");
     // Try every cgroup.procs the workspace can see (and a new group), then leave

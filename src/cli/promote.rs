@@ -40,7 +40,7 @@ pub(crate) struct PromoteArgs {
 /// says to end it: the agent can fix what failed and promote again.
 pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
     if let Some(digest) = &args.sha256
-        && !is_sha256_hex(digest)
+        && !workspace_core::digest::is_sha256_hex(digest)
     {
         eprintln!(
             "agent-workspace: --sha256 {digest:?} is not a sha256 digest (64 hex digits, as `export` prints it)"
@@ -121,9 +121,4 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
             None => ExitCode::from(EXIT_RUNNER_FAILED),
         }
     })
-}
-
-/// Whether `text` is a sha256 digest as `export` prints it: 64 hex digits.
-fn is_sha256_hex(text: &str) -> bool {
-    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }

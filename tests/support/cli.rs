@@ -85,6 +85,19 @@ impl CliFixture {
         self.agent_workspace(&all)
     }
 
+    /// `create --repo <repo>` (with `--contract contract` when given), which must
+    /// succeed; the run's id.
+    pub fn create(&self, contract: Option<&Path>) -> String {
+        let repo = self.repo();
+        let mut args = vec!["create", "--repo", repo.to_str().unwrap()];
+        if let Some(contract) = contract {
+            args.extend(["--contract", contract.to_str().unwrap()]);
+        }
+        let out = self.agent_workspace(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    }
+
     /// Asserts that `verify` accepts the bundle in `bundle`; returns its stdout.
     pub fn assert_verifies(&self, bundle: &Path) -> String {
         let verified = self.agent_workspace(&["verify", bundle.to_str().unwrap()]);

@@ -7,6 +7,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     to_hex(&Sha256::digest(bytes))
 }
 
+/// Whether `text` reads as a sha256 digest: 64 hex digits.
+pub fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Lowercase hex of `bytes`.
 pub fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -20,6 +25,13 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_digest_is_64_hex_digits() {
+        assert!(super::is_sha256_hex(&super::sha256_hex(b"x")));
+        assert!(!super::is_sha256_hex("not-a-digest"));
+        assert!(!super::is_sha256_hex(&"g".repeat(64)));
+    }
+
     #[test]
     fn known_digest() {
         assert_eq!(

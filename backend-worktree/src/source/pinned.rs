@@ -80,7 +80,7 @@ fn digest_in(dirs: &[Dir], path: &str, shown: &Path) -> Result<Option<String>, S
             hasher.update(&buffer[..read]);
         }
         let digest = hasher.finalize();
-        return Ok(Some(digest.iter().map(|b| format!("{b:02x}")).collect()));
+        return Ok(Some(workspace_core::digest::to_hex(&digest)));
     }
     Ok(None)
 }

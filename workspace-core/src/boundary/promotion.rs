@@ -171,14 +171,15 @@ impl ApprovalRecord {
 /// The identity of a process that recorded something, read from the kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedBy {
-    /// Its real user id.
+    /// Its effective user id (the owner of its `/proc/self`).
     pub uid: u32,
     /// Its process id.
     pub pid: u32,
 }
 
 impl RecordedBy {
-    /// This process (its uid read from `/proc/self`; `None` where there is none).
+    /// This process (its effective uid read from the owner of `/proc/self`;
+    /// `None` where there is none).
     pub fn this_process() -> Option<Self> {
         #[cfg(unix)]
         {

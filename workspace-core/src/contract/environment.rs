@@ -205,8 +205,11 @@ impl EnvironmentSection {
                 "fixture",
             );
             checks::relative_path(problems, &format!("{field}.path"), &fixture.path);
-            let is_digest = |d: &String| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit());
-            if fixture.sha256.as_ref().is_some_and(|d| !is_digest(d)) {
+            if fixture
+                .sha256
+                .as_ref()
+                .is_some_and(|d| !crate::digest::is_sha256_hex(d))
+            {
                 problems.push(
                     format!("{field}.sha256"),
                     "is not a sha256 digest (64 hex digits)",

@@ -101,8 +101,7 @@ impl FingerprintKey {
             .unwrap_or_else(|_| unreachable!("HMAC takes a key of any length"));
         mac.update(value);
         let tag = mac.finalize().into_bytes();
-        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
-        format!("hmac-sha256:{hex}")
+        format!("hmac-sha256:{}", crate::digest::to_hex(&tag))
     }
 }
 

@@ -97,7 +97,7 @@ fn forms(value: &[u8]) -> Vec<(CredentialForm, Vec<u8>)> {
             forms.push((form, base64_core(engine, value, shift)));
         }
     }
-    let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::digest::to_hex(value);
     forms.push((CredentialForm::Hex, hex.to_ascii_uppercase().into_bytes()));
     forms.push((CredentialForm::Hex, hex.into_bytes()));
     let encoded =
