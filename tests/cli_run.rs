@@ -29,8 +29,8 @@ fn summary_of(stderr: &str) -> (String, PathBuf) {
 }
 
 /// Runs `args`, expects `status`, a summary line saying so, and a sealed
-/// evidence bundle that `verify` accepts.
-fn expect_exit(test: &str, args: &[&str], status: i32, says: &str) {
+/// evidence bundle that `verify` accepts; returns its `outcome.json`.
+fn expect_exit(test: &str, args: &[&str], status: i32, says: &str) -> serde_json::Value {
     let fixture = CliFixture::new(test);
     let out = fixture.run(args);
     let stderr = text(&out.stderr);
@@ -40,6 +40,7 @@ fn expect_exit(test: &str, args: &[&str], status: i32, says: &str) {
     assert!(evidence.starts_with(fixture.evidence()), "{line}");
     assert!(evidence.join("manifest.json").is_file(), "{line}");
     fixture.assert_verifies(&evidence);
+    serde_json::from_slice(&std::fs::read(evidence.join("outcome.json")).unwrap()).unwrap()
 }
 
 #[test]
@@ -65,13 +66,19 @@ fn exit_3_is_passed_through() {
 #[test]
 fn exit_124_after_the_timeout() {
     let started = std::time::Instant::now();
-    expect_exit(
+    let outcome = expect_exit(
         "timeout",
         &["--timeout", "1", "--", "/bin/sleep", "30"],
         124,
         ": timed out after ",
     );
     assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
+    // The command was killed for its timeout; the run itself ended normally.
+    assert_eq!(
+        outcome["commands"][0]["exit"]["killed"], "timeout",
+        "{outcome}"
+    );
+    assert_eq!(outcome["ended_in"], "exported", "{outcome}");
 }
 
 #[test]
@@ -740,5 +747,41 @@ fn tty_gives_the_command_a_terminal_of_its_own() {
         text(&out.stdout).contains("no-tty"),
         "{}",
         text(&out.stdout)
+    );
+}
+
+#[test]
+fn on_a_terminal_the_status_line_shows_how_long_a_quiet_command_has_run() {
+    let fixture = CliFixture::new("elapsed");
+    // `script` (util-linux, Debian package bsdutils) gives the CLI a terminal.
+    let which = std::process::Command::new("sh")
+        .args(["-c", "command -v script"])
+        .output()
+        .unwrap();
+    assert!(
+        which.status.success(),
+        "this test needs `script`: apt-get install bsdutils"
+    );
+    let aw = fixture.command();
+    let line = format!(
+        "'{}' run --repo '{}' --evidence '{}' -- sh -c 'sleep 2.5; echo done'",
+        env!("CARGO_BIN_EXE_agent-workspace"),
+        fixture.repo().display(),
+        fixture.evidence().display(),
+    );
+    let out = std::process::Command::new("script")
+        .current_dir(fixture.path())
+        .envs(aw.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .output()
+        .unwrap();
+    let terminal = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{terminal:?}");
+    assert!(terminal.contains(": running, 1 s"), "{terminal:?}");
+    // The line is erased before the command's own output, which is intact.
+    assert!(terminal.contains(" s\r\x1b[Kdone\r\n"), "{terminal:?}");
+    assert!(
+        terminal.contains(": exit 0, 0 changed files, "),
+        "{terminal:?}"
     );
 }

@@ -101,7 +101,7 @@ async fn a_successful_command_exports_a_patch_that_applies_to_the_base_commit() 
     assert_sealed_run_files(&report);
 
     let outcome = &report.outcome;
-    assert_eq!(outcome.ended_in, StateName::Draining);
+    assert_eq!(outcome.ended_in, StateName::Exported);
     assert_eq!(outcome.failure, None);
     assert_eq!(outcome.commands.len(), 1);
     let first = &outcome.commands[0];
@@ -179,7 +179,7 @@ async fn a_non_zero_exit_is_recorded_and_the_run_still_exported_and_cleaned() {
     assert!(!last.succeeded());
     // A failing command is an outcome, not a failed run.
     assert_eq!(report.outcome.failure, None);
-    assert_eq!(report.outcome.ended_in, StateName::Draining);
+    assert_eq!(report.outcome.ended_in, StateName::Exported);
     // Its changes are exported all the same.
     assert_eq!(report.outcome.changed_paths, 1);
     assert!(read_evidence(&report, "diff.patch").contains("+partial"));

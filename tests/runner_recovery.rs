@@ -157,7 +157,7 @@ async fn crash_and_recover(target: Target) {
     assert_eq!(outcome.run_id, run_id);
     if target.sealed_before_crash() {
         assert_eq!(outcome.failure, None, "{outcome:?}");
-        assert_eq!(outcome.ended_in, StateName::Draining);
+        assert_eq!(outcome.ended_in, StateName::Exported);
     } else {
         assert_eq!(
             outcome.failure,

@@ -62,6 +62,12 @@ pub(crate) struct ContractArgs {
     /// A host path mounted read-only, at the same path or at TARGET (repeatable).
     #[arg(long = "ro", value_name = "HOST[:TARGET]")]
     read_only_mounts: Vec<String>,
+    /// A host directory mounted read-write at TARGET (repeatable): a cache the
+    /// run's commands fill and later runs reuse (a package cache, a
+    /// `node_modules` inside the workspace). What is written there outlives the
+    /// run and is never part of the patch.
+    #[arg(long = "rw-cache", value_name = "HOST:TARGET")]
+    rw_caches: Vec<String>,
     /// A path the run generates (build output), left out of the patch on both
     /// sides (repeatable; the contract's `source.generated`).
     #[arg(long, value_name = "GLOB")]
@@ -138,6 +144,18 @@ impl ContractArgs {
                 host: host.to_owned(),
                 target: target.to_owned(),
                 mode: MountMode::ReadOnly,
+            });
+        }
+        for cache in &self.rw_caches {
+            let Some((host, target)) = cache.split_once(':') else {
+                return Err(BadInput(format!(
+                    "--rw-cache {cache:?}: write it as HOST:TARGET"
+                )));
+            };
+            contract.filesystem.host_mounts.push(HostMount {
+                host: host.to_owned(),
+                target: target.to_owned(),
+                mode: MountMode::DangerReadWrite,
             });
         }
         contract

@@ -44,7 +44,9 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
             cancel_grace: Some(host.stop_grace()),
             observer: Some(super::waiting::observer(
                 host,
-                super::progress::on_terminal(),
+                super::progress::Progress::on_terminal()
+                    .as_ref()
+                    .map(super::progress::Progress::observer),
             )),
         };
         let workspace = match runner.create(contract, options).await {

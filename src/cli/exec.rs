@@ -4,9 +4,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 use workspace_core::boundary::{CommandSpec, KillCause};
-use workspace_core::runner::{CommandIo, CreateOptions};
+use workspace_core::runner::CreateOptions;
 
 use super::host::HostArgs;
+use super::progress::{Progress, passing_through, while_ticking};
 use super::session::{cancel_on_signals, interrupted_status, on_run};
 use super::summary::report_run_error;
 use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
@@ -50,13 +51,14 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         output: None,
     };
     on_run(host, &args.run, |runner, run_id| async move {
+        let progress = Progress::on_terminal();
         let options = CreateOptions {
             run_id: None,
             cancel: Some(cancel_on_signals()),
             cancel_grace: Some(host.stop_grace()),
             observer: Some(super::waiting::observer(
                 host,
-                super::progress::on_terminal(),
+                progress.as_ref().map(Progress::observer),
             )),
         };
         let mut workspace = match runner.resume(&run_id, options).await {
@@ -74,8 +76,8 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
                 (Err(error), _) | (Ok(_), Err(error)) => report_run_error(&error),
             };
         }
-        let io = CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr());
-        let outcome = workspace.exec(&command, io).await;
+        let io = passing_through(progress.as_ref(), false);
+        let outcome = while_ticking(progress, workspace.exec(&command, io)).await;
         if let Ok(outcome) = &outcome {
             eprintln!(
                 "agent-workspace: {}",

@@ -1,27 +1,179 @@
 //! The progress display: one status line on stderr, only when stderr is a
-//! terminal, overwritten at each lifecycle step and cleared before the command's
-//! own output and before the summary.
+//! terminal. It names each lifecycle step and, while a command runs and has
+//! been quiet for a moment, the time it has been running; it is cleared before
+//! any of the command's own output and before the summary.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::io::{IsTerminal, Write};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
+use tokio::io::AsyncWrite;
 use workspace_core::lifecycle::{State, StateName, TransitionObserver};
+use workspace_core::runner::CommandIo;
 
-/// An observer drawing the status line, or `None` when stderr is not a terminal
-/// (scripts and harnesses get the summary line only).
-pub(crate) fn on_terminal() -> Option<TransitionObserver> {
-    if !std::io::stderr().is_terminal() {
-        return None;
+/// How long a running command must be quiet before the line shows its time,
+/// and how often the time is redrawn.
+const TICK: Duration = Duration::from_secs(1);
+
+/// The status line of one terminal, shared by the lifecycle observer, the
+/// command's output sinks and the ticker.
+#[derive(Clone)]
+pub(crate) struct Progress {
+    line: Arc<Mutex<Line>>,
+}
+
+struct Line {
+    /// Whether something is drawn that the next output must erase first.
+    drawn: bool,
+    /// The run and when its current command started, while one runs.
+    running: Option<(String, Instant)>,
+    /// When the command last wrote, and whether that ended a line (a partial
+    /// line is never drawn over).
+    last_output: Instant,
+    at_line_start: bool,
+}
+
+impl Progress {
+    /// The display, or `None` when stderr is not a terminal (scripts and
+    /// harnesses get the summary line only).
+    pub(crate) fn on_terminal() -> Option<Self> {
+        std::io::stderr().is_terminal().then(|| Self {
+            line: Arc::new(Mutex::new(Line {
+                drawn: false,
+                running: None,
+                last_output: Instant::now(),
+                at_line_start: true,
+            })),
+        })
     }
-    Some(Arc::new(|run_id, state: &State| {
-        let mut stderr = std::io::stderr().lock();
+
+    fn lock(&self) -> MutexGuard<'_, Line> {
+        self.line.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lifecycle observer that names each step.
+    pub(crate) fn observer(&self) -> TransitionObserver {
+        let progress = self.clone();
+        Arc::new(move |run_id, state: &State| {
+            let mut line = progress.lock();
+            line.running =
+                (state.name() == StateName::Running).then(|| (run_id.to_string(), Instant::now()));
+            match step(state.name()) {
+                Some(step) => line.draw(&format!("run {run_id}: {step}...")),
+                None => line.clear(),
+            }
+        })
+    }
+
+    /// `sink`, erasing the status line before each write of the command's.
+    pub(crate) fn clearing<W>(&self, sink: W) -> Clearing<W> {
+        Clearing {
+            progress: self.clone(),
+            sink,
+        }
+    }
+
+    /// Redraws `running, N s` every second while a command runs and is quiet;
+    /// never returns ([`while_ticking`] drops it when the work ends).
+    async fn tick(self) -> Infallible {
+        let mut ticks = tokio::time::interval(TICK);
+        loop {
+            ticks.tick().await;
+            let mut line = self.lock();
+            let Some((run_id, started)) = line.running.clone() else {
+                continue;
+            };
+            if line.at_line_start && line.last_output.elapsed() >= TICK {
+                let secs = started.elapsed().as_secs();
+                line.draw(&format!("run {run_id}: running, {secs} s"));
+            }
+        }
+    }
+}
+
+/// The command's output passed to this process's stdout (or stderr, when
+/// `stdout_to_stderr`) and stderr, through the status line when there is one.
+pub(crate) fn passing_through(progress: Option<&Progress>, stdout_to_stderr: bool) -> CommandIo {
+    match (progress, stdout_to_stderr) {
+        (Some(p), false) => CommandIo::passing_to(
+            p.clearing(tokio::io::stdout()),
+            p.clearing(tokio::io::stderr()),
+        ),
+        (Some(p), true) => CommandIo::passing_to(
+            p.clearing(tokio::io::stderr()),
+            p.clearing(tokio::io::stderr()),
+        ),
+        (None, false) => CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr()),
+        (None, true) => CommandIo::passing_to(tokio::io::stderr(), tokio::io::stderr()),
+    }
+}
+
+/// Runs `work` with the running time redrawn on the status line, if any.
+pub(crate) async fn while_ticking<F: Future>(progress: Option<Progress>, work: F) -> F::Output {
+    match progress {
+        None => work.await,
+        Some(progress) => tokio::select! {
+            output = work => output,
+            never = progress.tick() => match never {},
+        },
+    }
+}
+
+impl Line {
+    fn draw(&mut self, text: &str) {
         // "\r\x1b[K": back to the start of the line and erase it.
-        let _ = match step(state.name()) {
-            Some(step) => write!(stderr, "\r\x1b[Kagent-workspace: run {run_id}: {step}..."),
-            None => write!(stderr, "\r\x1b[K"),
-        };
+        let mut stderr = std::io::stderr().lock();
+        let _ = write!(stderr, "\r\x1b[Kagent-workspace: {text}");
         let _ = stderr.flush();
-    }))
+        self.drawn = true;
+    }
+
+    fn clear(&mut self) {
+        if std::mem::take(&mut self.drawn) {
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "\r\x1b[K");
+            let _ = stderr.flush();
+        }
+    }
+}
+
+/// An output sink of the command's that erases the status line first
+/// ([`Progress::clearing`]).
+pub(crate) struct Clearing<W> {
+    progress: Progress,
+    sink: W,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Clearing<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        let mut line = this.progress.lock();
+        line.clear();
+        let written = Pin::new(&mut this.sink).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &written
+            && *n > 0
+        {
+            line.last_output = Instant::now();
+            line.at_line_start = buf[..*n].ends_with(b"\n");
+        }
+        written
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.sink).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.sink).poll_shutdown(cx)
+    }
 }
 
 /// What the status line says in `state`; `None` clears it (the command's output

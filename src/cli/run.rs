@@ -5,11 +5,12 @@ use std::process::ExitCode;
 
 use clap::Args;
 use workspace_core::boundary::CommandSpec;
-use workspace_core::runner::{CommandIo, CreateOptions, RunErrorKind};
+use workspace_core::runner::{CreateOptions, RunErrorKind};
 
 use super::EXIT_BAD_INPUT;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
+use super::progress::{Progress, passing_through, while_ticking};
 use super::session::{bad_input, block_on, cancel_on_signals, runner};
 use super::summary::{report_run_error, report_summary};
 pub(crate) use super::text::one_line;
@@ -57,21 +58,20 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         if let Err(kind) = runner.check(&contract) {
             return refuse(&kind);
         }
-        let io = if json {
-            CommandIo::passing_to(tokio::io::stderr(), tokio::io::stderr())
-        } else {
-            CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr())
-        };
+        // With --json the command's stdout goes to stderr: stdout is the summary's.
+        let progress = Progress::on_terminal();
+        let io = passing_through(progress.as_ref(), json);
         let options = CreateOptions {
             run_id: None,
             cancel: Some(cancel_on_signals()),
             cancel_grace: Some(host.stop_grace()),
             observer: Some(super::waiting::observer(
                 host,
-                super::progress::on_terminal(),
+                progress.as_ref().map(Progress::observer),
             )),
         };
-        match runner.run(contract, &command, io, options).await {
+        let ran = while_ticking(progress, runner.run(contract, &command, io, options)).await;
+        match ran {
             Ok(report) => report_summary(&report, json),
             Err(error) => report_run_error(&error),
         }

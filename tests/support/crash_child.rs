@@ -276,7 +276,7 @@ impl ChildRun {
             .unwrap();
         let outcome = Outcome {
             run_id: self.run_id.clone(),
-            ended_in: StateName::Draining,
+            ended_in: StateName::Exported,
             failure: None,
             commands: Vec::new(),
             leaks: Some(LeakReport::default()),

@@ -100,9 +100,15 @@ fn each_malformed_contract_names_its_field_path() {
         ),
         (
             "host mount shadows root",
-            with("host_mounts = [{ host = \"/srv/x\", target = \"/workspace/src\" }]\n"),
+            with("host_mounts = [{ host = \"/srv/x\", target = \"/workspace\" }]\n"),
             "filesystem.host_mounts[0].target",
-            "would shadow it",
+            "would shadow the workspace root",
+        ),
+        (
+            "host mount above root",
+            with("host_mounts = [{ host = \"/srv/x\", target = \"/\" }]\n"),
+            "filesystem.host_mounts[0].target",
+            "is the whole file system",
         ),
         (
             "port 0",

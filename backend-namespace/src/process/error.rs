@@ -13,7 +13,7 @@ use crate::spawn::SpawnError;
 #[non_exhaustive]
 pub enum ProcessError {
     /// A file system step on the host failed.
-    #[error("{step}: {path}: {source}")]
+    #[error("{step}: {path}")]
     Io {
         /// What was being done.
         step: &'static str,
@@ -23,7 +23,7 @@ pub enum ProcessError {
         source: std::io::Error,
     },
     /// A cgroup step failed.
-    #[error("{step}: {source}")]
+    #[error("{step}")]
     Cgroup {
         /// What was being done.
         step: &'static str,
@@ -40,7 +40,7 @@ pub enum ProcessError {
         reason: &'static str,
     },
     /// Starting a command in its namespaces failed.
-    #[error("{step}: {source}")]
+    #[error("{step}")]
     Spawn {
         /// What was being done.
         step: &'static str,
@@ -103,7 +103,7 @@ pub enum ProcessError {
     },
     /// Allocating or setting up the pseudo-terminal of a command with `tty = true`
     /// failed.
-    #[error("the command's pseudo-terminal: {step}: {source}")]
+    #[error("the command's pseudo-terminal: {step}")]
     Pty {
         /// What was being done.
         step: &'static str,
@@ -132,7 +132,7 @@ pub enum ProcessError {
     },
     /// Handing the workspace over to the run's identity failed
     /// (see [`hand_over`](super::hand_over)).
-    #[error("handing the workspace over to the run's identity: {step}: {path}: {source}")]
+    #[error("handing the workspace over to the run's identity: {step}: {path}")]
     Handover {
         /// What was being done.
         step: &'static str,
@@ -149,7 +149,7 @@ pub enum ProcessError {
         after_ms: u64,
     },
     /// Making a pipe failed.
-    #[error("{step}: {source}")]
+    #[error("{step}")]
     Pipe {
         /// Which pipe.
         step: &'static str,

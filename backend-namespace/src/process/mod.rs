@@ -297,6 +297,11 @@ impl ProcessBoundary for NamespaceProcess {
                 .mismatches
                 .push(format!("the run's limits could not be read back: {e}")),
         }
+        if !sealed.host_mounts.is_empty() {
+            observed
+                .facts
+                .insert("host_mounts".into(), serde_json::json!(sealed.host_mounts));
+        }
         observed.facts.insert(
             "handover".into(),
             serde_json::json!(

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use workspace_core::boundary::{PreviewEndpoint, ResolvedLimits, RunContext, SealPlan};
+use workspace_core::contract::Contract;
 use workspace_core::mount_plan::{MountPlan, PlanInputs};
 
 use super::error::ProcessError;
@@ -115,6 +116,45 @@ pub(crate) struct Sealed {
     /// The applied plan's mount points, with whether each is read-only (what
     /// the probe reads back).
     pub(crate) mount_points: Vec<workspace_core::mount_plan::MountPoint>,
+    /// Each host mount's path as the contract named it and as it was bound.
+    pub(crate) host_mounts: Vec<ResolvedHostMount>,
+}
+
+/// A host mount's source, resolved once before the plan is built: a grant
+/// through a symbolic link (a rustup toolchain, a `current` release link) binds
+/// what the link named at seal time, and the evidence shows both paths.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct ResolvedHostMount {
+    /// Where it appears inside.
+    pub(crate) target: String,
+    /// The host path as the contract named it.
+    pub(crate) host: PathBuf,
+    /// The path bound (no symbolic link on it).
+    pub(crate) resolved: PathBuf,
+}
+
+/// The contract the plan is built from, its host mounts' sources resolved;
+/// and what each was resolved to.
+fn resolve_host_mounts(
+    contract: &Contract,
+) -> Result<(Contract, Vec<ResolvedHostMount>), ProcessError> {
+    let mut resolved_contract = contract.clone();
+    let mut resolved = Vec::with_capacity(contract.filesystem.host_mounts.len());
+    for mount in &mut resolved_contract.filesystem.host_mounts {
+        let host = PathBuf::from(&mount.host);
+        let path = std::fs::canonicalize(&host).map_err(|source| ProcessError::Io {
+            step: "resolving a host mount's source",
+            path: host.clone(),
+            source,
+        })?;
+        mount.host = path.to_string_lossy().into_owned();
+        resolved.push(ResolvedHostMount {
+            target: mount.target.clone(),
+            host,
+            resolved: path,
+        });
+    }
+    Ok((resolved_contract, resolved))
 }
 
 /// The host ids of the run's identity.
@@ -169,8 +209,9 @@ pub(crate) fn prepare(
     };
     let excluded = workspace::excluded_paths(&trees, &run.contract.filesystem.excluded)?;
     let source_objects = workspace::source_objects(checkout);
+    let (contract, host_mounts) = resolve_host_mounts(&run.contract)?;
     let mount_plan = MountPlan::build(&PlanInputs {
-        contract: &run.contract,
+        contract: &contract,
         run_id: &run.run_id,
         source: &plan.source,
         source_objects: source_objects.as_deref(),
@@ -251,6 +292,7 @@ pub(crate) fn prepare(
         mount_plan_sha256,
         previews,
         mount_points,
+        host_mounts,
     })
 }
 
@@ -347,6 +389,7 @@ pub(crate) fn adopt(
         mount_plan_sha256: saved.mount_plan_sha256,
         previews: saved.previews,
         mount_points: Vec::new(),
+        host_mounts: Vec::new(),
     }))
 }
 

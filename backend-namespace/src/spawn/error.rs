@@ -72,7 +72,7 @@ pub enum SpawnError {
     /// `spawn/idmapped.rs`): the kernel (before 5.12) or the lower's file system
     /// does not support idmapped mounts, the runner lacks `CAP_SYS_ADMIN`, or the
     /// lower changed since it was inspected (`EXDEV`).
-    #[error("process boundary: idmapped lower layer {path}: {step} failed")]
+    #[error("process boundary: idmapped mount of {path}: {step} failed")]
     IdmappedLower {
         /// What was being done.
         step: &'static str,
@@ -288,6 +288,7 @@ pub(crate) mod op {
     pub const OPEN_SOURCE: u32 = 10;
     pub const VERIFY_SOURCE: u32 = 11;
     pub const ATTACH_LOWER: u32 = 12;
+    pub const ATTACH_IDMAPPED: u32 = 13;
 
     pub fn name(op: u32) -> &'static str {
         match op {
@@ -303,6 +304,7 @@ pub(crate) mod op {
             OPEN_SOURCE => "opening the bind source without following symlinks",
             VERIFY_SOURCE => "checking the bind source is the file inspected before clone",
             ATTACH_LOWER => "attaching the idmapped lower layer (move_mount)",
+            ATTACH_IDMAPPED => "attaching the idmapped read-write mount (move_mount)",
             _ => "the system call",
         }
     }

@@ -72,6 +72,22 @@ pub(crate) struct IdmappedLower {
     pub ino: u64,
 }
 
+/// A read-write host mount of directory `source` for the child: `None` when
+/// `source` is owned by `host` already (a plain bind does), else its writable
+/// idmapped mount, pushed to `trees`; its slot there.
+pub(crate) fn prepare_writable(
+    source: &Path,
+    (dev, ino): (u64, u64),
+    host: (u32, u32),
+    trees: &mut Vec<OwnedFd>,
+) -> Result<Option<usize>, SpawnError> {
+    let Some(fd) = idmapped_lower(source, (dev, ino), host, false)? else {
+        return Ok(None);
+    };
+    trees.push(fd);
+    Ok(Some(trees.len() - 1))
+}
+
 /// The overlay step's lower layer for the child: `None` when `lower` is owned by
 /// `host` already, else its idmapped mount ([`idmapped_lower`]), pushed to `lowers`.
 pub(crate) fn prepare(
@@ -80,7 +96,7 @@ pub(crate) fn prepare(
     host: (u32, u32),
     lowers: &mut Vec<OwnedFd>,
 ) -> Result<Option<IdmappedLower>, SpawnError> {
-    let Some(fd) = idmapped_lower(lower, (dev, ino), host)? else {
+    let Some(fd) = idmapped_lower(lower, (dev, ino), host, true)? else {
         return Ok(None);
     };
     let mut at = OLD_ROOT.as_bytes().to_vec();
@@ -100,7 +116,9 @@ pub(crate) fn prepare(
 }
 
 /// A detached mount of `lower` in which its root's owner appears as
-/// `host_uid`/`host_gid`, or `None` when the root is theirs already.
+/// `host_uid`/`host_gid`, or `None` when the root is theirs already; read-only
+/// when `read_only` (an overlay's lower), else writable (a read-write host
+/// mount: what the run writes there is the directory owner's on disk).
 ///
 /// `expected` is the `(dev, ino)` of `lower` inspected before (no symlink on its
 /// path): the mount made must be of that directory, else `EXDEV`.
@@ -111,6 +129,7 @@ pub(crate) fn idmapped_lower(
     lower: &Path,
     expected: (u64, u64),
     (host_uid, host_gid): (u32, u32),
+    read_only: bool,
 ) -> Result<Option<OwnedFd>, SpawnError> {
     let fail = |step: &'static str| {
         move |source: Errno| SpawnError::IdmappedLower {
@@ -150,7 +169,11 @@ pub(crate) fn idmapped_lower(
     let userns = mapping_namespace((stat.st_uid, host_uid), (stat.st_gid, host_gid))?;
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_IDMAP
-            | libc::MOUNT_ATTR_RDONLY
+            | if read_only {
+                libc::MOUNT_ATTR_RDONLY
+            } else {
+                0
+            }
             | libc::MOUNT_ATTR_NOSUID
             | libc::MOUNT_ATTR_NODEV,
         attr_clr: 0,

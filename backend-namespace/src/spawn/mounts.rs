@@ -49,8 +49,14 @@ fn attach_lower(lower: &IdmappedLower, fds: &StepFds<'_>) -> StepResult {
     if raw::dev_ino(&at).map_err(|e| (op::VERIFY_SOURCE, e))? != (lower.dev, lower.ino) {
         return Err((op::VERIFY_SOURCE, libc::EXDEV));
     }
-    // SAFETY: `tree` is the detached mount moved to this number by
-    // `keep_descriptors`, `at` an open directory; empty paths name both.
+    move_tree(tree, &at).map_err(|e| (op::ATTACH_LOWER, e))
+}
+
+/// Attaches the detached mount `tree` (a descriptor `keep_descriptors` moved to
+/// its fixed number) on the open directory `at`, then closes `tree`.
+fn move_tree(tree: c_int, at: &raw::Fd) -> Result<(), Errno> {
+    // SAFETY: `tree` is a detached mount's descriptor, `at` an open directory;
+    // empty paths name both.
     raw::check_long(unsafe {
         libc::syscall(
             libc::SYS_move_mount,
@@ -60,10 +66,9 @@ fn attach_lower(lower: &IdmappedLower, fds: &StepFds<'_>) -> StepResult {
             c"".as_ptr(),
             libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
         )
-    })
-    .map_err(|e| (op::ATTACH_LOWER, e))?;
+    })?;
     // SAFETY: the detached mount's descriptor is no longer needed (the mount is
-    // attached now and stays until the old root is detached).
+    // attached now).
     unsafe { libc::close(tree) };
     Ok(())
 }
@@ -180,6 +185,10 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             }
             let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
             set_flags(&top, set, 0, true)
+        }
+        StepKind::IdmappedBind { slot } => {
+            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            move_tree(fds.lowers + *slot as c_int, &at).map_err(|e| (op::ATTACH_IDMAPPED, e))
         }
         StepKind::Overlay { data, lower } => {
             if let Some(lower) = lower {

@@ -54,6 +54,10 @@ pub(crate) enum StepKind {
         read_only: bool,
         device: bool,
     },
+    /// Attach the detached, writable idmapped mount `Prepared::lowers[slot]` of a
+    /// read-write host mount at the target (see `idmapped.rs`); its flags
+    /// (`nosuid`, `nodev`) were set on it before the clone.
+    IdmappedBind { slot: usize },
     /// overlayfs with a prepared option string; with `lower`, the lower layer is
     /// first covered by its idmapped mount (see `idmapped.rs`).
     Overlay {
@@ -484,6 +488,26 @@ fn prepare_steps(
         let kind = match &step.action {
             MountAction::Bind { source, read_only } => {
                 let probed = probe_source(index, &step.target, source)?;
+                // A read-write host directory not owned by the run's host ids is
+                // shown through an idmapped mount in which its owner is the run's:
+                // the run can write its cache, and on disk it stays the owner's.
+                if !*read_only
+                    && probed.dir
+                    && step.reason == Reason::HostMount
+                    && let Some(slot) = idmapped::prepare_writable(
+                        source,
+                        (probed.dev, probed.ino),
+                        (request.host_uid, request.host_gid),
+                        lowers,
+                    )?
+                {
+                    out.push(PreparedStep {
+                        target: cstring(field, &step.target)?,
+                        kind: StepKind::IdmappedBind { slot },
+                        optional: false,
+                    });
+                    continue;
+                }
                 binds += 1;
                 StepKind::Bind {
                     source: cstring("plan.steps[].action.source", &source.to_string_lossy())?,

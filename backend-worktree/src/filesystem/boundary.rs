@@ -37,7 +37,7 @@ impl FilesystemBoundary for WorktreeFilesystem {
             read_only_paths: true,
             excluded_paths: true,
             host_mounts: true,
-            writable_host_mounts: false,
+            writable_host_mounts: true,
         }
     }
 

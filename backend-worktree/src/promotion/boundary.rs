@@ -59,17 +59,33 @@ impl WorktreePromotion {
     }
 }
 
-/// What an export leaves out: generated paths, and the declared untracked inputs
+/// What an export leaves out: generated paths, the declared untracked inputs
 /// (a copied `.env` is what the run was given, not what it produced, and may hold
-/// values that must not reach a review branch). Input destinations are matched
-/// literally, never as globs.
+/// values that must not reach a review branch), and the mount points of host
+/// mounts inside the workspace (what is there is the host's, not the run's).
+/// Input destinations and mount points are matched literally, never as globs.
 fn options(contract: &Contract) -> ChangeOptions {
     let inputs = contract
         .source
         .inputs
         .iter()
         .map(|input| globset::escape(&input.to));
-    ChangeOptions::skipping(contract.source.generated.iter().cloned().chain(inputs))
+    let mount_points = contract
+        .filesystem
+        .host_mounts_in_workspace()
+        .flat_map(|(_, relative)| {
+            let literal = globset::escape(relative);
+            [format!("{literal}/**"), literal]
+        });
+    ChangeOptions::skipping(
+        contract
+            .source
+            .generated
+            .iter()
+            .cloned()
+            .chain(inputs)
+            .chain(mount_points),
+    )
 }
 
 fn boundary_error(

@@ -62,7 +62,10 @@ pub struct HostMount {
     /// The host path (absolute). Ambient authority: the runner opens it with its own
     /// rights.
     pub host: String,
-    /// Where it appears inside (absolute, outside the workspace root).
+    /// Where it appears inside (absolute). Inside the workspace root (a
+    /// `node_modules` from a host cache, say) it covers what the checkout has
+    /// there and is never part of the patch; it may not be the root itself nor
+    /// above it.
     pub target: String,
     /// Read-only (the default) or read-write.
     #[serde(default)]
@@ -174,6 +177,16 @@ impl FilesystemSection {
         compiled
     }
 
+    /// The host mounts whose target is inside the workspace root, with that
+    /// target relative to the root (`node_modules`).
+    pub fn host_mounts_in_workspace(&self) -> impl Iterator<Item = (&HostMount, &str)> {
+        self.host_mounts.iter().filter_map(|mount| {
+            let rest = mount.target.strip_prefix(self.root.trim_end_matches('/'))?;
+            let relative = rest.strip_prefix('/')?.trim_end_matches('/');
+            (!relative.is_empty()).then_some((mount, relative))
+        })
+    }
+
     fn validate_host_mounts(&self, problems: &mut Problems) {
         let mut targets: Vec<&str> = Vec::new();
         for (i, mount) in self.host_mounts.iter().enumerate() {
@@ -181,13 +194,11 @@ impl FilesystemSection {
             checks::absolute_path(problems, &format!("{field}.host"), &mount.host);
             let target_field = format!("{field}.target");
             if checks::absolute_path(problems, &target_field, &mount.target) {
-                if checks::is_under(&mount.target, &self.root)
-                    || checks::is_under(&self.root, &mount.target)
-                {
+                if checks::is_under(&self.root, &mount.target) {
                     problems.push(
                         &target_field,
                         format!(
-                            "{:?} overlaps the workspace root {:?} and would shadow it",
+                            "{:?} would shadow the workspace root {:?}",
                             mount.target, self.root
                         ),
                     );

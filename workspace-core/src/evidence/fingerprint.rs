@@ -32,7 +32,7 @@ impl std::fmt::Debug for FingerprintKey {
 
 /// Why the fingerprint key could not be read or made.
 #[derive(Debug, thiserror::Error)]
-#[error("fingerprint key {}: {source}", path.display())]
+#[error("fingerprint key {}", path.display())]
 pub struct FingerprintKeyError {
     /// The key file (or its temporary file).
     pub path: PathBuf,

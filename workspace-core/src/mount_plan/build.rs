@@ -100,7 +100,7 @@ impl MountPlan {
         builder.scratch_dirs(inputs);
         builder.source_objects(inputs);
         builder.workspace(inputs);
-        builder.host_mounts(inputs);
+        builder.host_mounts(inputs, false);
         builder.runtime_dirs(inputs);
         builder.problems.into_result()?;
         Ok(MountPlan {
@@ -247,6 +247,10 @@ impl Builder {
             },
         };
         self.add("filesystem.root", root.clone(), action, Reason::Workspace);
+        // Host mounts inside the workspace come before the root may turn
+        // read-only (their mount points are made in the checkout) and before the
+        // rebinds, which carry them along.
+        self.host_mounts(inputs, true);
         let whole = fs.writable.iter().any(|w| w == "." || w == "./");
         if !whole {
             // Each writable path becomes a mount of its own, then the root mount
@@ -284,8 +288,16 @@ impl Builder {
         }
     }
 
-    fn host_mounts(&mut self, inputs: &PlanInputs<'_>) {
-        for (i, mount) in inputs.contract.filesystem.host_mounts.iter().enumerate() {
+    /// The host mounts inside the workspace root, or the others.
+    fn host_mounts(&mut self, inputs: &PlanInputs<'_>, in_workspace: bool) {
+        let fs = &inputs.contract.filesystem;
+        for (i, mount) in fs.host_mounts.iter().enumerate() {
+            let inside = fs
+                .host_mounts_in_workspace()
+                .any(|(other, _)| std::ptr::eq(other, mount));
+            if inside != in_workspace {
+                continue;
+            }
             self.add(
                 &format!("filesystem.host_mounts[{i}].target"),
                 mount.target.clone(),

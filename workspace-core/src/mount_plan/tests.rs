@@ -293,6 +293,41 @@ fn host_mounts_are_read_only_unless_dangerously_declared() {
 }
 
 #[test]
+fn a_host_mount_inside_the_workspace_comes_before_the_root_turns_read_only() {
+    let mut contract = contract();
+    contract.filesystem.writable = vec!["src".into()];
+    contract.filesystem.host_mounts = vec![HostMount {
+        host: "/var/cache/node_modules".into(),
+        target: "/workspace/node_modules".into(),
+        mode: MountMode::ReadOnly,
+    }];
+    let plan = build(&contract, &record(None), &[], false);
+    let at = |target: &str, reason: Reason| {
+        plan.steps
+            .iter()
+            .position(|s| s.target == target && s.reason == reason)
+            .unwrap_or_else(|| panic!("no {reason:?} step at {target}"))
+    };
+    let mount = at("/workspace/node_modules", Reason::HostMount);
+    assert!(at("/workspace", Reason::Workspace) < mount);
+    assert!(mount < at("/workspace/src", Reason::Writable));
+    let remount = plan
+        .steps
+        .iter()
+        .position(|s| s.action == MountAction::RemountReadOnly)
+        .unwrap();
+    assert!(mount < remount);
+    assert_eq!(
+        contract
+            .filesystem
+            .host_mounts_in_workspace()
+            .map(|(_, relative)| relative)
+            .collect::<Vec<_>>(),
+        ["node_modules"]
+    );
+}
+
+#[test]
 fn no_home_means_no_home_directory() {
     let mut contract = contract();
     contract.filesystem.home = HomeDir::None;

@@ -10,7 +10,7 @@ use super::state_files::remove_private_state;
 use super::{RunError, Workspace};
 use crate::boundary::{ApprovalRecord, LeakReport};
 use crate::evidence::{EvidenceFile, unix_ms_now};
-use crate::lifecycle::{FailureCause, Lifecycle, State};
+use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
 
 impl Workspace {
     /// Writes `preview.json` when the run published ports: the endpoints, and
@@ -50,10 +50,17 @@ impl Workspace {
     ) -> Result<RunReport, RunError> {
         self.concluded = true;
         let stack = self.runner.stack().clone();
-        let ended_in = self.life.state().name();
         let failure = match self.life.state() {
             State::Failed { cause, .. } => Some(cause.clone()),
             _ => None,
+        };
+        // The outcome is part of the export it describes: a run whose work ended
+        // normally ends in `exported` (an export that then fails leaves the
+        // bundle unsealed, which `verify` reports), a failed one in `failed`.
+        let ended_in = if failure.is_some() {
+            StateName::Failed
+        } else {
+            StateName::Exported
         };
         // Stop every process before the workspace is read: nothing may change it
         // while its patch is taken, and nothing may be running when it is removed.

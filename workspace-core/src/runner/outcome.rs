@@ -54,8 +54,9 @@ impl CommandOutcome {
 pub struct Outcome {
     /// The run.
     pub run_id: RunId,
-    /// The last state before export: `draining` for a run that finished normally,
-    /// `failed` otherwise.
+    /// The terminal state this outcome belongs to: `exported` for a run whose
+    /// work finished normally (the outcome is part of that export), `failed`
+    /// otherwise.
     pub ended_in: StateName,
     /// Why it failed, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
