@@ -7,9 +7,10 @@
 //!   `nsenter` into the very namespaces of our workspace's pid 1 (the floor:
 //!   no record, no cgroup, no privilege drop);
 //! * **postgres**: a fresh workspace of `examples/contracts/postgres.toml` until
-//!   it is sealed with its database ready ([`Runner::create`]; its own cluster
-//!   made with `initdb` in the workspace) against `pg_ctl start -w` on a data
-//!   directory prepared once on the host;
+//!   it is sealed with its database ready ([`Runner::create`]; its cluster the
+//!   host's template, made by the first run in the warm-up, under a layer of
+//!   the run's own) against `pg_ctl start -w` on a data directory prepared once
+//!   on the host with the same `initdb` settings;
 //! * **run**: a whole one-shot `run -- true` ([`Runner::run`], layered checkout,
 //!   evidence, cleanup) against a bare `bwrap --unshare-all true`.
 //!
@@ -179,7 +180,8 @@ impl HostCluster {
                 .arg(bin.join("initdb"))
                 .args(["-D"])
                 .arg(&data)
-                .args(["-A", "trust", "--no-sync", "--no-instructions"]),
+                .args(["-A", "trust", "--no-sync", "--no-instructions"])
+                .arg("--wal-segsize=1"),
         );
         Self {
             data,

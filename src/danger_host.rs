@@ -64,6 +64,7 @@ impl ProcessBoundary for DangerNoIsolationProcess {
         ProcessCapabilities {
             isolation: vec![IsolationLevel::Task],
             private_network: false,
+            service_templates: false,
         }
     }
 

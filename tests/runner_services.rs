@@ -181,6 +181,41 @@ health = { log = "ready", interval = "50ms", timeout = "30s" }
     assert_eq!(services[0]["exit"]["value"], 3);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_whose_template_cannot_be_made_fails_the_run_and_no_template_is_kept() {
+    let fx = Fixture::new("services-template-fails");
+    let contract = with_services(
+        &fx,
+        r#"
+[[environment.services]]
+name = "db"
+command = ["sleep", "60"]
+health = { command = ["true"], interval = "50ms", timeout = "30s" }
+[environment.services.template]
+path = "/var/lib/db"
+command = ["sh", "-c", "echo half > /var/lib/db/made && echo disk quota >&2 && exit 4"]
+"#,
+    );
+    let (error, name, message) = failed_by_a_service(&fx, contract, "true").await;
+    assert_eq!(name, "db");
+    assert!(
+        message.contains("its template command failed (exit code 4)"),
+        "{message}"
+    );
+    assert!(message.contains("disk quota"), "{message}");
+    let evidence = error.evidence.clone().unwrap();
+    let services = read_json(&evidence, "services.json");
+    assert_eq!(
+        services[0]["ended"],
+        "its template command failed (exit code 4)"
+    );
+    // Nothing half-made is kept as the template; nothing of the run is left.
+    let store = fx.runtime.join("templates");
+    let kept = std::fs::read_dir(&store).map_or(0, Iterator::count);
+    assert_eq!(kept, 0, "{}", store.display());
+    fx.assert_nothing_left(&error.run_id, &[]);
+}
+
 /// Runs `script` under `contract`, which must fail because of a service: the
 /// error, the service's name and the failure's message.
 async fn failed_by_a_service(
@@ -278,4 +313,35 @@ async fn two_runs_of_the_postgres_example_each_have_a_database_of_their_own() {
         databases.iter().all(|d| d.starts_with("app")),
         "{databases:?}"
     );
+    // Both made the cluster's template (neither found it); exactly one copy
+    // was kept, nothing of the other's.
+    let made: Vec<serde_json::Value> = [&a, &b]
+        .map(|r| read_json(&r.evidence, "services.json")[0]["template"].clone())
+        .into();
+    assert!(made.iter().all(|t| t["made"] == true), "{made:?}");
+    assert_eq!(made[0]["key"], made[1]["key"]);
+    let store: Vec<String> = std::fs::read_dir(fx.runtime.join("templates"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(store, [made[0]["key"].as_str().unwrap()], "{store:?}");
+
+    // A third run starts from that template and sees none of the tables the
+    // first two made: what a run changes stays in its own layer.
+    let count = "psql -tAc \"select count(*) from pg_tables where tablename like 'made_by_%'\"";
+    let c = runner
+        .run(
+            postgres_contract(&fx),
+            &shell(count, "pg-c"),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(c.outcome.failure.is_none(), "{:?}", c.outcome);
+    assert_eq!(evidence_text(&c, "commands/0001/stdout"), "0\n");
+    let template = &read_json(&c.evidence, "services.json")[0]["template"];
+    assert_eq!(template["made"], false, "{template}");
+    assert_eq!(template["key"], made[0]["key"]);
+    fx.assert_nothing_left(&c.run_id, &[]);
 }

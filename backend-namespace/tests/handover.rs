@@ -67,6 +67,7 @@ async fn fixture(test: &str, source: Option<WorktreeSource>, layered: bool) -> F
         filesystem: FilesystemRecord::default(),
         environment,
         identity,
+        templates: Vec::new(),
     };
     let parent = format!(
         "agent-workspace-test-{}-handover-{test}",

@@ -89,6 +89,7 @@ async fn layered_run(shared: &Shared, name: &str, user: UserClass) -> Run {
         filesystem: FilesystemRecord::default(),
         environment,
         identity,
+        templates: Vec::new(),
     };
     Run { run, plan, layers }
 }

@@ -199,6 +199,38 @@ fn each_malformed_contract_names_its_field_path() {
             "declares no check; declare exactly one of command, tcp, http or log",
         ),
         (
+            "template inside the workspace",
+            with(
+                "[[environment.services]]\nname = \"db\"\ncommand = [\"pg\"]\nhealth = { tcp = 5432 }\n[environment.services.template]\npath = \"/workspace/pgdata\"\ncommand = [\"initdb\"]\n",
+            ),
+            "environment.services[0].template.path",
+            "overlaps the workspace root \"/workspace\"; a template lives outside the checkout",
+        ),
+        (
+            "template path relative",
+            with(
+                "[[environment.services]]\nname = \"db\"\ncommand = [\"pg\"]\nhealth = { tcp = 5432 }\n[environment.services.template]\npath = \"pgdata\"\ncommand = [\"initdb\"]\n",
+            ),
+            "environment.services[0].template.path",
+            "is not absolute",
+        ),
+        (
+            "template without a command",
+            with(
+                "[[environment.services]]\nname = \"db\"\ncommand = [\"pg\"]\nhealth = { tcp = 5432 }\n[environment.services.template]\npath = \"/tmp/pgdata\"\ncommand = []\n",
+            ),
+            "environment.services[0].template.command",
+            "command is empty",
+        ),
+        (
+            "template input relative",
+            with(
+                "[[environment.services]]\nname = \"db\"\ncommand = [\"pg\"]\nhealth = { tcp = 5432 }\n[environment.services.template]\npath = \"/tmp/pgdata\"\ncommand = [\"initdb\"]\ninputs = [\"usr/lib\"]\n",
+            ),
+            "environment.services[0].template.inputs[0]",
+            "is not absolute",
+        ),
+        (
             "dependency declared later",
             with(
                 "[[environment.services]]\nname = \"app\"\ndepends_on = [\"db\"]\ncommand = [\"app\"]\nhealth = { tcp = 8000 }\n[[environment.services]]\nname = \"db\"\ncommand = [\"pg\"]\nhealth = { tcp = 5432 }\n",

@@ -245,6 +245,7 @@ impl ProcessBoundary for NamespaceProcess {
         ProcessCapabilities {
             isolation: vec![IsolationLevel::Task],
             private_network: true,
+            service_templates: true,
         }
     }
 

@@ -184,10 +184,16 @@ pub(crate) fn prepare(
     // layer is shared by every run of the commit and stays exactly as it is: each
     // command's spawn shows it through an idmapped mount in which its owner is the
     // run's (`spawn/idmapped.rs`), so tracked files can be copied up.
-    let writable: Vec<&Path> = match &plan.source.layers {
+    // The same for each service template's layer of the run's own (the
+    // template itself is shared and shown through an idmapped mount when it is
+    // not the run's already).
+    let mut writable: Vec<&Path> = match &plan.source.layers {
         Some(layers) => vec![layers.upper.as_path(), layers.work.as_path()],
         None => vec![plan.source.workspace.as_path()],
     };
+    for layer in &plan.templates {
+        writable.extend([layer.upper.as_path(), layer.work.as_path()]);
+    }
     let mut handover = Vec::with_capacity(writable.len());
     for dir in writable {
         let outcome = hand_over(dir, host_uid, host_gid)?;
@@ -221,6 +227,7 @@ pub(crate) fn prepare(
         // Every run gets a devpts instance of its own, so a command may ask for a
         // terminal (`tty = true`) and a run may open terminals of its own.
         pty: true,
+        templates: &plan.templates,
     })
     .map_err(|problems| ProcessError::Plan {
         problems: problems.to_string(),

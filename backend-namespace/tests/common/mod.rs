@@ -164,6 +164,7 @@ pub fn plan_for(workspace: &Path, layers: Option<LayersRecord>) -> MountPlan {
         host: &host,
         excluded: &[],
         pty: false,
+        templates: &[],
     })
     .unwrap()
 }

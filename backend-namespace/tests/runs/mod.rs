@@ -91,6 +91,7 @@ pub async fn standalone_run(run_id: &str, edit: impl FnOnce(&mut Contract)) -> R
         filesystem: FilesystemRecord::default(),
         environment,
         identity,
+        templates: Vec::new(),
     };
     Run { base, run, plan }
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{
     CheckoutOrigin, EnvironmentSection, FilesystemSection, IdentitySection, IsolationLevel,
     Materialization, MountMode, NetworkMode, Problems, ProcessSection, PromotionSection,
-    PromotionTarget, SourceSection, UserClass,
+    PromotionTarget, Service, SourceSection, UserClass,
 };
 
 /// What a source boundary supports.
@@ -51,6 +51,9 @@ pub struct ProcessCapabilities {
     /// each declared port on the host. (Cache prefixes and schema names are always
     /// leased by the runner.)
     pub private_network: bool,
+    /// Whether it shows a service's template (`environment.services[].template`)
+    /// to the run through a copy-on-write layer of the run's own.
+    pub service_templates: bool,
 }
 
 /// A kind of resource or time cap.
@@ -210,6 +213,26 @@ impl ProcessCapabilities {
     }
 }
 
+impl ProcessCapabilities {
+    /// Records every service template of `services` this implementation cannot
+    /// show to a run.
+    pub fn check_templates(&self, backend: &str, services: &[Service], problems: &mut Problems) {
+        if self.service_templates {
+            return;
+        }
+        for (i, service) in services.iter().enumerate() {
+            if service.template.is_some() {
+                unsupported(
+                    problems,
+                    &format!("environment.services[{i}].template"),
+                    backend,
+                    "service templates (a copy-on-write layer per run)",
+                );
+            }
+        }
+    }
+}
+
 impl EnvironmentCapabilities {
     /// Records every setting of `section` this implementation cannot enforce.
     pub fn check(&self, backend: &str, section: &EnvironmentSection, problems: &mut Problems) {
@@ -301,6 +324,33 @@ mod tests {
     use crate::contract::HttpCheck;
 
     #[test]
+    fn a_service_template_needs_a_boundary_that_layers_it() {
+        let contract = crate::contract::Contract::from_toml(
+            "objective = \"t\"\nshape = \"narrow-fix\"\n[filesystem]\nwritable = [\".\"]\n\
+             [[environment.services]]\nname = \"db\"\ncommand = [\"pg\"]\n\
+             health = { tcp = 5432 }\n\
+             [environment.services.template]\npath = \"/tmp/pgdata\"\ncommand = [\"initdb\"]\n",
+        )
+        .unwrap();
+        let services = &contract.environment.services;
+        let mut without = ProcessCapabilities {
+            isolation: vec![IsolationLevel::Task],
+            private_network: true,
+            service_templates: false,
+        };
+        let mut problems = Problems::new();
+        without.check_templates("host", services, &mut problems);
+        assert_eq!(
+            problems.to_string(),
+            "environment.services[0].template: host cannot enforce service templates (a copy-on-write layer per run)"
+        );
+        without.service_templates = true;
+        let mut problems = Problems::new();
+        without.check_templates("namespace", services, &mut problems);
+        assert!(problems.is_empty(), "{problems}");
+    }
+
+    #[test]
     fn a_preview_check_needs_a_network_of_its_own() {
         let section = ProcessSection {
             ports: vec![8000],
@@ -314,6 +364,7 @@ mod tests {
         let shared = ProcessCapabilities {
             isolation: vec![IsolationLevel::Task],
             private_network: false,
+            service_templates: false,
         };
         let mut problems = Problems::new();
         shared.check("host", &section, &mut problems);

@@ -44,7 +44,7 @@ pub use identity::{CredentialSource, IdentityBoundary, IdentityPlan, IssuedCrede
 pub use process::{
     Attachment, CommandOutput, CommandSpec, Execution, ExitRecord, InputStream, KillCause,
     LeakReport, ObservedBoundary, OutputStream, PreviewEndpoint, ProcessBoundary, SealPlan,
-    Suspension, TerminateReport,
+    Suspension, TemplateLayer, TerminateReport,
 };
 pub use promotion::{
     ApprovalRecord, ChangeKind, ChangedPath, CheckResult, PatchExport, PromotionBoundary,

@@ -183,6 +183,30 @@ pub struct SealPlan {
     pub environment: EnvironmentPlan,
     /// The identity.
     pub identity: IdentityPlan,
+    /// The services' templates, each with the run's own layer over it.
+    pub templates: Vec<TemplateLayer>,
+}
+
+/// A service's template as one run sees it: the shared template (`lower`,
+/// never written) under the run's own changes (`upper`, with overlayfs's
+/// `work` directory), at `target` inside.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateLayer {
+    /// The service.
+    pub service: String,
+    /// Where it appears inside (the template's `path`).
+    pub target: String,
+    /// The template's key (hex SHA-256).
+    pub key: String,
+    /// The template; an empty directory while this run makes it.
+    pub lower: PathBuf,
+    /// The run's changes.
+    pub upper: PathBuf,
+    /// overlayfs's work directory, beside `upper`.
+    pub work: PathBuf,
+    /// Whether the template was there when the run was sealed; `false`: this
+    /// run makes it before the service starts.
+    pub prepared: bool,
 }
 
 /// A command to run in the sealed workspace.

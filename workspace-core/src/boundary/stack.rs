@@ -41,9 +41,13 @@ impl Stack {
             &contract.filesystem,
             &mut problems,
         );
-        self.process
-            .capabilities()
-            .check(self.process.name(), &contract.process, &mut problems);
+        let process = self.process.capabilities();
+        process.check(self.process.name(), &contract.process, &mut problems);
+        process.check_templates(
+            self.process.name(),
+            &contract.environment.services,
+            &mut problems,
+        );
         self.environment.capabilities().check(
             self.environment.name(),
             &contract.environment,

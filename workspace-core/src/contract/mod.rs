@@ -51,7 +51,7 @@ pub use identity::{Authority, Credential, IdentitySection, MAX_CREDENTIAL_TTL, U
 pub use problem::{Problem, Problems};
 pub use process::{CleanupOwner, IsolationLevel, ProcessSection};
 pub use promotion::{Approval, PromotionSection, PromotionTarget, RequiredCheck};
-pub use services::{HealthCheck, HttpCheck, Probe, Service};
+pub use services::{HealthCheck, HttpCheck, Probe, Service, ServiceTemplate};
 pub use shape::TaskShape;
 pub use source::{CheckoutOrigin, Materialization, SourceSection, UntrackedInput};
 pub use units::{ByteSize, DurationSpec};
@@ -179,7 +179,11 @@ impl Contract {
         self.filesystem.validate(&mut problems);
         self.process.validate(&mut problems);
         self.environment.validate(&mut problems);
-        services::validate(&self.environment.services, &mut problems);
+        services::validate(
+            &self.environment.services,
+            &self.filesystem.root,
+            &mut problems,
+        );
         self.identity.validate(&mut problems);
         self.promotion.validate(&mut problems);
         self.validate_cross_sections(&mut problems);
@@ -189,6 +193,24 @@ impl Contract {
 
     /// Rules that relate two sections.
     fn validate_cross_sections(&self, problems: &mut Problems) {
+        for (i, service) in self.environment.services.iter().enumerate() {
+            let Some(template) = &service.template else {
+                continue;
+            };
+            // Its mount point would be made in the host directory.
+            if let Some(mount) = self.filesystem.host_mounts.iter().find(|m| {
+                checks::is_under(&template.path, &m.target)
+                    || checks::is_under(&m.target, &template.path)
+            }) {
+                problems.push(
+                    format!("environment.services[{i}].template.path"),
+                    format!(
+                        "{:?} overlaps the host mount at {:?}",
+                        template.path, mount.target
+                    ),
+                );
+            }
+        }
         if let Some(check) = &self.process.preview_check
             && !self.process.ports.contains(&check.port)
         {

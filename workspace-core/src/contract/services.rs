@@ -39,6 +39,37 @@ pub struct Service {
     /// drains, before it is killed.
     #[serde(default = "default_stop_grace")]
     pub stop_grace: DurationSpec,
+    /// A prepared state the service starts from (a database cluster, say),
+    /// made once per host and shared, read-only, by every run that declares
+    /// the same template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<ServiceTemplate>,
+}
+
+/// A service's prepared state: the directory `path` as `command` leaves it.
+///
+/// The first run that needs it runs `command` in its sandbox, as the run's
+/// identity, with `path` an empty directory, and keeps what it made as the
+/// template. Every run (that first one included) then sees the template at
+/// `path` through a copy-on-write layer of its own: it may change anything
+/// there, and neither the template nor another run sees the change. The
+/// template is found again by a key: the command, the path, the run's
+/// identity, the contract's `environment.env`, and the names, sizes, modes
+/// and modification times of everything under `inputs` (so an upgraded
+/// package makes a new template). `command` must not depend on what differs
+/// between runs (leased names, ports).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceTemplate {
+    /// Where the template appears inside (absolute; outside the workspace
+    /// root).
+    pub path: String,
+    /// The command that makes it.
+    pub command: Vec<String>,
+    /// Host paths whose contents are part of the template's key (e.g. the
+    /// server's installation directory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
 }
 
 /// A readiness check: exactly one of `command`, `tcp`, `http` or `log`, tried
@@ -135,9 +166,19 @@ fn default_http_status() -> u16 {
 /// Checks the services: unique names, commands, exactly one probe each,
 /// `depends_on` naming earlier-declared services only (so declared order is a
 /// start order and there is no cycle), connection variables.
-pub(crate) fn validate(services: &[Service], problems: &mut Problems) {
+pub(crate) fn validate(services: &[Service], root: &str, problems: &mut Problems) {
     let mut names = Vec::new();
+    let mut template_paths: Vec<&str> = Vec::new();
     for (i, service) in services.iter().enumerate() {
+        if let Some(template) = &service.template {
+            validate_template(
+                template,
+                &format!("{}.template", indexed("environment.services", i)),
+                root,
+                &mut template_paths,
+                problems,
+            );
+        }
         let field = indexed("environment.services", i);
         checks::unique_name(
             problems,
@@ -185,6 +226,40 @@ pub(crate) fn validate(services: &[Service], problems: &mut Problems) {
                 "is zero; the service could never stop cleanly",
             );
         }
+    }
+}
+
+fn validate_template<'a>(
+    template: &'a ServiceTemplate,
+    field: &str,
+    root: &str,
+    taken: &mut Vec<&'a str>,
+    problems: &mut Problems,
+) {
+    let path_field = format!("{field}.path");
+    if checks::absolute_path(problems, &path_field, &template.path) {
+        if checks::is_under(&template.path, root) || checks::is_under(root, &template.path) {
+            problems.push(
+                &path_field,
+                format!(
+                    "{:?} overlaps the workspace root {root:?}; a template lives outside the checkout",
+                    template.path
+                ),
+            );
+        } else if taken.contains(&template.path.as_str()) {
+            problems.push(
+                &path_field,
+                format!(
+                    "{:?} is the path of another service's template",
+                    template.path
+                ),
+            );
+        }
+        taken.push(&template.path);
+    }
+    checks::command(problems, &format!("{field}.command"), &template.command);
+    for (i, input) in template.inputs.iter().enumerate() {
+        checks::absolute_path(problems, &indexed(&format!("{field}.inputs"), i), input);
     }
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::types::{MountAction, MountPlan, MountStep, Reason};
 use crate::RunId;
-use crate::boundary::{IdentityPlan, SourceRecord};
+use crate::boundary::{IdentityPlan, SourceRecord, TemplateLayer};
 use crate::contract::{Contract, HomeDir, MountMode, Problems};
 
 /// The size of the fresh root: it holds only mount points and generated `/etc` files.
@@ -87,6 +87,8 @@ pub struct PlanInputs<'a> {
     pub excluded: &'a [(String, bool)],
     /// Whether commands get a pseudo-terminal (adds `/dev/pts`).
     pub pty: bool,
+    /// The services' templates, each an overlay of its own at its target.
+    pub templates: &'a [TemplateLayer],
 }
 
 impl MountPlan {
@@ -101,6 +103,7 @@ impl MountPlan {
         builder.source_objects(inputs);
         builder.workspace(inputs);
         builder.host_mounts(inputs, false);
+        builder.templates(inputs);
         builder.runtime_dirs(inputs);
         builder.problems.into_result()?;
         Ok(MountPlan {
@@ -331,6 +334,26 @@ impl Builder {
                     mode: 0o700,
                 },
                 Reason::Home,
+            );
+        }
+    }
+
+    fn templates(&mut self, inputs: &PlanInputs<'_>) {
+        let services = &inputs.contract.environment.services;
+        for layer in inputs.templates {
+            let index = services.iter().position(|s| s.name == layer.service);
+            self.add(
+                &format!(
+                    "environment.services[{}].template.path",
+                    index.map_or_else(|| layer.service.clone(), |i| i.to_string())
+                ),
+                layer.target.clone(),
+                MountAction::Overlay {
+                    lower: layer.lower.clone(),
+                    upper: layer.upper.clone(),
+                    work: layer.work.clone(),
+                },
+                Reason::ServiceTemplate,
             );
         }
     }

@@ -84,6 +84,7 @@ fn build(
         host: &host,
         excluded,
         pty,
+        templates: &[],
     })
     .unwrap_or_else(|p| panic!("{p}"))
 }
@@ -366,6 +367,7 @@ fn two_thousand_excluded_paths_are_planned_and_a_duplicate_is_named() {
         host: &host,
         excluded: &[],
         pty: false,
+        templates: &[],
     })
     .unwrap_err();
     assert_eq!(
@@ -387,6 +389,7 @@ fn namespace_root_is_root_inside_only() {
         host: &host,
         excluded: &[],
         pty: false,
+        templates: &[],
     })
     .unwrap();
     let passwd = plan

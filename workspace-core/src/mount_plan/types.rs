@@ -39,7 +39,8 @@ pub enum MountAction {
         /// Read-only unless false.
         read_only: bool,
     },
-    /// Stack the layers of a layered checkout with overlayfs
+    /// Stack a read-only layer (a layered checkout's base tree, a service's
+    /// template) under the run's own with overlayfs
     /// (no redirects, no metadata-only copy-ups:
     /// `redirect_dir=nofollow,metacopy=off`).
     Overlay {
@@ -118,6 +119,9 @@ pub enum Reason {
     HostMount,
     /// The private `/tmp`.
     Tmp,
+    /// A service's template (`environment.services[].template`), under the
+    /// run's own layer.
+    ServiceTemplate,
     /// The home directory.
     Home,
     /// The minimal `/dev`.

@@ -166,6 +166,7 @@ impl Workspace {
                 cleanup_errors.push(format!("source release: {}", crate::error_chain(&e)));
             }
             Services::remove_files(&self.paths.run_dir, &mut cleanup_errors);
+            super::templates::remove_files(&self.paths.run_dir, &mut cleanup_errors);
             remove_private_state(&self.paths.run_dir, &mut cleanup_errors);
             self.reservation = None;
             self.leases = RunLeases::default();

@@ -47,6 +47,7 @@ mod resume;
 mod scrub;
 mod services;
 mod state_files;
+mod templates;
 mod workspace;
 
 use std::path::PathBuf;
@@ -66,6 +67,7 @@ pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
 pub use scrub::Scrubber;
 pub use services::{SERVICES_STATE_FILE, ServiceRecord, log_files};
+pub use templates::{TEMPLATES_STATE_FILE, TemplateRecord};
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 
 use crate::RunId;

@@ -163,6 +163,7 @@ impl RecoveryHooks for StackRecovery {
         }
         let mut errors = Vec::new();
         Services::remove_files(&paths.run_dir, &mut errors);
+        super::templates::remove_files(&paths.run_dir, &mut errors);
         remove_private_state(&paths.run_dir, &mut errors);
         if errors.is_empty() {
             Ok(())

@@ -17,6 +17,7 @@ use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::scrub::Scrubber;
 use super::services::{Services, connection_vars};
 use super::state_files::{create_dir, read_state, write_state};
+use super::templates;
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
     Attachment, CommandSpec, EnvironmentPlan, FilesystemRecord, IdentityBoundary, IdentityPlan,
@@ -405,7 +406,7 @@ impl Workspace {
                 .start_all(
                     process.as_ref(),
                     &self.run,
-                    &services,
+                    (&services, &plan.templates),
                     &cancel,
                     &self.scrubber,
                 )
@@ -442,11 +443,13 @@ impl Workspace {
                 ),
             });
         };
+        let templates = templates::layers(&self.run, &identity)?;
         Ok(SealPlan {
             source,
             filesystem,
             environment,
             identity,
+            templates,
         })
     }
 

@@ -27,7 +27,10 @@ use super::RunErrorKind;
 use super::paths::RunPaths;
 use super::scrub::Scrubber;
 use super::state_files::{read_state, write_state};
-use crate::boundary::{CommandOutput, CommandSpec, Execution, ProcessBoundary, RunContext};
+use super::templates::{self, TemplateRecord};
+use crate::boundary::{
+    CommandOutput, CommandSpec, Execution, ProcessBoundary, RunContext, TemplateLayer,
+};
 use crate::contract::Service;
 use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord, unix_ms_now};
 use crate::lifecycle::FailureCause;
@@ -63,6 +66,9 @@ pub struct ServiceRecord {
     pub ended: Option<String>,
     /// Its exit status, when the runner that stopped it saw it.
     pub exit: Option<ExitStatusRecord>,
+    /// Its template, when it declares one: which, and whether this run made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<TemplateRecord>,
 }
 
 /// The run's services: their records, and the handles of those this runner
@@ -103,17 +109,21 @@ impl Services {
         })
     }
 
-    /// Starts `services` in order, each ready before the next starts.
+    /// Starts `services` in order, each ready before the next starts; a
+    /// service's template (one of `templates`) is made first when the run
+    /// makes it.
     pub(super) async fn start_all(
         &mut self,
         process: &dyn ProcessBoundary,
         run: &RunContext,
-        services: &[Service],
+        (services, templates): (&[Service], &[TemplateLayer]),
         cancel: &CancellationToken,
         scrubber: &Scrubber,
     ) -> Result<(), RunErrorKind> {
         for service in services {
-            self.start(process, run, service, cancel, scrubber).await?;
+            let layer = templates.iter().find(|l| l.service == service.name);
+            self.start(process, run, (service, layer), cancel, scrubber)
+                .await?;
         }
         Ok(())
     }
@@ -158,6 +168,7 @@ impl Services {
             last_failure: None,
             ended: None,
             exit: None,
+            template: None,
         });
         self.running.push((self.records.len() - 1, execution));
         self.save(&run.run_dir)?;
@@ -177,7 +188,7 @@ impl Services {
         &mut self,
         process: &dyn ProcessBoundary,
         run: &RunContext,
-        service: &Service,
+        (service, layer): (&Service, Option<&TemplateLayer>),
         cancel: &CancellationToken,
         scrubber: &Scrubber,
     ) -> Result<(), RunErrorKind> {
@@ -207,7 +218,27 @@ impl Services {
             last_failure: None,
             ended: None,
             exit: None,
+            template: None,
         });
+        if let (Some(template), Some(layer)) = (&service.template, layer) {
+            let made = if layer.prepared {
+                Ok(TemplateRecord {
+                    key: layer.key.clone(),
+                    made: false,
+                    took_ms: None,
+                })
+            } else {
+                templates::make(process, run, (template, layer), &logs, cancel).await?
+            };
+            match made {
+                Ok(record) => self.records[index].template = Some(record),
+                Err(why) => {
+                    self.records[index].ended = Some(why.clone());
+                    self.save(&run.run_dir)?;
+                    return Err(failed(service, why, &log_tail(&logs, scrubber)));
+                }
+            }
+        }
         let mut execution = match process.spawn(run, &spec).await {
             Ok(execution) => execution,
             Err(e) => {

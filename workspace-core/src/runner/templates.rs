@@ -1,0 +1,322 @@
+//! Service templates (`environment.services[].template`): a prepared state a
+//! service starts from (a database cluster, say), made once per host and
+//! shared, read-only, by every run that declares the same template.
+//!
+//! The host's templates live in `<runtime dir>/templates/<key>`, where the key
+//! is the SHA-256 of what makes the template (see [`ServiceTemplate`]). At seal
+//! a run finds its template there, or, when it is not there yet, gets an empty
+//! directory instead and makes the template itself: its service's template
+//! command runs in the sealed sandbox before the service starts, and what it
+//! left in the run's layer is copied into the store and renamed into place (a
+//! concurrent run that published first wins; the other copy is dropped). Either
+//! way the run sees the template at its `path` through a copy-on-write layer of
+//! its own (`<run dir>/templates/NAME/upper`, applied by the process boundary
+//! as a [`TemplateLayer`]), so nothing the run changes there reaches the
+//! template or another run.
+//!
+//! The layers chosen at seal are kept in the run directory: a run attached
+//! again, or sealed again after its sandbox was lost, keeps the same ones.
+
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::RunErrorKind;
+use super::state_files::{read_state, write_state};
+use crate::RunId;
+use crate::boundary::{
+    CommandOutput, CommandSpec, IdentityPlan, ProcessBoundary, RunContext, TemplateLayer,
+};
+use crate::contract::{Contract, Service, ServiceTemplate};
+use crate::digest::sha256_hex;
+use crate::evidence::ExitStatusRecord;
+
+/// The file in the run directory that records the run's template layers.
+pub const TEMPLATES_STATE_FILE: &str = "templates.json";
+/// The directory of the runtime directory that holds the host's templates, and
+/// of a run directory that holds the run's layers.
+const TEMPLATES_DIR: &str = "templates";
+
+/// What `services.json` records of a service's template.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateRecord {
+    /// The template's key.
+    pub key: String,
+    /// Whether this run made it (`false`: it was there, made by an earlier run).
+    pub made: bool,
+    /// How long making it took, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
+}
+
+/// The run's template layers: the ones recorded in its run directory when it
+/// was sealed before, else one per service with a template, found in the
+/// host's store or empty for the run to fill, recorded.
+pub(super) fn layers(
+    run: &RunContext,
+    identity: &IdentityPlan,
+) -> Result<Vec<TemplateLayer>, RunErrorKind> {
+    let state = run.run_dir.join(TEMPLATES_STATE_FILE);
+    if let Some(layers) = read_state(&state)? {
+        return Ok(layers);
+    }
+    let mut layers = Vec::new();
+    for service in &run.contract.environment.services {
+        let Some(template) = &service.template else {
+            continue;
+        };
+        layers.push(layer(run, service, template, identity)?);
+    }
+    if !layers.is_empty() {
+        write_state(&state, &layers)?;
+    }
+    Ok(layers)
+}
+
+fn layer(
+    run: &RunContext,
+    service: &Service,
+    template: &ServiceTemplate,
+    identity: &IdentityPlan,
+) -> Result<TemplateLayer, RunErrorKind> {
+    let key = key(template, &run.contract, identity)?;
+    let stored = run.runtime_dir.join(TEMPLATES_DIR).join(&key);
+    let dir = run.run_dir.join(TEMPLATES_DIR).join(&service.name);
+    let (upper, work, empty) = (dir.join("upper"), dir.join("work"), dir.join("empty"));
+    let prepared = stored.is_dir();
+    let lower = if prepared { stored } else { empty };
+    for made in [&upper, &work, &lower] {
+        std::fs::create_dir_all(made).map_err(|source| io_error(made, source))?;
+    }
+    // The root of the view is the upper directory: it gets the template root's
+    // mode (a database refuses a data directory others may read).
+    let mode = std::fs::metadata(&lower)
+        .map_err(|source| io_error(&lower, source))?
+        .permissions()
+        .mode();
+    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(mode))
+        .map_err(|source| io_error(&upper, source))?;
+    Ok(TemplateLayer {
+        service: service.name.clone(),
+        target: template.path.clone(),
+        key,
+        lower,
+        upper,
+        work,
+        prepared,
+    })
+}
+
+/// The template's key: the SHA-256 of its command, path, the run's identity,
+/// the contract's variables and a listing of its inputs.
+fn key(
+    template: &ServiceTemplate,
+    contract: &Contract,
+    identity: &IdentityPlan,
+) -> Result<String, RunErrorKind> {
+    let mut inputs = Vec::new();
+    for input in &template.inputs {
+        let path = Path::new(input);
+        let mut listing = Vec::new();
+        list(path, path, &mut listing).map_err(|source| io_error(path, source))?;
+        inputs.push((input, listing));
+    }
+    let what = serde_json::json!({
+        "command": template.command,
+        "path": template.path,
+        "uid": identity.uid,
+        "gid": identity.gid,
+        "env": contract.environment.env,
+        "inputs": inputs,
+    });
+    Ok(sha256_hex(what.to_string().as_bytes()))
+}
+
+/// One line per file under `path` (itself included, links not followed):
+/// relative name, type and mode, size, modification time; sorted.
+fn list(root: &Path, path: &Path, out: &mut Vec<String>) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    let name = path.strip_prefix(root).unwrap_or(path).display();
+    out.push(format!(
+        "{name} {:o} {} {}.{}",
+        meta.mode(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ));
+    if meta.is_dir() {
+        let mut entries = std::fs::read_dir(path)?
+            .map(|entry| entry.map(|e| e.path()))
+            .collect::<io::Result<Vec<PathBuf>>>()?;
+        entries.sort();
+        for entry in entries {
+            list(root, &entry, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the template command of `service` in the sealed sandbox (its output
+/// appended to the service's logs), then keeps what it made as the template.
+/// A command that fails is the service's failure, named by the caller.
+pub(super) async fn make(
+    process: &dyn ProcessBoundary,
+    run: &RunContext,
+    (template, layer): (&ServiceTemplate, &TemplateLayer),
+    logs: &CommandOutput,
+    cancel: &CancellationToken,
+) -> Result<Result<TemplateRecord, String>, RunErrorKind> {
+    let started = Instant::now();
+    let mut spec = CommandSpec::new(template.command.clone());
+    spec.output = Some(logs.clone());
+    let mut execution = match process.spawn(run, &spec).await {
+        Ok(execution) => execution,
+        Err(e) => {
+            return Ok(Err(format!(
+                "its template command did not start: {}",
+                crate::error_chain(&e)
+            )));
+        }
+    };
+    drop((execution.take_stdout(), execution.take_stderr()));
+    let exit = tokio::select! {
+        exit = execution.wait() => exit?,
+        () = cancel.cancelled() => {
+            let _ = execution.kill(crate::boundary::KillCause::Cancelled).await;
+            return Ok(Err("cancelled while its template was made".into()));
+        }
+    };
+    if exit.status != ExitStatusRecord::Code(0) {
+        return Ok(Err(format!(
+            "its template command failed ({})",
+            exit.status
+        )));
+    }
+    publish(&run.runtime_dir, layer, &run.run_id)?;
+    let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    tracing::info!(run_id = %run.run_id, service = %layer.service, key = %layer.key, took_ms,
+        "service template made");
+    Ok(Ok(TemplateRecord {
+        key: layer.key.clone(),
+        made: true,
+        took_ms: Some(took_ms),
+    }))
+}
+
+/// Keeps what the run made in its layer as the template `layer.key`: copied
+/// into the store beside its final name, then renamed into place. When another
+/// run published the same template first, its copy is kept and this one
+/// dropped.
+fn publish(runtime_dir: &Path, layer: &TemplateLayer, run_id: &RunId) -> Result<(), RunErrorKind> {
+    let store = runtime_dir.join(TEMPLATES_DIR);
+    let target = store.join(&layer.key);
+    let staging = store.join(format!(".{}.{run_id}", layer.key));
+    std::fs::create_dir_all(&store).map_err(|source| io_error(&store, source))?;
+    copy_tree(&layer.upper, &staging).map_err(|source| io_error(&staging, source))?;
+    match std::fs::rename(&staging, &target) {
+        Ok(()) => Ok(()),
+        Err(_) if target.is_dir() => {
+            std::fs::remove_dir_all(&staging).map_err(|source| io_error(&staging, source))
+        }
+        Err(source) => Err(io_error(&target, source)),
+    }
+}
+
+/// Copies the directory tree `from` to `to` (which must not exist), keeping
+/// each entry's owner and permissions; directories, regular files and
+/// symbolic links only (anything else cannot be part of a template).
+fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(from)?;
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
+    } else if kind.is_dir() {
+        std::fs::create_dir(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            copy_tree(&entry.path(), &to.join(entry.file_name()))?;
+        }
+    } else if kind.is_file() {
+        std::fs::copy(from, to)?;
+    } else {
+        return Err(io::Error::other(format!(
+            "{} is neither a directory, a file nor a symbolic link",
+            from.display()
+        )));
+    }
+    std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()))?;
+    if !kind.is_symlink() {
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(meta.mode()))?;
+    }
+    Ok(())
+}
+
+/// Removes the run's template layers and their record from the run directory
+/// (the host's templates stay). Only once nothing of the run is mounted.
+pub(super) fn remove_files(run_dir: &Path, errors: &mut Vec<String>) {
+    let layers = run_dir.join(TEMPLATES_DIR);
+    if let Err(e) = std::fs::remove_dir_all(&layers)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        errors.push(format!("removing {}: {e}", layers.display()));
+    }
+    let state = run_dir.join(TEMPLATES_STATE_FILE);
+    if let Err(e) = std::fs::remove_file(&state)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        errors.push(format!("removing {}: {e}", state.display()));
+    }
+}
+
+fn io_error(path: &Path, source: io::Error) -> RunErrorKind {
+    RunErrorKind::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copied_tree_keeps_its_links_modes_and_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("from");
+        std::fs::create_dir_all(from.join("base/1")).unwrap();
+        std::fs::write(from.join("base/1/pg_filenode.map"), b"map").unwrap();
+        std::fs::set_permissions(&from, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink("base/1", from.join("link")).unwrap();
+        let to = dir.path().join("to");
+        copy_tree(&from, &to).unwrap();
+        assert_eq!(
+            std::fs::read(to.join("base/1/pg_filenode.map")).unwrap(),
+            b"map"
+        );
+        assert_eq!(
+            std::fs::read_link(to.join("link")).unwrap(),
+            Path::new("base/1")
+        );
+        let mode = std::fs::metadata(&to).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // A target that exists is refused, never merged into.
+        assert!(copy_tree(&from, &to).is_err());
+    }
+
+    #[test]
+    fn a_listing_changes_with_a_file_under_the_inputs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("postgres"), b"15.1").unwrap();
+        let listed = |out: &mut Vec<String>| list(dir.path(), dir.path(), out).unwrap();
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        listed(&mut before);
+        std::fs::write(dir.path().join("postgres"), b"15.10").unwrap();
+        listed(&mut after);
+        assert_ne!(before, after);
+        assert_eq!(before.len(), 2, "{before:?}");
+    }
+}
