@@ -48,12 +48,12 @@ pub enum ProcessError {
         source: SpawnError,
     },
     /// A pattern of `filesystem.excluded` is not a valid glob.
-    #[error("filesystem.excluded: {pattern:?} is not a valid glob: {message}")]
+    #[error("filesystem.excluded: {pattern:?} is not a valid glob")]
     Glob {
         /// The pattern.
         pattern: String,
         /// The glob error.
-        message: String,
+        source: globset::Error,
     },
     /// A workspace path matched an exclusion but is not UTF-8, so it cannot be masked.
     #[error("filesystem.excluded: {path} matches but is not valid UTF-8")]
@@ -65,7 +65,15 @@ pub enum ProcessError {
     #[error("building the mount plan: {problems}")]
     Plan {
         /// The problems, one per field.
-        problems: String,
+        problems: workspace_core::contract::Problems,
+    },
+    /// The run's host id (`host_id_base` + its id inside) is past `u32`.
+    #[error("host id base {base} + id {id} overflows")]
+    HostIdOverflow {
+        /// [`ProcessOptions::host_id_base`](super::ProcessOptions::host_id_base).
+        base: u32,
+        /// The id inside.
+        id: u32,
     },
     /// The run was already sealed.
     #[error("run {run_id} is already sealed")]
@@ -110,11 +118,12 @@ pub enum ProcessError {
         /// The error.
         source: std::io::Error,
     },
-    /// The probe inside the sealed boundary did not run as expected.
-    #[error("boundary probe: {message}")]
-    Probe {
-        /// What happened.
-        message: String,
+    /// A process the boundary started is not where it must be (the probe's
+    /// shell outside its cgroup, a command's handle gone).
+    #[error("{what}")]
+    Lost {
+        /// What is missing.
+        what: &'static str,
     },
     /// The observation differs from the contract and assurance is required.
     #[error("environment.assurance = required and the probe found: {}", mismatches.join("; "))]
@@ -123,12 +132,18 @@ pub enum ProcessError {
         mismatches: Vec<String>,
     },
     /// A blocking task panicked or was cancelled.
-    #[error("{step}: the blocking task failed: {message}")]
+    #[error("{step}: the blocking task failed")]
     Task {
         /// What was being done.
         step: &'static str,
         /// The join error.
-        message: String,
+        source: tokio::task::JoinError,
+    },
+    /// A thread entered into the sandbox's namespaces panicked.
+    #[error("{step}: the thread in the sandbox's namespaces panicked")]
+    ThreadPanicked {
+        /// What was being done.
+        step: &'static str,
     },
     /// Handing the workspace over to the run's identity failed
     /// (see [`hand_over`](super::hand_over)).

@@ -127,9 +127,9 @@ async fn kill_tree(tree: &Arc<RunCgroup>) -> Result<(), ProcessError> {
     let tree = Arc::clone(tree);
     tokio::task::spawn_blocking(move || tree.kill_all())
         .await
-        .map_err(|e| ProcessError::Task {
+        .map_err(|source| ProcessError::Task {
             step: "killing the command's tree",
-            message: e.to_string(),
+            source,
         })?
         .map_err(|source| ProcessError::Cgroup {
             step: "killing the command's tree",
@@ -157,8 +157,8 @@ impl Execution for NamespaceExecution {
             return Ok(exit.clone());
         }
         let Some(child) = self.child.as_mut() else {
-            return Err(ProcessError::Probe {
-                message: "the command's process handle is gone".into(),
+            return Err(ProcessError::Lost {
+                what: "the command's process handle is gone",
             }
             .into_boundary(OP));
         };

@@ -42,10 +42,7 @@ fn in_namespace<T: Send + 'static>(
         })
         .map_err(|source| ProcessError::Pipe { step, source })?
         .join()
-        .map_err(|_| ProcessError::Task {
-            step,
-            message: "the thread in the sandbox's namespace panicked".into(),
-        })
+        .map_err(|_| ProcessError::ThreadPanicked { step })
 }
 
 /// Connects to `127.0.0.1:port` inside the sandbox's network namespace, within

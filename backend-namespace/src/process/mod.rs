@@ -233,10 +233,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, ProcessError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ProcessError::Task {
-            step,
-            message: e.to_string(),
-        })?
+        .map_err(|source| ProcessError::Task { step, source })?
 }
 
 #[async_trait]

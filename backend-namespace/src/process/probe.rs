@@ -87,8 +87,8 @@ pub(crate) fn probe(
         .find(|pid| *pid != child.pid());
     let Some(shell) = shell else {
         let _ = child.kill();
-        return Err(ProcessError::Probe {
-            message: "the probe's shell is not in its cgroup".into(),
+        return Err(ProcessError::Lost {
+            what: "the probe's shell is not in its cgroup",
         });
     };
     let mut text = from_host(shell, &sealed.sandbox);

@@ -163,8 +163,9 @@ fn host_ids(plan: &SealPlan, options: &ProcessOptions) -> Result<(u32, u32), Pro
         options
             .host_id_base
             .checked_add(id)
-            .ok_or_else(|| ProcessError::Plan {
-                problems: format!("host id base {} + id {id} overflows", options.host_id_base),
+            .ok_or(ProcessError::HostIdOverflow {
+                base: options.host_id_base,
+                id,
             })
     };
     Ok((host_id(plan.identity.uid)?, host_id(plan.identity.gid)?))
@@ -229,9 +230,7 @@ pub(crate) fn prepare(
         pty: true,
         templates: &plan.templates,
     })
-    .map_err(|problems| ProcessError::Plan {
-        problems: problems.to_string(),
-    })?;
+    .map_err(|problems| ProcessError::Plan { problems })?;
 
     let layout = CgroupLayout::detect().map_err(|source| ProcessError::Cgroup {
         step: "detecting the cgroup layout",

@@ -35,9 +35,9 @@ pub fn excluded_paths(
         .map(String::as_str)
         .chain(PROTECTED_EXCLUSIONS)
     {
-        let glob = exclusion_glob(pattern).map_err(|e| ProcessError::Glob {
+        let glob = exclusion_glob(pattern).map_err(|source| ProcessError::Glob {
             pattern: pattern.to_owned(),
-            message: e.to_string(),
+            source,
         })?;
         matchers.push(glob.compile_matcher());
     }

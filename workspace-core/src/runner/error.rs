@@ -79,6 +79,13 @@ pub enum RunErrorKind {
         /// Its state.
         state: crate::lifecycle::StateName,
     },
+    /// A step needs the run's provisioned checkout and the run has none (its
+    /// records were lost, or a step was taken out of order).
+    #[error("the run has no provisioned checkout to {step}")]
+    NotProvisioned {
+        /// What needed it.
+        step: &'static str,
+    },
     /// A blocking step could not be joined.
     #[error("{step} did not finish: {message}")]
     Task {

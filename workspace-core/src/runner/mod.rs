@@ -68,6 +68,7 @@ pub use recovery::StackRecovery;
 pub use scrub::Scrubber;
 pub use services::{SERVICES_STATE_FILE, ServiceRecord, log_files};
 pub use templates::{TEMPLATES_STATE_FILE, TemplateRecord};
+use workspace::Opened;
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 
 use crate::RunId;
@@ -78,7 +79,6 @@ use crate::contract::{CleanupOwner, Contract};
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
 use crate::lifecycle::{Lifecycle, Timeouts, TransitionObserver};
 use crate::recovery::{RecoveryError, RecoveryReport, recover};
-use services::Services;
 
 /// Where a runner keeps runs, and how long their transient states may last.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -215,7 +215,7 @@ impl Runner {
         contract: Contract,
         options: CreateOptions,
     ) -> Result<Workspace, RunError> {
-        let run_id = options.run_id.unwrap_or_else(RunId::generate);
+        let run_id = options.run_id.clone().unwrap_or_else(RunId::generate);
         let refuse = |kind: RunErrorKind, evidence: Option<PathBuf>| RunError {
             evidence,
             ..RunError::refused(&run_id, kind)
@@ -250,38 +250,24 @@ impl Runner {
                 evidence_dir.clone(),
             )
         })?;
-        let mut life = Lifecycle::create(&paths.journal, run_id.clone(), config.timeouts)
+        let life = Lifecycle::create(&paths.journal, run_id.clone(), config.timeouts)
             .map_err(|e| refuse(e.into(), evidence_dir.clone()))?;
-        if let Some(observer) = options.observer {
-            life.observe(observer);
-        }
         let run = RunContext {
             run_id: run_id.clone(),
             contract: Arc::new(contract),
             run_dir: paths.run_dir.clone(),
             runtime_dir: config.runtime_dir.clone(),
         };
-        let mut workspace = Workspace {
-            runner: self.clone(),
+        let opened = Opened {
             run,
             paths,
             life,
             evidence,
-            reservation: None,
-            leases: Default::default(),
-            source: None,
-            filesystem: None,
-            sealing: false,
-            commands: Vec::new(),
-            errors: Vec::new(),
             started_unix_ms,
-            cancel: options.cancel.unwrap_or_default(),
-            cancel_grace: options.cancel_grace,
-            scrubber: Scrubber::default(),
-            services: Services::default(),
-            checked: None,
-            concluded: false,
+            provisioned: None,
+            commands: Vec::new(),
         };
+        let mut workspace = Workspace::open(self.clone(), opened, options);
         match workspace.bring_up().await {
             Ok(()) => Ok(workspace),
             Err(kind) => Err(workspace.abort(kind).await),
@@ -303,34 +289,20 @@ impl Runner {
     ) -> Result<Workspace, RunError> {
         let resume::Parked {
             paths,
-            mut life,
+            life,
             stored,
             run,
         } = resume::Parked::take(&self.inner.config, run_id)?;
-        if let Some(observer) = options.observer {
-            life.observe(observer);
-        }
-        let mut workspace = Workspace {
-            runner: self.clone(),
+        let opened = Opened {
             run,
             paths,
             life,
             evidence: stored.evidence,
-            reservation: None,
-            leases: Default::default(),
-            source: Some(stored.source),
-            filesystem: Some(stored.filesystem),
-            sealing: false,
-            commands: stored.commands,
-            errors: Vec::new(),
             started_unix_ms: stored.started_unix_ms,
-            cancel: options.cancel.unwrap_or_default(),
-            cancel_grace: options.cancel_grace,
-            scrubber: Scrubber::default(),
-            services: Services::default(),
-            checked: None,
-            concluded: false,
+            provisioned: Some((stored.source, stored.filesystem)),
+            commands: stored.commands,
         };
+        let mut workspace = Workspace::open(self.clone(), opened, options);
         let taken = if workspace.state() == &crate::lifecycle::State::Detached {
             workspace.reattach().await
         } else {

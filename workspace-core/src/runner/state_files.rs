@@ -54,17 +54,28 @@ pub(super) fn write_state(path: &Path, value: &impl Serialize) -> Result<(), Run
 
 /// Removes the runner's own files in the run directory, then the directory if it
 /// is empty. Anything a boundary left there is reported, never removed blindly.
+/// Removes `path` (a whole tree when it is a directory); one that is not
+/// there is gone already; a failure is added to `errors`.
+pub(super) fn remove_if_present(path: &Path, errors: &mut Vec<String>) {
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => errors.push(format!("removing {}: {e}", path.display())),
+    }
+}
+
 pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
     for name in [
         FILESYSTEM_STATE_FILE,
         LEASES_STATE_FILE,
         IDENTITY_STATE_FILE,
     ] {
-        match std::fs::remove_file(run_dir.join(name)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => errors.push(format!("removing {}: {e}", run_dir.join(name).display())),
-        }
+        remove_if_present(&run_dir.join(name), errors);
     }
     match std::fs::remove_dir(run_dir) {
         Ok(()) => {}

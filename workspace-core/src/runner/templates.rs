@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::RunErrorKind;
-use super::state_files::{read_state, write_state};
+use super::state_files::{read_state, remove_if_present, write_state};
 use crate::RunId;
 use crate::boundary::{
     CommandOutput, CommandSpec, IdentityPlan, ProcessBoundary, RunContext, TemplateLayer,
@@ -258,18 +258,8 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
 /// Removes the run's template layers and their record from the run directory
 /// (the host's templates stay). Only once nothing of the run is mounted.
 pub(super) fn remove_files(run_dir: &Path, errors: &mut Vec<String>) {
-    let layers = run_dir.join(TEMPLATES_DIR);
-    if let Err(e) = std::fs::remove_dir_all(&layers)
-        && e.kind() != io::ErrorKind::NotFound
-    {
-        errors.push(format!("removing {}: {e}", layers.display()));
-    }
-    let state = run_dir.join(TEMPLATES_STATE_FILE);
-    if let Err(e) = std::fs::remove_file(&state)
-        && e.kind() != io::ErrorKind::NotFound
-    {
-        errors.push(format!("removing {}: {e}", state.display()));
-    }
+    remove_if_present(&run_dir.join(TEMPLATES_DIR), errors);
+    remove_if_present(&run_dir.join(TEMPLATES_STATE_FILE), errors);
 }
 
 fn io_error(path: &Path, source: io::Error) -> RunErrorKind {

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::FinishOptions;
 use super::execute::{CommandIo, execute, millis};
 use super::export::Verified;
 use super::identity_store;
@@ -18,6 +17,7 @@ use super::scrub::Scrubber;
 use super::services::{Services, connection_vars};
 use super::state_files::{create_dir, read_state, write_state};
 use super::templates;
+use super::{CreateOptions, FinishOptions};
 use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{
     Attachment, CommandSpec, EnvironmentPlan, FilesystemRecord, IdentityBoundary, IdentityPlan,
@@ -65,7 +65,60 @@ pub struct Workspace {
     pub(super) concluded: bool,
 }
 
+/// What a [`Workspace`] is opened on: a fresh run's records, or a parked
+/// run's read back.
+pub(super) struct Opened {
+    pub(super) run: RunContext,
+    pub(super) paths: RunPaths,
+    pub(super) life: Lifecycle,
+    pub(super) evidence: EvidenceWriter,
+    pub(super) started_unix_ms: u64,
+    /// The checkout and grants a parked run was provisioned with.
+    pub(super) provisioned: Option<(SourceRecord, FilesystemRecord)>,
+    /// The commands a parked run ran.
+    pub(super) commands: Vec<CommandOutcome>,
+}
+
 impl Workspace {
+    /// The workspace of `opened`, before anything of the run is brought up
+    /// (nothing sealed, no capacity or leases held).
+    pub(super) fn open(runner: Runner, opened: Opened, options: CreateOptions) -> Self {
+        let Opened {
+            run,
+            paths,
+            mut life,
+            evidence,
+            started_unix_ms,
+            provisioned,
+            commands,
+        } = opened;
+        if let Some(observer) = options.observer {
+            life.observe(observer);
+        }
+        let (source, filesystem) = provisioned.unzip();
+        Self {
+            runner,
+            run,
+            paths,
+            life,
+            evidence,
+            reservation: None,
+            leases: RunLeases::default(),
+            source,
+            filesystem,
+            sealing: false,
+            commands,
+            errors: Vec::new(),
+            started_unix_ms,
+            cancel: options.cancel.unwrap_or_default(),
+            cancel_grace: options.cancel_grace,
+            scrubber: Scrubber::default(),
+            services: Services::default(),
+            checked: None,
+            concluded: false,
+        }
+    }
+
     /// The run's id.
     pub fn run_id(&self) -> &crate::RunId {
         &self.run.run_id
@@ -309,13 +362,10 @@ impl Workspace {
     async fn verify_source(&mut self) -> Result<(), RunErrorKind> {
         let stack = self.runner.stack().clone();
         let cancel = self.cancel.clone();
-        let source = self.source.clone().ok_or_else(|| RunErrorKind::Io {
-            path: self.evidence.path_of(EvidenceFile::Source),
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "a suspended run without a source record",
-            ),
-        })?;
+        let source = self
+            .source
+            .clone()
+            .ok_or(RunErrorKind::NotProvisioned { step: "verify" })?;
         let limit = self.limit(StateName::Provisioning);
         bounded(StateName::Provisioning, limit, &cancel, async {
             stack
@@ -435,13 +485,7 @@ impl Workspace {
     ) -> Result<SealPlan, RunErrorKind> {
         let (Some(source), Some(filesystem)) = (self.source.clone(), self.filesystem.clone())
         else {
-            return Err(RunErrorKind::Io {
-                path: self.paths.run_dir.clone(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the run has no provisioned checkout to seal",
-                ),
-            });
+            return Err(RunErrorKind::NotProvisioned { step: "seal" });
         };
         let templates = templates::layers(&self.run, &identity)?;
         Ok(SealPlan {

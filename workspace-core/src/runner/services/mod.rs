@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::RunErrorKind;
 use super::paths::RunPaths;
 use super::scrub::Scrubber;
-use super::state_files::{read_state, write_state};
+use super::state_files::{read_state, remove_if_present, write_state};
 use super::templates::{self, TemplateRecord};
 use crate::boundary::{
     CommandOutput, CommandSpec, Execution, ProcessBoundary, RunContext, TemplateLayer,
@@ -409,18 +409,8 @@ impl Services {
 
     /// Removes the services' logs and records from the run directory.
     pub(super) fn remove_files(run_dir: &Path, errors: &mut Vec<String>) {
-        let logs = run_dir.join(LOGS_DIR);
-        if let Err(e) = std::fs::remove_dir_all(&logs)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            errors.push(format!("removing {}: {e}", logs.display()));
-        }
-        let state = run_dir.join(SERVICES_STATE_FILE);
-        if let Err(e) = std::fs::remove_file(&state)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            errors.push(format!("removing {}: {e}", state.display()));
-        }
+        remove_if_present(&run_dir.join(LOGS_DIR), errors);
+        remove_if_present(&run_dir.join(SERVICES_STATE_FILE), errors);
     }
 
     fn save(&self, run_dir: &Path) -> Result<(), RunErrorKind> {
