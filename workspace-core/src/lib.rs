@@ -64,6 +64,7 @@ pub mod capacity;
 pub mod conformance;
 pub mod contract;
 pub mod digest;
+pub mod egress;
 pub mod evidence;
 pub mod journal;
 pub mod lease;

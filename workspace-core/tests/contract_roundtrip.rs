@@ -38,12 +38,20 @@ fn network() -> impl Strategy<Value = Network> {
         Just(Network::default()),
         Just(Network {
             mode: NetworkMode::Loopback,
-            allow: vec![]
+            ..Network::default()
         }),
-        vec(("[a-z]{1,10}\\.(org|com)", 1u16..=65535), 1..4).prop_map(|hosts| Network {
-            mode: NetworkMode::Allowlist,
-            allow: hosts.into_iter().map(|(h, p)| format!("{h}:{p}")).collect(),
-        }),
+        (
+            vec(("[a-z]{1,10}\\.(org|com)", 1u16..=65535), 1..4),
+            vec(("[a-z]{1,10}\\.(org|com)", 1u16..=65535), 0..2),
+        )
+            .prop_map(|(allow, deny)| Network {
+                mode: NetworkMode::Allowlist,
+                allow: allow.into_iter().map(|(h, p)| format!("{h}:{p}")).collect(),
+                deny: deny
+                    .into_iter()
+                    .map(|(h, p)| format!("*.{h}:{p}"))
+                    .collect(),
+            }),
     ]
 }
 

@@ -83,9 +83,18 @@ pub struct Network {
     /// The network policy.
     #[serde(default)]
     pub mode: NetworkMode,
-    /// With `mode = "allowlist"`: the `host:port` destinations that may be reached.
+    /// With `mode = "allowlist"`: the `host:port` destinations that may be
+    /// reached. A host is a name (`pypi.org`), every name below a suffix
+    /// (`*.pythonhosted.org`), or an address literal (`10.0.0.7`,
+    /// `[2001:db8::1]`); a name that resolves to a loopback, private,
+    /// link-local or metadata address is refused unless that address is
+    /// listed literally.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
+    /// With `mode = "allowlist"`: destinations that may not be reached even
+    /// when `allow` covers them (deny wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
 }
 
 /// The network policy of a run.
@@ -230,19 +239,29 @@ impl EnvironmentSection {
                 "is empty, and an empty allowlist allows nothing; write mode = \"deny\" if that is meant",
             ),
             NetworkMode::Allowlist => {
-                for (i, destination) in self.network.allow.iter().enumerate() {
-                    if !is_host_port(destination) {
-                        problems.push(
-                            indexed("environment.network.allow", i),
-                            format!("{destination:?} is not host:port"),
-                        );
+                for (field, list) in [
+                    ("environment.network.allow", &self.network.allow),
+                    ("environment.network.deny", &self.network.deny),
+                ] {
+                    for (i, destination) in list.iter().enumerate() {
+                        if let Err(e) = crate::egress::Destination::parse(destination) {
+                            problems.push(indexed(field, i), e.to_string());
+                        }
                     }
                 }
             }
-            NetworkMode::Deny | NetworkMode::Loopback if !self.network.allow.is_empty() => problems.push(
-                "environment.network.allow",
-                "is only read with mode = \"allowlist\"; remove it or change the mode",
-            ),
+            NetworkMode::Deny | NetworkMode::Loopback
+                if !self.network.allow.is_empty() || !self.network.deny.is_empty() =>
+            {
+                problems.push(
+                    if self.network.allow.is_empty() {
+                        "environment.network.deny"
+                    } else {
+                        "environment.network.allow"
+                    },
+                    "is only read with mode = \"allowlist\"; remove it or change the mode",
+                )
+            }
             NetworkMode::Deny | NetworkMode::Loopback => {}
         }
     }
@@ -340,14 +359,6 @@ impl Reservation {
             }),
         }
     }
-}
-
-fn is_host_port(destination: &str) -> bool {
-    destination.rsplit_once(':').is_some_and(|(host, port)| {
-        !host.is_empty()
-            && !host.contains(char::is_whitespace)
-            && port.parse::<u16>().is_ok_and(|p| p != 0)
-    })
 }
 
 #[cfg(test)]
