@@ -424,6 +424,33 @@ fn interrupted(
 }
 
 #[test]
+fn sigterm_reaches_the_whole_command_tree_so_a_waiting_shell_runs_its_trap() {
+    // The shell waits for a long foreground child: its trap runs only once
+    // that child ended, so the child must get SIGTERM too (as a terminal's
+    // Ctrl-C reaches the whole job), well inside the 60 s grace.
+    let fixture = CliFixture::new("sigterm-tree");
+    let mark = support::marker("sigterm-tree");
+    let script = "trap 'echo trapped; exit 0' TERM; echo started; sleep 300";
+    let (status, stdout, stderr) =
+        interrupted_run(&fixture, &["--stop-grace", "60"], script, &mark, "TERM");
+    assert_eq!(status, Some(143), "{stderr}");
+    assert!(stdout.contains("trapped"), "{stdout}");
+    let (line, evidence) = summary_of(&stderr);
+    assert!(
+        line.contains("cancelled (exit 143; the command ended with 0)"),
+        "{line}"
+    );
+    let outcome: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("outcome.json")).unwrap()).unwrap();
+    // It ended by its trap (exit 0), not by the kill after the grace.
+    assert_eq!(
+        outcome["commands"][0]["exit"]["status"]["value"], 0,
+        "{outcome}"
+    );
+    assert!(support::processes_with(&mark).is_empty());
+}
+
+#[test]
 fn sigterm_ends_the_run_cleanly_after_the_commands_own_trap_and_exits_143() {
     let fixture = CliFixture::new("sigterm");
     let mark = support::marker("sigterm");

@@ -133,7 +133,12 @@ fn status_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcom
     match killed {
         Some(KillCause::Timeout) => format!("timed out after {seconds:.1} s (exit {status})"),
         Some(KillCause::MemoryLimit) => format!("killed at the memory limit (exit {status})"),
-        Some(KillCause::Cancelled) => format!("cancelled (exit {status})"),
+        // The status `agent-workspace` exits with (130 or 143); the command's
+        // own end in its grace period follows.
+        Some(KillCause::Cancelled) => format!(
+            "cancelled (exit {}; the command ended with {status})",
+            super::session::interrupted_status()
+        ),
         Some(KillCause::Teardown) => format!("killed as the run ended (exit {status})"),
         None => format!("exit {status}"),
     }

@@ -248,13 +248,28 @@ impl Execution for NamespaceExecution {
     async fn terminate(&mut self, grace: Duration) -> Result<ExitRecord, BoundaryError> {
         const OP: &str = "terminate command";
         if self.exit.is_none() {
-            self.killer.signal(nix::libc::SIGTERM).map_err(|source| {
-                ProcessError::Spawn {
-                    step: "asking the command to stop",
-                    source,
-                }
-                .into_boundary(OP)
-            })?;
+            // SIGTERM to every process of the command's tree, as a terminal's
+            // Ctrl-C reaches a whole foreground job: a shell waiting for its
+            // child runs its trap only once that child has ended. The command's
+            // supervisor is left out (it would pass the signal on a second time).
+            let supervisor = self.child.as_ref().map(SpawnedChild::pid);
+            let signalled = self
+                .tree
+                .pids()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|pid| Some(*pid) != supervisor)
+                .filter(|pid| super::terminate::signal(*pid, nix::libc::SIGTERM))
+                .count();
+            if signalled == 0 {
+                self.killer.signal(nix::libc::SIGTERM).map_err(|source| {
+                    ProcessError::Spawn {
+                        step: "asking the command to stop",
+                        source,
+                    }
+                    .into_boundary(OP)
+                })?;
+            }
             if tokio::time::timeout(grace, self.wait()).await.is_err() {
                 tracing::info!(run_id = %self.run_id, grace_ms = grace.as_millis() as u64,
                     "command did not stop in its grace period; killing its tree");

@@ -60,7 +60,7 @@ pub(super) fn terminate(run: &RunCgroup, grace: Duration) -> Result<TerminateRep
 }
 
 /// Sends `signal` to `pid` through a pidfd; `false` when it is already gone.
-fn signal(pid: u32, signal: libc::c_int) -> bool {
+pub(super) fn signal(pid: u32, signal: libc::c_int) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };

@@ -383,6 +383,11 @@ pub(crate) fn launch(
             Ok(SpawnedChild::new(pid, pidfd, status_read))
         }
         Report::LEN => {
+            // The child reported why it failed and is ending by itself: a
+            // joining child first reaps the process that failed, which would
+            // otherwise be left a zombie for the sandbox's pid 1 (and hold up
+            // its end by a second). Killed only if it does not end soon.
+            let _ = wait_readable_pidfd(&pidfd, Instant::now() + REPORTED_EXIT_WAIT);
             drop(reaper);
             Err(child_error(Report::decode(&buf)))
         }
@@ -590,6 +595,9 @@ fn wait_readable_pidfd(pidfd: &OwnedFd, deadline: Instant) -> Result<bool, Errno
         return Ok(ready > 0);
     }
 }
+
+/// How long a child that reported its failure gets to end by itself.
+const REPORTED_EXIT_WAIT: Duration = Duration::from_millis(500);
 
 /// Kills and reaps the child if the parent's side of the start fails.
 struct Reaper {

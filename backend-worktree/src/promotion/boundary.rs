@@ -19,9 +19,10 @@ use crate::changes::ChangeOptions;
 /// patch or a draft review branch in the source repository (see
 /// [`super::review`]).
 ///
-/// `export` uses the contract's `filesystem.outputs` for `in_scope` and leaves out
-/// its `source.generated` paths. `promote` exports again (the digest the request is
-/// judged on is always the workspace's current one), then:
+/// `export` uses the contract's `filesystem.outputs` (or, with none, its
+/// writable paths) for `in_scope` and leaves out its `source.generated` paths.
+/// `promote` exports again (the digest the request is judged on is always the
+/// workspace's current one), then:
 /// * target `patch`: requires the checks and returns a record without a ref;
 /// * target `draft-review`: writes `refs/heads/review/<run-id>` (a change outside
 ///   `filesystem.outputs` needs an approval bound to the digest), and also marks it a
@@ -164,7 +165,7 @@ impl PromotionBoundary for WorktreePromotion {
                         &source.commit,
                         changed_files_root(&source),
                         &export,
-                        &contract.filesystem.outputs,
+                        contract.filesystem.scope(),
                         &request,
                         promotion,
                     )
@@ -201,7 +202,7 @@ fn export_run(
     source: &SourceRecord,
     contract: &Contract,
 ) -> Result<PatchExport, BoundaryError> {
-    let outputs = &contract.filesystem.outputs;
+    let outputs = contract.filesystem.scope();
     match &source.layers {
         Some(layers) => crate::layered::diff::export_layered_patch(
             repo,

@@ -22,7 +22,8 @@ pub struct FilesystemSection {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub read_only: Vec<String>,
     /// Where the task's results are expected. A changed path outside every output is
-    /// reported as out of scope in `changes.json`.
+    /// reported as out of scope in `changes.json` (and needs an approval to be
+    /// promoted). None declared: the writable paths are the outputs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<String>,
     /// Glob patterns (relative to the root, `*` stays within one directory, `**`
@@ -177,6 +178,16 @@ impl FilesystemSection {
         compiled
     }
 
+    /// Where a change counts as in scope: `outputs`, or, when none is
+    /// declared, the writable paths.
+    pub fn scope(&self) -> &[String] {
+        if self.outputs.is_empty() {
+            &self.writable
+        } else {
+            &self.outputs
+        }
+    }
+
     /// The host mounts whose target is inside the workspace root, with that
     /// target relative to the root (`node_modules`).
     pub fn host_mounts_in_workspace(&self) -> impl Iterator<Item = (&HostMount, &str)> {
@@ -229,4 +240,20 @@ fn normalized_list(
         .enumerate()
         .filter_map(|(i, v)| checks::relative_path(problems, &indexed(field, i), v).map(|p| (i, p)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_declared_outputs_the_writable_paths_are_the_scope() {
+        let mut section = FilesystemSection {
+            writable: vec!["src".into()],
+            ..FilesystemSection::default()
+        };
+        assert_eq!(section.scope(), ["src"]);
+        section.outputs = vec!["src/lib".into()];
+        assert_eq!(section.scope(), ["src/lib"]);
+    }
 }

@@ -525,6 +525,27 @@ pub fn read<E: DeserializeOwned>(path: impl AsRef<Path>) -> Result<JournalRead<E
     parse(path, BufReader::new(file), None)
 }
 
+/// When the journal at `path` was begun (its first record's time, in
+/// milliseconds since the Unix epoch): when the run was created. `None` when
+/// the file is missing or its first line is not a record.
+///
+/// # Ambient authority
+///
+/// `path` is a host path, used as given.
+pub fn begun_unix_ms(path: impl AsRef<Path>) -> Option<u64> {
+    let mut first = String::new();
+    BufReader::new(File::open(path).ok()?)
+        .read_line(&mut first)
+        .ok()?;
+    #[derive(serde::Deserialize)]
+    struct Stamp {
+        at_unix_ms: u64,
+    }
+    serde_json::from_str::<Stamp>(&first)
+        .ok()
+        .map(|s| s.at_unix_ms)
+}
+
 /// Takes the exclusive lock on `file` without waiting.
 fn lock(file: &File, path: &Path) -> Result<(), JournalError> {
     file.try_lock().map_err(|err| match err {

@@ -93,14 +93,20 @@ impl RecoveryHooks for StackRecovery {
             run_id: run.run_id.clone(),
             ended_in: StateName::Failed,
             failure: Some(FailureCause::RunnerLost),
-            commands: Vec::new(),
+            // What the lost runner recorded, a command it was running included
+            // (without an exit).
+            commands: super::resume::previous_commands(
+                &paths.evidence.join(crate::evidence::COMMANDS_DIR),
+            )
+            .map(|found| found.into_iter().map(|(_, outcome)| outcome).collect())
+            .unwrap_or_default(),
             leaks: None,
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),
             credential_leaks: Vec::new(),
             leases: Vec::new(),
-            started_unix_ms: 0,
+            started_unix_ms: crate::journal::begun_unix_ms(&paths.journal).unwrap_or(0),
             exported_unix_ms: unix_ms_now(),
             errors: vec![format!(
                 "the runner was lost in state {}; recovered",

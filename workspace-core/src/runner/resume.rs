@@ -98,11 +98,10 @@ impl Stored {
         let source = read_required(&evidence.path_of(EvidenceFile::Source))?;
         let filesystem = read_required(&paths.run_dir.join(FILESYSTEM_STATE_FILE))?;
         let commands = previous_commands(&paths.evidence.join(COMMANDS_DIR))?;
-        let started_unix_ms = commands
-            .first()
-            .map_or(0, |(record, _): &(CommandRecord, CommandOutcome)| {
-                record.started_unix_ms
-            });
+        // The run began when its journal did (a run may have run no command).
+        let started_unix_ms = crate::journal::begun_unix_ms(&paths.journal)
+            .or_else(|| commands.first().map(|(record, _)| record.started_unix_ms))
+            .unwrap_or_else(crate::evidence::unix_ms_now);
         Ok(Self {
             contract,
             source,
@@ -115,7 +114,9 @@ impl Stored {
 }
 
 /// The commands recorded so far, in order.
-fn previous_commands(dir: &Path) -> Result<Vec<(CommandRecord, CommandOutcome)>, RunErrorKind> {
+pub(super) fn previous_commands(
+    dir: &Path,
+) -> Result<Vec<(CommandRecord, CommandOutcome)>, RunErrorKind> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
