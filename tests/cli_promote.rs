@@ -170,3 +170,28 @@ fn a_failing_check_keeps_the_workspace_for_the_agent_to_fix_and_says_which_faile
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_cleaned(&fixture);
 }
+
+#[test]
+fn a_refused_promotion_keeps_the_workspace_and_the_right_approval_then_promotes() {
+    let fixture = CliFixture::new("promote-refused-kept");
+    let (run, digest) = created_with_an_edit(&fixture, "true");
+    // An approval of another patch: refused, and the workspace stays live.
+    let stale = "0".repeat(64);
+    let out = promote(&fixture, &run, &stale);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("promotion refused: "), "{stderr}");
+    assert!(stderr.contains(&stale), "{stderr}");
+    assert!(stderr.contains("not promoted and kept"), "{stderr}");
+    let out = fixture.agent_workspace(&["exec", &run, "--", "cat", "fix.txt"]);
+    assert_eq!(text(&out.stdout), "fixed\n", "{}", text(&out.stderr));
+    // The approval of this patch promotes it.
+    let out = promote(&fixture, &run, &digest);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("promoted {digest}")),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_cleaned(&fixture);
+}

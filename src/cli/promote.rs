@@ -3,8 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use workspace_core::RunId;
 use workspace_core::boundary::ApprovalRecord;
-use workspace_core::runner::{CreateOptions, FinishOptions, PromotionOutcome};
+use workspace_core::runner::{CreateOptions, FinishOptions, PromotionOutcome, Workspace};
 
 use super::host::HostArgs;
 use super::session::on_run;
@@ -22,8 +23,9 @@ pub(crate) struct PromoteArgs {
     /// of another patch does not count.
     #[arg(long, value_name = "DIGEST", requires = "approved_by")]
     sha256: Option<String>,
-    /// End the workspace even when a required check fails (by default it is
-    /// kept, so the agent can fix what failed and promote again).
+    /// End the workspace even when a required check fails or the promotion is
+    /// refused (by default it is kept, so the agent can fix what is wrong and
+    /// promote again).
     #[arg(long)]
     end: bool,
     /// Print a JSON summary on stdout instead of the summary line.
@@ -36,8 +38,10 @@ pub(crate) struct PromoteArgs {
 /// fails), then the promotion boundary applies
 /// the contract's target (a patch, or a draft review branch) if the checks and
 /// approvals satisfy its rules. Exit 0 when promoted, 1 when refused. When a
-/// required check fails the workspace is kept (live, as before) unless `--end`
-/// says to end it: the agent can fix what failed and promote again.
+/// required check fails, or the promotion boundary would refuse (an approval of
+/// another patch, none where the contract asks for one), the workspace is kept
+/// (live, as before) unless `--end` says to end it: the agent can fix what is
+/// wrong and promote again.
 pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
     if let Some(digest) = &args.sha256
         && !workspace_core::digest::is_sha256_hex(digest)
@@ -72,15 +76,17 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
                         check.failure.as_deref().unwrap_or("it did not pass")
                     );
                 }
-                return match workspace.detach().await {
-                    Ok(_) => {
-                        eprintln!(
-                            "agent-workspace: run {run_id} not promoted and kept: fix it and promote again, or `destroy` it (`promote --end` ends it)"
-                        );
-                        ExitCode::FAILURE
-                    }
-                    Err(error) => report_run_error(&error),
-                };
+                return keep(workspace, &run_id).await;
+            }
+            // What the promotion boundary would refuse (a stale or missing
+            // approval, changes out of scope) keeps the workspace too.
+            match workspace.promotion_refusal(&approvals).await {
+                Ok(None) => {}
+                Ok(Some(reason)) => {
+                    eprintln!("agent-workspace: promotion refused: {reason}");
+                    return keep(workspace, &run_id).await;
+                }
+                Err(error) => return report_run_error(&error),
             }
         }
         let options = FinishOptions {
@@ -121,4 +127,17 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
             None => ExitCode::from(EXIT_RUNNER_FAILED),
         }
     })
+}
+
+/// Leaves a workspace that was not promoted live for its agent to fix.
+async fn keep(workspace: Workspace, run_id: &RunId) -> ExitCode {
+    match workspace.detach().await {
+        Ok(_) => {
+            eprintln!(
+                "agent-workspace: run {run_id} not promoted and kept: fix it and promote again, or `destroy` it (`promote --end` ends it)"
+            );
+            ExitCode::FAILURE
+        }
+        Err(error) => report_run_error(&error),
+    }
 }

@@ -10,7 +10,7 @@ use workspace_core::boundary::{
 };
 use workspace_core::contract::{Contract, PromotionTarget};
 
-use super::gate::{require_approval, require_checks};
+use super::gate::{require_approval, require_checks, require_scope_approval};
 use super::review::{create_review_branch, mark_merge_candidate};
 use super::{PromotionError, export_patch};
 use crate::changes::ChangeOptions;
@@ -184,6 +184,50 @@ impl PromotionBoundary for WorktreePromotion {
         .await
         .map_err(join_error("promote"))?
     }
+
+    async fn preflight(
+        &self,
+        run: &RunContext,
+        source: &SourceRecord,
+        request: &PromotionRequest,
+    ) -> Result<(), BoundaryError> {
+        let repo = self.source_repo(source);
+        let contract = Arc::clone(&run.contract);
+        let source = source.clone();
+        let request = request.clone();
+        tokio::task::spawn_blocking(move || gate(&repo, &source, &contract, &request))
+            .await
+            .map_err(join_error("preflight"))?
+    }
+}
+
+/// The gates `promote` applies to `request`, on a fresh export, without
+/// promoting: the checks bound to the current digest and the approvals the
+/// target needs (a draft review's merge approval only decides whether it is a
+/// merge candidate, never whether it is made).
+fn gate(
+    repo: &Path,
+    source: &SourceRecord,
+    contract: &Contract,
+    request: &PromotionRequest,
+) -> Result<(), BoundaryError> {
+    let promotion = &contract.promotion;
+    let export = export_run(repo, source, contract)?;
+    let digest = export.patch_sha256.as_str();
+    let out_of_scope: Vec<String> = export
+        .changes
+        .iter()
+        .filter(|c| !c.in_scope && !c.ignored)
+        .map(|c| c.path.clone())
+        .collect();
+    require_checks(promotion, request, digest)
+        .and_then(|()| match promotion.target {
+            PromotionTarget::Patch => require_approval(promotion, &request.approvals, digest),
+            PromotionTarget::DraftReview => {
+                require_scope_approval(&request.approvals, digest, out_of_scope)
+            }
+        })
+        .map_err(boundary_error("preflight", changed_files_root(source)))
 }
 
 /// Where a run's changed files are read on the host: the workspace of a checkout,

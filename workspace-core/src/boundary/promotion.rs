@@ -35,6 +35,21 @@ pub trait PromotionBoundary: Send + Sync + Debug + 'static {
         source: &SourceRecord,
         request: &PromotionRequest,
     ) -> Result<PromotionRecord, BoundaryError>;
+
+    /// Whether [`promote`](Self::promote) would accept `request` for the
+    /// workspace as it is now, changing nothing: `Err` says why it would
+    /// refuse. A caller that must not end a workspace on a refusal (its agent
+    /// may fix what is wrong and try again) asks first. The default refuses
+    /// nothing: `promote` still decides.
+    async fn preflight(
+        &self,
+        run: &RunContext,
+        source: &SourceRecord,
+        request: &PromotionRequest,
+    ) -> Result<(), BoundaryError> {
+        let _ = (run, source, request);
+        Ok(())
+    }
 }
 
 /// The exported result of a run.

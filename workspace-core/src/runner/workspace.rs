@@ -698,6 +698,49 @@ impl Workspace {
         Ok(results)
     }
 
+    /// Why promoting the workspace as it is now with `approvals` would be
+    /// refused, or `None` when it would not; nothing ends and nothing is
+    /// promoted. The required checks run first unless they ran since the last
+    /// command (a [`finish_with`](Self::finish_with) right after promotes on
+    /// those results); a failing check is a refusal.
+    pub async fn promotion_refusal(
+        &mut self,
+        approvals: &[crate::boundary::ApprovalRecord],
+    ) -> Result<Option<String>, RunError> {
+        let checks = match &self.checked {
+            Some(verified) => verified.checks.clone(),
+            None => self.check().await?,
+        };
+        if let Some(failed) = checks.iter().find(|c| !c.passed) {
+            return Ok(Some(format!(
+                "required check {:?} failed: {}",
+                failed.name,
+                failed.failure.as_deref().unwrap_or("it did not pass")
+            )));
+        }
+        let Some(source) = self.source.clone() else {
+            return Err(self.error(RunErrorKind::NotProvisioned { step: "promote" }));
+        };
+        let promotion = self.runner.stack().promotion.clone();
+        let digest = match self.checked.as_ref().and_then(|v| v.patch.as_ref()) {
+            Some(patch) => patch.patch_sha256.clone(),
+            None => match promotion.export(&self.run, &source).await {
+                Ok(patch) => patch.patch_sha256,
+                Err(e) => return Ok(Some(crate::error_chain(&e))),
+            },
+        };
+        let request = crate::boundary::PromotionRequest {
+            patch_sha256: digest,
+            checks,
+            approvals: approvals.to_vec(),
+        };
+        Ok(promotion
+            .preflight(&self.run, &source, &request)
+            .await
+            .err()
+            .map(|e| crate::error_chain(&e)))
+    }
+
     /// Cancels the run (a running command is killed) and concludes it as failed
     /// with cause `cancelled`.
     pub async fn cancel(mut self) -> Result<RunReport, RunError> {
