@@ -57,11 +57,13 @@ pub use backend_worktree as worktree;
 pub use workspace_core as core;
 
 mod danger_host;
+pub mod egress;
 mod host_credentials;
 mod stack;
 
 pub use danger_host::{DangerNoIsolationProcess, danger_no_isolation_stack};
 pub use host_credentials::{ENV_SOURCE_PREFIX, HostEnvCredentialError, HostEnvCredentials};
 pub use stack::{
-    DEFAULT_CGROUP_PARENT, HostDirs, LayeredStackError, namespace_stack, namespace_stack_layered,
+    DEFAULT_CGROUP_PARENT, EGRESS_PROXY_VAR, HostDirs, LayeredStackError, egress_program,
+    namespace_stack, namespace_stack_layered,
 };

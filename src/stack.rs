@@ -65,14 +65,49 @@ pub enum LayeredStackError {
 
 fn stack_over(source: WorktreeSource, cgroup_parent: &str) -> Result<Stack, ProcessError> {
     let worktree_promotion = Arc::new(WorktreePromotion::new());
+    let options = ProcessOptions {
+        egress_proxy: egress_program(),
+        ..ProcessOptions::probe(cgroup_parent)?
+    };
+    let environment = match options.egress_proxy {
+        Some(_) => NamespaceEnvironment::from_host().with_egress_proxy(),
+        None => NamespaceEnvironment::from_host(),
+    };
     Ok(Stack {
         source: Arc::new(source),
         filesystem: Arc::new(WorktreeFilesystem::new()),
-        process: Arc::new(NamespaceProcess::new(ProcessOptions::probe(cgroup_parent)?)),
-        environment: Arc::new(NamespaceEnvironment::from_host()),
+        process: Arc::new(NamespaceProcess::new(options)),
+        environment: Arc::new(environment),
         identity: Arc::new(NamespaceIdentity::new()),
         promotion: worktree_promotion,
     })
+}
+
+/// The environment variable naming the egress proxy program.
+pub const EGRESS_PROXY_VAR: &str = "AGENT_WORKSPACE_EGRESS_PROXY";
+
+/// The program the default stack starts as an allowlisted run's egress proxy
+/// (`PROGRAM egress-proxy CONFIG`, see [`crate::egress`]): `$`[`EGRESS_PROXY_VAR`]
+/// when set, else the `agent-workspace` executable this process is or sits
+/// beside (as a test or a benchmark under `target/` does). `None`: no
+/// allowlisted contract is kept.
+///
+/// # Ambient authority
+/// Reads the environment and looks next to this process's executable.
+pub fn egress_program() -> Option<PathBuf> {
+    if let Some(program) = std::env::var_os(EGRESS_PROXY_VAR) {
+        return Some(PathBuf::from(program));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let named = |dir: &Path| dir.join("agent-workspace");
+    [
+        Some(exe.clone()).filter(|e| e.file_name().is_some_and(|n| n == "agent-workspace")),
+        exe.parent().map(named),
+        exe.parent().and_then(Path::parent).map(named),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|candidate| candidate.is_file())
 }
 
 /// Where runs live on this host when the caller does not say.

@@ -15,6 +15,7 @@ use workspace_core::boundary::{
     ResolvedLimits, RunContext,
 };
 use workspace_core::contract::{HomeDir, Limits, NetworkMode, UserClass};
+use workspace_core::egress::proxy_vars;
 
 /// `PATH` inside a run: the base system's directories.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
@@ -37,6 +38,9 @@ pub const DEFAULT_LIMITS: ResolvedLimits = ResolvedLimits {
 pub struct NamespaceEnvironment {
     /// The host variables an allowlist may pass through.
     host: BTreeMap<String, String>,
+    /// Whether the process boundary starts an egress proxy for allowlisted
+    /// runs (see [`ProcessOptions::egress_proxy`](crate::process::ProcessOptions::egress_proxy)).
+    egress: bool,
 }
 
 impl NamespaceEnvironment {
@@ -49,12 +53,26 @@ impl NamespaceEnvironment {
         let host = std::env::vars_os()
             .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
             .collect();
-        Self { host }
+        Self {
+            host,
+            egress: false,
+        }
     }
 
     /// Uses `host` as the host environment (for hosts that pass their own, and tests).
     pub fn with_host_vars(host: BTreeMap<String, String>) -> Self {
-        Self { host }
+        Self {
+            host,
+            egress: false,
+        }
+    }
+
+    /// Keeps allowlisted networks (`environment.network.mode = "allowlist"`):
+    /// the process boundary starts their egress proxy, and their commands are
+    /// pointed at it ([`proxy_vars`]). Without it such a contract is refused.
+    pub fn with_egress_proxy(mut self) -> Self {
+        self.egress = true;
+        self
     }
 }
 
@@ -62,7 +80,15 @@ impl NamespaceEnvironment {
 impl EnvironmentBoundary for NamespaceEnvironment {
     fn capabilities(&self) -> EnvironmentCapabilities {
         EnvironmentCapabilities {
-            network: vec![NetworkMode::Deny, NetworkMode::Loopback],
+            network: if self.egress {
+                vec![
+                    NetworkMode::Deny,
+                    NetworkMode::Loopback,
+                    NetworkMode::Allowlist,
+                ]
+            } else {
+                vec![NetworkMode::Deny, NetworkMode::Loopback]
+            },
             limits: vec![
                 LimitKind::Cpu,
                 LimitKind::Memory,
@@ -107,6 +133,9 @@ impl EnvironmentBoundary for NamespaceEnvironment {
             }
         }
         vars.extend(environment.env.clone());
+        if environment.network.mode == NetworkMode::Allowlist {
+            vars.extend(proxy_vars());
+        }
         let mut fingerprint = BTreeMap::new();
         if let Some(toolchain) = &environment.runtime.toolchain {
             fingerprint.insert("toolchain.declared".into(), toolchain.clone());

@@ -20,6 +20,10 @@ pub(crate) enum Network {
     Deny,
     /// A private loopback for the run's own services.
     Loopback,
+    /// The destinations of `--allow` (and the contract's
+    /// `environment.network.allow`) through the workspace's egress proxy, and
+    /// nothing else.
+    Allowlist,
 }
 
 #[derive(Debug, Args)]
@@ -40,6 +44,16 @@ pub(crate) struct ContractArgs {
     /// The network policy [default: the contract's, else `deny`].
     #[arg(long, value_enum)]
     network: Option<Network>,
+    /// A destination the run may reach (repeatable; implies `--network
+    /// allowlist`): `pypi.org:443`, `*.pythonhosted.org:443`, `10.0.0.7:8080`.
+    /// A name that resolves to a loopback, private or metadata address is
+    /// refused unless that address is allowed literally.
+    #[arg(long = "allow", value_name = "HOST:PORT")]
+    allow: Vec<String>,
+    /// A destination the run may not reach even when `--allow` covers it
+    /// (repeatable).
+    #[arg(long = "deny", value_name = "HOST:PORT")]
+    deny: Vec<String>,
     /// Wall-clock limit of a command in seconds; after it the whole process tree
     /// is killed and the exit status is 124.
     #[arg(long, value_name = "SECS")]
@@ -105,7 +119,19 @@ impl ContractArgs {
             contract.environment.network.mode = match network {
                 Network::Deny => NetworkMode::Deny,
                 Network::Loopback => NetworkMode::Loopback,
+                Network::Allowlist => NetworkMode::Allowlist,
             };
+        }
+        if !self.allow.is_empty() || !self.deny.is_empty() {
+            if matches!(self.network, Some(Network::Deny | Network::Loopback)) {
+                return Err(BadInput(
+                    "--allow and --deny go with --network allowlist".into(),
+                ));
+            }
+            let network = &mut contract.environment.network;
+            network.mode = NetworkMode::Allowlist;
+            network.allow.extend(self.allow.iter().cloned());
+            network.deny.extend(self.deny.iter().cloned());
         }
         let limits = &mut contract.environment.limits;
         if let Some(secs) = self.timeout {

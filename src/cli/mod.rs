@@ -96,6 +96,12 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// Run the conformance kit on a backend: one line per contract test.
     Conformance(conformance::ConformanceArgs),
+    /// The egress proxy of one allowlisted workspace (started by the backend).
+    #[command(hide = true)]
+    EgressProxy {
+        /// Its configuration (written by the backend in the run directory).
+        config: std::path::PathBuf,
+    },
 }
 
 /// Parses the arguments and runs the subcommand.
@@ -132,6 +138,13 @@ pub(crate) fn main() -> ExitCode {
         Command::CheckHost(args) => check_host::run(&args),
         Command::Probe(args) => probe::run(args, &cli.host),
         Command::Conformance(args) => conformance::run(&args, &cli.host),
+        Command::EgressProxy { config } => match agent_workspace::egress::serve(&config) {
+            Ok(never) => match never {},
+            Err(e) => {
+                eprintln!("{}", workspace_core::error_chain(&e));
+                ExitCode::from(EXIT_RUNNER_FAILED)
+            }
+        },
     }
 }
 

@@ -9,7 +9,9 @@ use workspace_core::boundary::KillCause;
 
 use workspace_core::journal::JournalError;
 use workspace_core::lifecycle::{FailureCause, LifecycleError, StateName};
-use workspace_core::runner::{CommandOutcome, CredentialLeak, RunError, RunErrorKind, RunReport};
+use workspace_core::runner::{
+    CommandOutcome, CredentialLeak, NetworkCounts, RunError, RunErrorKind, RunReport,
+};
 
 use super::session::interrupted_status;
 use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
@@ -32,6 +34,9 @@ pub(crate) struct Summary {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub credential_leaks: Vec<CredentialLeak>,
     pub patch_sha256: Option<String>,
+    /// An allowlisted run's connection attempts, allowed and denied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkCounts>,
     pub duration_ms: u64,
     pub cleaned: bool,
     /// The command the line is about (not printed in JSON).
@@ -53,6 +58,7 @@ impl Summary {
             changed_after_checks: report.outcome.changed_after_checks.clone(),
             credential_leaks: report.outcome.credential_leaks.clone(),
             patch_sha256: report.outcome.patch_sha256.clone(),
+            network: report.outcome.network,
             duration_ms: report.duration_ms,
             cleaned: report.cleaned,
             command: command.cloned(),
@@ -79,6 +85,12 @@ impl Summary {
             self.duration_ms as f64 / 1000.0,
             self.evidence.display()
         );
+        if let Some(network) = &self.network {
+            line.push_str(&format!(
+                "; network: {} allowed, {} denied (network.jsonl)",
+                network.allowed, network.denied
+            ));
+        }
         if let Some(failure) = &self.failure
             && !matches!(failure, FailureCause::Cancelled)
         {

@@ -285,6 +285,7 @@ impl ChildRun {
             changed_after_checks: Vec::new(),
             credential_leaks: Vec::new(),
             leases: Vec::new(),
+            network: None,
             started_unix_ms,
             exported_unix_ms: unix_ms_now(),
             errors: Vec::new(),

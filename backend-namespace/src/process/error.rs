@@ -87,6 +87,20 @@ pub enum ProcessError {
         /// The run.
         run_id: RunId,
     },
+    /// An allowlisted run, and no egress proxy program is configured
+    /// ([`ProcessOptions::egress_proxy`](super::ProcessOptions::egress_proxy)).
+    #[error(
+        "environment.network.mode = \"allowlist\" needs the egress proxy program, and none is configured"
+    )]
+    NoEgressProxy,
+    /// The egress proxy of an allowlisted run did not start.
+    #[error("the egress proxy did not start: {why}; it wrote: {log}")]
+    Egress {
+        /// What happened.
+        why: &'static str,
+        /// The end of its stderr.
+        log: String,
+    },
     /// No connection to a port inside the sandbox.
     #[error("connecting to port {port} inside the sandbox")]
     Connect {

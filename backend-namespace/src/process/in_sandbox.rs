@@ -62,6 +62,23 @@ pub(super) fn connect(
     .map_err(|source| ProcessError::Connect { port, source })
 }
 
+/// Tries a direct connection from inside the sandbox's network namespace to
+/// `address`, within `timeout`: the error it fails with (`None`: it
+/// connected). Blocking.
+pub(super) fn connect_out(
+    sandbox: &Sandbox,
+    address: SocketAddr,
+    timeout: Duration,
+) -> Result<Option<std::io::Error>, ProcessError> {
+    Ok(in_namespace(
+        sandbox,
+        CloneFlags::CLONE_NEWNET,
+        "connecting out of the sandbox",
+        move || TcpStream::connect_timeout(&address, timeout),
+    )?
+    .err())
+}
+
 /// The sandbox's hostname, read in its UTS namespace. Blocking.
 pub(super) fn hostname(sandbox: &Sandbox) -> Result<String, ProcessError> {
     in_namespace(

@@ -97,11 +97,13 @@
 //! [`KillCause::Timeout`]: workspace_core::boundary::KillCause::Timeout
 //! [`KillCause::MemoryLimit`]: workspace_core::boundary::KillCause::MemoryLimit
 
+mod egress;
 mod error;
 mod execution;
 mod handover;
 mod host;
 mod in_sandbox;
+mod network;
 pub mod observe;
 mod output;
 mod probe;
@@ -166,6 +168,11 @@ pub struct ProcessOptions {
     pub host: HostLayout,
     /// How long the boundary probe of `seal` may take ([`PROBE_TIMEOUT`] by default).
     pub probe_timeout: Duration,
+    /// The egress proxy program (`agent-workspace`, run as `PROGRAM
+    /// egress-proxy CONFIG`): with one, a contract may allow a list of
+    /// destinations (`environment.network.mode = "allowlist"`); without, such
+    /// a contract is refused.
+    pub egress_proxy: Option<std::path::PathBuf>,
 }
 
 impl ProcessOptions {
@@ -180,6 +187,7 @@ impl ProcessOptions {
             host_id_base: DEFAULT_HOST_ID_BASE,
             host: probe_host_layout()?,
             probe_timeout: PROBE_TIMEOUT,
+            egress_proxy: None,
         })
     }
 }
@@ -282,6 +290,15 @@ impl ProcessBoundary for NamespaceProcess {
         .await;
         let (sealed, mut observed) = result.map_err(|e| e.into_boundary(OP))?;
         observed.previews = sealed.previews.clone();
+        let network = network::observe(&sealed, plan.environment.network)
+            .await
+            .map_err(|e| e.into_boundary(OP))?;
+        if let Some(mismatch) = network.mismatch() {
+            observed.mismatches.push(mismatch);
+        }
+        observed
+            .facts
+            .insert("network".into(), serde_json::json!(network));
         // The limits as the kernel enforces them, read back from the cgroup files.
         let applied = sealed.cgroup.applied();
         match applied.read_back() {
@@ -361,13 +378,14 @@ impl ProcessBoundary for NamespaceProcess {
         let run_dir = run.run_dir.clone();
         let parent = self.options.cgroup_parent.clone();
         let report = blocking("tearing the run down", move || {
-            let (layout, cgroup, holder) = match sealed {
+            let (layout, cgroup, holder, egress) = match sealed {
                 Some(Sealed {
                     cgroup,
                     layout,
                     holder,
+                    egress,
                     ..
-                }) => (layout, Some(cgroup), holder),
+                }) => (layout, Some(cgroup), holder, egress),
                 None => {
                     // Not sealed or attached by this instance (e.g. recovery after
                     // the runner died): find the run's cgroups by the names `seal`
@@ -387,7 +405,7 @@ impl ProcessBoundary for NamespaceProcess {
                         tracing::info!(run_id = %run_id,
                             "tearing down cgroups left by another instance");
                     }
-                    (layout, cgroup.map(Arc::new), None)
+                    (layout, cgroup.map(Arc::new), None, None)
                 }
             };
             let mut processes = Vec::new();
@@ -410,6 +428,9 @@ impl ProcessBoundary for NamespaceProcess {
                 if let Err(e) = cgroup.kill_all() {
                     tracing::warn!(run_id = %run_id, error = %e, "killing the run's processes failed");
                 }
+                if let Some(egress) = egress {
+                    egress.reap();
+                }
                 processes = cgroup.pids().unwrap_or_default();
                 if let Err(e) = cgroup.remove() {
                     tracing::warn!(run_id = %run_id, error = %e, "removing the run's cgroups failed");
@@ -417,6 +438,7 @@ impl ProcessBoundary for NamespaceProcess {
             }
             state::remove(&run_dir)?;
             output::remove(&run_dir)?;
+            egress::remove_files(&run_dir);
             let cgroups = leaked_paths(&layout, &parent, &run_id).map_err(|source| {
                 ProcessError::Cgroup {
                     step: "looking for the run's cgroups",

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use workspace_core::boundary::{PreviewEndpoint, ResolvedLimits, RunContext, SealPlan};
-use workspace_core::contract::Contract;
+use workspace_core::contract::{Contract, NetworkMode};
 use workspace_core::mount_plan::{MountPlan, PlanInputs};
 
+use super::egress::{self, EgressProxy};
 use super::error::ProcessError;
 use super::handover::{HandoverOutcome, hand_over};
 use super::observe::Expected;
@@ -118,6 +119,8 @@ pub(crate) struct Sealed {
     pub(crate) mount_points: Vec<workspace_core::mount_plan::MountPoint>,
     /// Each host mount's path as the contract named it and as it was bound.
     pub(crate) host_mounts: Vec<ResolvedHostMount>,
+    /// The egress proxy this instance started (an allowlisted run).
+    pub(crate) egress: Option<EgressProxy>,
 }
 
 /// A host mount's source, resolved once before the plan is built: a grant
@@ -278,6 +281,19 @@ pub(crate) fn prepare(
         step: "opening the sandbox",
         source,
     })?;
+    let egress = match (plan.environment.network, &options.egress_proxy) {
+        (NetworkMode::Allowlist, Some(program)) => Some(EgressProxy::start(&egress::Start {
+            program,
+            run,
+            sandbox_pid: holder.pid(),
+            cgroup: &cgroup,
+            layout: &layout,
+            cgroup_parent: &options.cgroup_parent,
+            host_ids: (host_uid, host_gid),
+        })?),
+        (NetworkMode::Allowlist, None) => return Err(ProcessError::NoEgressProxy),
+        (NetworkMode::Deny | NetworkMode::Loopback, _) => None,
+    };
     state::write(
         &run.run_dir,
         &state::SandboxState {
@@ -299,6 +315,7 @@ pub(crate) fn prepare(
         previews,
         mount_points,
         host_mounts,
+        egress,
     })
 }
 
@@ -396,6 +413,7 @@ pub(crate) fn adopt(
         previews: saved.previews,
         mount_points: Vec::new(),
         host_mounts: Vec::new(),
+        egress: None,
     }))
 }
 

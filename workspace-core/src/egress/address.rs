@@ -1,8 +1,9 @@
 //! Addresses a proxy never connects to unless the contract names them
-//! literally: everything that is not a public unicast address (the host
-//! itself, its private networks, link-local and cloud metadata endpoints,
-//! carrier-grade NAT, unique-local IPv6, IPv4-mapped IPv6 that would smuggle
-//! any of these).
+//! literally: the host itself and the networks around it (loopback, private,
+//! link-local and cloud metadata endpoints, carrier-grade NAT, unique-local
+//! IPv6), addresses no single host has (unspecified, broadcast, multicast,
+//! reserved), and IPv6 forms that carry an IPv4 address (mapped, compatible,
+//! NAT64) and so could smuggle any of these.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -15,7 +16,7 @@ pub fn special_use(address: IpAddr) -> Option<&'static str> {
 }
 
 fn special_v4(v4: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, c, _] = v4.octets();
+    let [a, b, _, _] = v4.octets();
     Some(match () {
         () if v4 == Ipv4Addr::new(169, 254, 169, 254) => "a cloud metadata address",
         () if v4.is_loopback() => "a loopback address",
@@ -26,11 +27,6 @@ fn special_v4(v4: Ipv4Addr) -> Option<&'static str> {
         () if v4.is_broadcast() => "the broadcast address",
         () if v4.is_multicast() => "a multicast address",
         () if a >= 240 => "a reserved address",
-        // 192.0.0.0/24 (protocol assignments) and the documentation and
-        // benchmarking ranges are never a registry's address.
-        () if (a, b, c) == (192, 0, 0) => "an IETF protocol address",
-        () if v4.is_documentation() => "a documentation address",
-        () if a == 198 && (b == 18 || b == 19) => "a benchmarking address",
         () => return None,
     })
 }
@@ -48,11 +44,10 @@ fn special_v6(v6: Ipv6Addr) -> Option<&'static str> {
         () if first & 0xfe00 == 0xfc00 => "a unique-local address",
         () if first & 0xffc0 == 0xfe80 => "a link-local address",
         () if v6.is_multicast() => "a multicast address",
-        // IPv4-compatible (::a.b.c.d, deprecated), NAT64 (64:ff9b::/96) and
-        // documentation (2001:db8::/32) addresses.
+        // IPv4-compatible (::a.b.c.d, deprecated) and NAT64 (64:ff9b::/96)
+        // addresses carry an IPv4 address that may be any of the above.
         () if v6.segments()[..6] == [0; 6] => "an IPv4-compatible address",
         () if v6.segments()[..6] == [0x64, 0xff9b, 0, 0, 0, 0] => "a NAT64 address",
-        () if v6.segments()[..2] == [0x2001, 0x0db8] => "a documentation address",
         () => return None,
     })
 }

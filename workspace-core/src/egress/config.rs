@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 /// The port of the proxy's HTTP listener (`CONNECT` and plain HTTP) on the
 /// workspace's own loopback.
 pub const HTTP_PROXY_PORT: u16 = 3128;
+/// The run-directory file the proxy appends its attempts to; the runner
+/// exports it as the evidence's `network.jsonl`.
+pub const ATTEMPT_LOG_FILE: &str = "network.jsonl";
 /// The port of its SOCKS5 listener.
 pub const SOCKS_PROXY_PORT: u16 = 1080;
 

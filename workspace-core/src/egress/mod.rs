@@ -13,7 +13,7 @@ mod policy;
 mod record;
 
 pub use address::special_use;
-pub use config::{EgressConfig, HTTP_PROXY_PORT, SOCKS_PROXY_PORT, proxy_vars};
+pub use config::{ATTEMPT_LOG_FILE, EgressConfig, HTTP_PROXY_PORT, SOCKS_PROXY_PORT, proxy_vars};
 pub use destination::{Destination, DestinationError, HostPattern, Requested};
 pub use policy::{Decision, EgressPolicy};
 pub use record::{NetworkAttempt, Protocol};

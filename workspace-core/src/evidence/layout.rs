@@ -46,11 +46,14 @@ pub enum EvidenceFile {
     /// `preview.json`: the run's preview endpoints and what the declared preview
     /// check got.
     Preview,
+    /// `network.jsonl`: each connection attempt through an allowlisted run's
+    /// egress proxy, allowed or denied.
+    Network,
 }
 
 impl EvidenceFile {
     /// Every well-known file, in layout order.
-    pub const ALL: [EvidenceFile; 12] = [
+    pub const ALL: [EvidenceFile; 13] = [
         Self::Contract,
         Self::Source,
         Self::Observed,
@@ -63,6 +66,7 @@ impl EvidenceFile {
         Self::Promotion,
         Self::Services,
         Self::Preview,
+        Self::Network,
     ];
 
     /// The file's name inside the run directory.
@@ -80,6 +84,7 @@ impl EvidenceFile {
             Self::Promotion => "promotion.json",
             Self::Services => "services.json",
             Self::Preview => "preview.json",
+            Self::Network => "network.jsonl",
         }
     }
 }

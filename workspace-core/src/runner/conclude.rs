@@ -3,7 +3,7 @@
 use super::export::Verified;
 use super::export::{ExportInputs, export_bundle};
 use super::leases::RunLeases;
-use super::outcome::{Outcome, RunReport};
+use super::outcome::{NetworkCounts, Outcome, RunReport};
 use super::preview::{self, PreviewRecord};
 use super::services::Services;
 use super::state_files::remove_private_state;
@@ -40,6 +40,20 @@ impl Workspace {
             self.errors
                 .push(format!("writing preview.json: {}", crate::error_chain(&e)));
         }
+    }
+
+    /// `network.jsonl` into the evidence, when the run's egress proxy kept
+    /// one (its processes are stopped: the log is complete), and its counts.
+    fn export_network(&mut self) -> Option<NetworkCounts> {
+        let log = self.paths.run_dir.join(crate::egress::ATTEMPT_LOG_FILE);
+        let text = std::fs::read_to_string(&log).ok()?;
+        if let Err(e) = self.evidence.copy_file(EvidenceFile::Network, &log) {
+            self.errors.push(format!(
+                "exporting the network attempts: {}",
+                crate::error_chain(&e)
+            ));
+        }
+        Some(NetworkCounts::of(&text))
     }
 
     /// Stops the processes, exports, cleans up: the common end of every run.
@@ -97,6 +111,7 @@ impl Workspace {
             Some(LeakReport::default())
         };
         self.journal(|life| life.export().map(drop))?;
+        let network = self.export_network();
         let mut outcome = Outcome {
             run_id: self.run.run_id.clone(),
             ended_in,
@@ -108,6 +123,7 @@ impl Workspace {
             changed_after_checks: Vec::new(),
             credential_leaks: Vec::new(),
             leases: self.leases.names.describe(),
+            network,
             started_unix_ms: self.started_unix_ms,
             exported_unix_ms: unix_ms_now(),
             errors: std::mem::take(&mut self.errors),

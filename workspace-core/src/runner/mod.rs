@@ -61,7 +61,7 @@ pub use execute::{CommandIo, OutputSink};
 pub use export::PromotionOutcome;
 pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};
-pub use outcome::{CommandOutcome, Outcome, RunReport};
+pub use outcome::{CommandOutcome, NetworkCounts, Outcome, RunReport};
 pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;

@@ -83,6 +83,10 @@ pub struct Outcome {
     /// Host-wide leases the run held (ports, cache prefix, schema name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<String>,
+    /// How many connection attempts the run's egress proxy allowed and
+    /// denied (`network.jsonl`), for an allowlisted run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkCounts>,
     /// When the run was requested and when its export started (Unix milliseconds).
     pub started_unix_ms: u64,
     /// When the export started (Unix milliseconds).
@@ -124,5 +128,30 @@ impl RunReport {
             .iter()
             .rev()
             .find(|c| c.check.is_none())
+    }
+}
+
+/// The attempts of `network.jsonl`, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkCounts {
+    /// Attempts the policy allowed.
+    pub allowed: u32,
+    /// Attempts it denied.
+    pub denied: u32,
+}
+
+impl NetworkCounts {
+    /// The counts of the attempt log `text` (one JSON record per line; a line
+    /// that is not a record is not counted).
+    pub fn of(text: &str) -> Self {
+        let mut counts = Self::default();
+        for line in text.lines() {
+            match serde_json::from_str::<crate::egress::NetworkAttempt>(line) {
+                Ok(attempt) if attempt.decision.allowed() => counts.allowed += 1,
+                Ok(_) => counts.denied += 1,
+                Err(_) => {}
+            }
+        }
+        counts
     }
 }

@@ -89,6 +89,14 @@ impl RecoveryHooks for StackRecovery {
             read_optional(&paths.evidence.join(EvidenceFile::Source.file_name()))?;
         // The checkout may be gone (lost during cleanup): export only what exists.
         let source = source.filter(|s| s.workspace.exists());
+        // What the run's egress proxy recorded before it was killed with the run.
+        let attempts = paths.run_dir.join(crate::egress::ATTEMPT_LOG_FILE);
+        let network = std::fs::read_to_string(&attempts).ok().map(|text| {
+            if let Err(e) = evidence.copy_file(EvidenceFile::Network, &attempts) {
+                tracing::warn!(error = %e, "exporting the network attempts of a lost run");
+            }
+            super::outcome::NetworkCounts::of(&text)
+        });
         let mut outcome = Outcome {
             run_id: run.run_id.clone(),
             ended_in: StateName::Failed,
@@ -106,6 +114,7 @@ impl RecoveryHooks for StackRecovery {
             changed_after_checks: Vec::new(),
             credential_leaks: Vec::new(),
             leases: Vec::new(),
+            network,
             started_unix_ms: crate::journal::begun_unix_ms(&paths.journal).unwrap_or(0),
             exported_unix_ms: unix_ms_now(),
             errors: vec![format!(

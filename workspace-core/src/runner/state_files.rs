@@ -74,6 +74,7 @@ pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
         FILESYSTEM_STATE_FILE,
         LEASES_STATE_FILE,
         IDENTITY_STATE_FILE,
+        crate::egress::ATTEMPT_LOG_FILE,
     ] {
         remove_if_present(&run_dir.join(name), errors);
     }

@@ -1,0 +1,336 @@
+//! A workspace whose contract allows a list of destinations, through the CLI:
+//! it reaches exactly those, through its egress proxy, and the evidence records
+//! every attempt. The destinations are test hosts in a network namespace this
+//! test makes (a veth pair, private addresses, HTTP servers on two ports),
+//! removed when it ends.
+//!
+//! Needs root, user namespaces and cgroups (as every namespace-backend test),
+//! `ip` (Debian's `iproute2`), `curl` and `python3`.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use support::cli::{CliFixture, text};
+
+/// A network namespace with a veth pair to the host and HTTP servers on two
+/// ports, each answering with its own text; all removed on drop.
+struct TestHost {
+    netns: String,
+    host_link: String,
+    address: String,
+    servers: Vec<Child>,
+    _root: tempfile::TempDir,
+}
+
+/// The two ports the test host serves.
+const ALLOWED: u16 = 8081;
+const OTHER: u16 = 8082;
+
+impl TestHost {
+    /// `n` tells concurrent test hosts of this process apart.
+    fn start(n: u8) -> Self {
+        for (tool, package) in [("ip", "iproute2"), ("curl", "curl"), ("python3", "python3")] {
+            let found = Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .unwrap();
+            assert!(
+                found.status.success(),
+                "this test needs {tool}: apt-get install {package}"
+            );
+        }
+        let id = format!("{}-{n}", std::process::id() % 100_000);
+        let netns = format!("aw-egress-{id}");
+        let host_link = format!("awh{id}");
+        let peer_link = format!("awt{id}");
+        // A /30 of its own in 10.231.0.0/16 per test host.
+        let subnet = u32::from(n) * 4 + (std::process::id() % 4000) * 16;
+        let (a, b) = ((subnet >> 8) & 0xff, subnet & 0xff);
+        let host_address = format!("10.231.{a}.{}", b + 1);
+        let address = format!("10.231.{a}.{}", b + 2);
+        let host = Self {
+            netns: netns.clone(),
+            host_link: host_link.clone(),
+            address: address.clone(),
+            servers: Vec::new(),
+            _root: tempfile::tempdir().unwrap(),
+        };
+        ip(&["netns", "add", &netns]);
+        ip(&[
+            "link", "add", &host_link, "type", "veth", "peer", "name", &peer_link, "netns", &netns,
+        ]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{host_address}/30"),
+            "dev",
+            &host_link,
+        ]);
+        ip(&["link", "set", &host_link, "up"]);
+        let with_mask = format!("{address}/30");
+        for args in [
+            ["addr", "add", with_mask.as_str(), "dev", peer_link.as_str()].as_slice(),
+            &["link", "set", peer_link.as_str(), "up"],
+            &["link", "set", "lo", "up"],
+        ] {
+            let mut all = vec!["-n", netns.as_str()];
+            all.extend_from_slice(args);
+            ip(&all);
+        }
+        let mut host = host;
+        for port in [ALLOWED, OTHER] {
+            let dir = host._root.path().join(port.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("index.html"), format!("served on {port}\n")).unwrap();
+            let server = Command::new("ip")
+                .args(["netns", "exec", &netns, "python3", "-m", "http.server"])
+                .arg(port.to_string())
+                .args(["--bind", &address, "--directory"])
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            host.servers.push(server);
+        }
+        // Up once a connection from the host succeeds.
+        for port in [ALLOWED, OTHER] {
+            let url = format!("http://{address}:{port}/");
+            let up = (0..100).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                Command::new("curl")
+                    .args(["-sf", "-m", "1", &url])
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            });
+            assert!(up, "the test host's server at {url} did not start");
+        }
+        host
+    }
+
+    fn destination(&self, port: u16) -> String {
+        format!("{}:{port}", self.address)
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        for server in &mut self.servers {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_link])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .status();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The evidence directory the summary line names.
+fn evidence_of(out: &Output) -> PathBuf {
+    let stderr = text(&out.stderr);
+    let line = stderr.lines().last().expect("a summary line");
+    let (_, dir) = line.rsplit_once("; evidence ").expect("evidence named");
+    PathBuf::from(dir.split("; ").next().unwrap())
+}
+
+/// The records of `network.jsonl`.
+fn attempts(evidence: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(evidence.join("network.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn an_allowlisted_run_reaches_its_destinations_only_and_every_attempt_is_recorded() {
+    let host = TestHost::start(0);
+    let fixture = CliFixture::new("egress");
+    let allowed = host.destination(ALLOWED);
+    let other = host.destination(OTHER);
+    let script = format!(
+        r#"
+        # Through the proxy variables: curl, and python's urllib.
+        curl -sS http://{allowed}/ && echo curl-ok
+        python3 -c 'import urllib.request; print(urllib.request.urlopen("http://{allowed}/").read().decode().strip(), "urllib-ok")'
+        # Through SOCKS5 with the name resolved by the proxy.
+        curl -sS --proxy "$ALL_PROXY" http://{allowed}/ && echo socks-ok
+        # Another port of the same host, a CONNECT to it, a CONNECT to an IPv6
+        # literal, a name that resolves to loopback, the metadata address.
+        curl -sS -o /dev/null -w 'other %{{http_code}}\n' http://{other}/
+        curl -sS -p -o /dev/null http://{other}/ || echo connect-refused
+        curl -sS -p -o /dev/null 'http://[2001:db8::1]:{ALLOWED}/' || echo v6-refused
+        curl -sS -o /dev/null -w 'localhost %{{http_code}}\n' --noproxy '' http://localhost:{ALLOWED}/
+        curl -sS -o /dev/null -w 'metadata %{{http_code}}\n' http://169.254.169.254/
+        # No route but the proxy: a direct connection, and a DNS query.
+        curl -sS -m 5 --noproxy '*' http://{allowed}/ || echo direct-refused
+        python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+try:
+    s.sendto(b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01", ("8.8.8.8", 53))
+    s.recvfrom(512)
+    print("dns-answered")
+except OSError as e:
+    print("dns-refused", e.errno)
+'
+        "#
+    );
+    let out = fixture.run(&[
+        "--allow",
+        &allowed,
+        "--allow",
+        &format!("localhost:{ALLOWED}"),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    for expected in [
+        "served on 8081\ncurl-ok",
+        "served on 8081 urllib-ok",
+        "socks-ok",
+        "other 403",
+        "connect-refused",
+        "v6-refused",
+        "localhost 403",
+        "metadata 403",
+        "direct-refused",
+        "dns-refused",
+    ] {
+        assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
+    }
+    assert!(!stdout.contains("served on 8082"), "{stdout}");
+    assert!(!stdout.contains("dns-answered"), "{stdout}");
+
+    let evidence = evidence_of(&out);
+    let records = attempts(&evidence);
+    let decided = |destination: &str, decision: &str| {
+        records
+            .iter()
+            .filter(|r| r["destination"] == destination && r["decision"] == decision)
+            .count()
+    };
+    assert_eq!(decided(&allowed, "allow"), 3, "{records:#?}");
+    assert_eq!(decided(&other, "deny"), 2, "{records:#?}");
+    assert_eq!(decided("169.254.169.254:80", "deny"), 1, "{records:#?}");
+    let localhost = records
+        .iter()
+        .find(|r| r["destination"] == format!("localhost:{ALLOWED}"))
+        .expect("the localhost attempt");
+    assert_eq!(localhost["decision"], "deny");
+    assert!(
+        localhost["reason"]
+            .as_str()
+            .unwrap()
+            .contains("a loopback address"),
+        "{localhost}"
+    );
+    for record in &records {
+        // Each names the command whose process asked, and its bytes.
+        assert_eq!(record["command"], 1, "{record}");
+        assert!(record["at_unix_ms"].as_u64().unwrap() > 0);
+    }
+    let allowed_record = records.iter().find(|r| r["decision"] == "allow").unwrap();
+    assert!(allowed_record["bytes_down"].as_u64().unwrap() > 0);
+    let outcome: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("outcome.json")).unwrap()).unwrap();
+    let denied = records.iter().filter(|r| r["decision"] == "deny").count();
+    assert_eq!(outcome["network"]["allowed"], 3, "{outcome}");
+    assert_eq!(outcome["network"]["denied"], denied, "{outcome}");
+    assert!(
+        stderr.contains(&format!("network: 3 allowed, {denied} denied")),
+        "{stderr}"
+    );
+    let observed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("observed.json")).unwrap()).unwrap();
+    let network = &observed["probe"]["facts"]["network"];
+    assert_eq!(network["mode"], "allowlist", "{network}");
+    assert_eq!(network["direct_connected"], false, "{network}");
+    assert_eq!(network["proxy"]["answered"], true, "{network}");
+    fixture.assert_verifies(&evidence);
+    // The proxy ended with the run.
+    assert!(support::processes_with(evidence.file_name().unwrap().to_str().unwrap()).is_empty());
+}
+
+#[test]
+fn two_workspaces_at_once_each_reach_only_their_own_destinations() {
+    let host = TestHost::start(1);
+    let fixture = CliFixture::new("egress-two");
+    let (a, b) = (host.destination(ALLOWED), host.destination(OTHER));
+    let run = |mine: &str, theirs: &str| {
+        let script = format!(
+            "sleep 1; curl -sS http://{mine}/; \
+             curl -sS -o /dev/null -w 'theirs %{{http_code}}\\n' http://{theirs}/"
+        );
+        fixture
+            .command()
+            .args(["run", "--repo"])
+            .arg(fixture.repo())
+            .args(["--evidence", fixture.evidence().to_str().unwrap()])
+            .args(["--allow", mine, "--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (first, second) = (run(&a, &b), run(&b, &a));
+    for (child, port) in [(first, ALLOWED), (second, OTHER)] {
+        let out = child.wait_with_output().unwrap();
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+        assert!(stdout.contains(&format!("served on {port}")), "{stdout}");
+        assert!(stdout.contains("theirs 403"), "{stdout}");
+    }
+}
+
+#[test]
+fn pip_downloads_from_its_index_under_an_allowlist_naming_it_and_not_under_deny() {
+    // The index pip on this machine uses (PyPI unless configured otherwise).
+    let fixture = CliFixture::new("egress-pip");
+    let script = "PIP_FIND_LINKS= PIP_NO_INDEX= pip download --no-deps --no-cache-dir \
+                  --disable-pip-version-check --timeout 20 -d /tmp/dl six==1.16.0 \
+                  && ls /tmp/dl";
+    let allowed = fixture.run(&[
+        "--allow",
+        "pypi.org:443",
+        "--allow",
+        "files.pythonhosted.org:443",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    let stdout = text(&allowed.stdout);
+    assert_eq!(
+        allowed.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&allowed.stderr)
+    );
+    assert!(
+        stdout.contains("six-1.16.0-py2.py3-none-any.whl"),
+        "{stdout}"
+    );
+    let denied = fixture.run(&["--", "sh", "-c", script]);
+    assert_ne!(denied.status.code(), Some(0), "{}", text(&denied.stdout));
+}
