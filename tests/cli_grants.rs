@@ -85,16 +85,18 @@ fn a_grant_through_a_symbolic_link_binds_what_it_named_and_records_both_paths() 
         "{observed}"
     );
 
-    // A grant of a path that is not there fails before the command, saying so once.
+    // A grant of a path that is not there is bad input, said once, before
+    // anything is created.
     let missing = format!("{}:/opt/missing", fixture.path().join("nothing").display());
     let out = fixture.run(&["--ro", &missing, "--", "true"]);
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(
         stderr.matches("No such file or directory").count(),
         1,
         "{stderr}"
     );
+    assert!(stderr.starts_with("agent-workspace: --ro "), "{stderr}");
 }
 
 #[test]

@@ -200,6 +200,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_allowlist_needs_the_egress_proxy_and_points_the_commands_at_it() {
+        let mut contract = preset();
+        contract.environment.network.mode = NetworkMode::Allowlist;
+        contract.environment.network.allow = vec!["pypi.org:443".into()];
+        // Without the proxy, the mode is not kept (the stack refuses it).
+        assert!(
+            !host()
+                .capabilities()
+                .network
+                .contains(&NetworkMode::Allowlist)
+        );
+        let environment = host().with_egress_proxy();
+        assert!(
+            environment
+                .capabilities()
+                .network
+                .contains(&NetworkMode::Allowlist)
+        );
+        let plan = environment.prepare(&run(contract)).await.unwrap();
+        assert_eq!(plan.vars["HTTPS_PROXY"], "http://127.0.0.1:3128");
+        assert_eq!(plan.vars["all_proxy"], "socks5h://127.0.0.1:1080");
+        assert_eq!(plan.vars["NO_PROXY"], "localhost,127.0.0.1,::1");
+        // A run that is not allowlisted gets none of them.
+        let plan = environment.prepare(&run(preset())).await.unwrap();
+        assert!(
+            !plan
+                .vars
+                .keys()
+                .any(|k| k.to_ascii_lowercase().contains("proxy"))
+        );
+    }
+
+    #[tokio::test]
     async fn an_empty_allowlist_passes_no_host_variable() {
         let plan = host().prepare(&run(preset())).await.unwrap();
         assert_eq!(

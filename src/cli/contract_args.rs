@@ -166,6 +166,7 @@ impl ContractArgs {
             .extend(self.env_allow.iter().cloned());
         for mount in &self.read_only_mounts {
             let (host, target) = mount.split_once(':').unwrap_or((mount, mount));
+            grant_exists("--ro", mount, host)?;
             contract.filesystem.host_mounts.push(HostMount {
                 host: host.to_owned(),
                 target: target.to_owned(),
@@ -178,6 +179,7 @@ impl ContractArgs {
                     "--rw-cache {cache:?}: write it as HOST:TARGET"
                 )));
             };
+            grant_exists("--rw-cache", cache, host)?;
             contract.filesystem.host_mounts.push(HostMount {
                 host: host.to_owned(),
                 target: target.to_owned(),
@@ -268,5 +270,17 @@ fn io_reason(error: &std::io::Error) -> String {
         std::io::ErrorKind::NotFound => "no such file or directory".into(),
         std::io::ErrorKind::PermissionDenied => "permission denied".into(),
         _ => error.to_string(),
+    }
+}
+
+/// A grant's host path must be there (a typo is bad input, known before
+/// anything is created).
+fn grant_exists(flag: &str, given: &str, host: &str) -> Result<(), BadInput> {
+    match std::fs::metadata(host) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(BadInput(format!(
+            "{flag} {given:?}: {host}: {}",
+            one_line(&e.to_string())
+        ))),
     }
 }

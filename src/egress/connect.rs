@@ -174,6 +174,21 @@ pub(crate) struct Counted {
     counters: Arc<Counters>,
 }
 
+impl Counted {
+    /// Tunnels `client` to the destination, in the kernel: first `early` (what
+    /// the client sent before the tunnel existed), then both ways until each
+    /// side ended.
+    pub(crate) async fn tunnel(mut self, client: &TcpStream, early: &[u8]) -> std::io::Result<()> {
+        if !early.is_empty() {
+            tokio::io::AsyncWriteExt::write_all(&mut self, early).await?;
+        }
+        let (up, down) = super::splice::both_ways(client, &self.inner).await?;
+        self.counters.up.fetch_add(up, Ordering::Relaxed);
+        self.counters.down.fetch_add(down, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 impl AsyncRead for Counted {
     fn poll_read(
         mut self: Pin<&mut Self>,

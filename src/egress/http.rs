@@ -14,8 +14,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use workspace_core::egress::{Decision, Protocol};
 
-use super::Proxy;
 use super::connect::{Attempt, Opened};
+use super::{BUFFER, Proxy};
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -62,10 +62,25 @@ async fn tunnel(
         Opened::Connected(mut upstream) => {
             tokio::spawn(async move {
                 match hyper::upgrade::on(request).await {
-                    Ok(upgraded) => {
-                        let mut client = TokioIo::new(upgraded);
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    }
+                    // The client's own socket: the tunnel runs in the kernel.
+                    Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
+                        Ok(parts) => {
+                            let client = parts.io.into_inner();
+                            if let Err(e) = upstream.tunnel(&client, &parts.read_buf).await {
+                                attempt.fail(e);
+                            }
+                        }
+                        Err(upgraded) => {
+                            let mut client = TokioIo::new(upgraded);
+                            let _ = tokio::io::copy_bidirectional_with_sizes(
+                                &mut client,
+                                &mut upstream,
+                                BUFFER,
+                                BUFFER,
+                            )
+                            .await;
+                        }
+                    },
                     Err(e) => attempt.fail(e),
                 }
                 proxy.log.record(&attempt.finish());

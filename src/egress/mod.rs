@@ -21,6 +21,7 @@ mod connect;
 mod http;
 mod log;
 mod socks;
+mod splice;
 
 use std::convert::Infallible;
 use std::fs::{File, OpenOptions};
@@ -38,6 +39,11 @@ use workspace_core::egress::{
 
 use self::attribution::Attribution;
 use self::log::AttemptLog;
+
+/// The buffer each direction of a tunnel copies through when it cannot be
+/// spliced: large enough that a bulk transfer is not held up by the copy
+/// (tokio's default is 8 KiB).
+pub(crate) const BUFFER: usize = 256 << 10;
 
 /// What every connection of the proxy shares.
 #[derive(Debug)]

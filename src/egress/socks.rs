@@ -34,11 +34,13 @@ pub(crate) async fn serve(proxy: Arc<Proxy>, client: TcpStream, command: Option<
         return;
     }
     match attempt.open(&proxy.policy, &host, port).await {
-        Opened::Connected(mut upstream) => {
+        Opened::Connected(upstream) => {
             let bound = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
             match protocol.reply_success(bound).await {
-                Ok(mut client) => {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                Ok(client) => {
+                    if let Err(e) = upstream.tunnel(&client, &[]).await {
+                        attempt.fail(e);
+                    }
                 }
                 Err(e) => attempt.fail(e),
             }
