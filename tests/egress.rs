@@ -265,8 +265,9 @@ except OSError as e:
         serde_json::from_slice(&std::fs::read(evidence.join("observed.json")).unwrap()).unwrap();
     let network = &observed["probe"]["facts"]["network"];
     assert_eq!(network["mode"], "allowlist", "{network}");
-    assert_eq!(network["direct_connected"], false, "{network}");
-    assert_eq!(network["proxy"]["answered"], true, "{network}");
+    assert_eq!(network["routes_out"], serde_json::json!([]), "{network}");
+    assert_eq!(network["egress"]["direct_connected"], false, "{network}");
+    assert_eq!(network["egress"]["answered"], true, "{network}");
     fixture.assert_verifies(&evidence);
     // The proxy ended with the run.
     assert!(support::processes_with(evidence.file_name().unwrap().to_str().unwrap()).is_empty());
