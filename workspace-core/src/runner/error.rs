@@ -86,14 +86,6 @@ pub enum RunErrorKind {
         /// What needed it.
         step: &'static str,
     },
-    /// A blocking step could not be joined.
-    #[error("{step} did not finish: {message}")]
-    Task {
-        /// The step.
-        step: &'static str,
-        /// Why.
-        message: String,
-    },
 }
 
 impl RunErrorKind {
