@@ -123,6 +123,24 @@ impl NamespaceExecution {
 
 /// Kills every process of the command's cgroup (on a blocking thread: the kill
 /// waits until the group is empty).
+/// How long a supervisor gets to reap its killed command and end.
+const SUPERVISOR_REAP: Duration = Duration::from_secs(1);
+
+/// Kills every process of `tree` but `supervisor`, the group frozen meanwhile
+/// (nothing forks between the listing and the kill); whether it could (a group
+/// without a freezer is left to [`kill_tree`]). Blocking.
+fn kill_all_but(tree: &RunCgroup, supervisor: u32) -> bool {
+    if tree.freeze().is_err() {
+        return false;
+    }
+    for pid in tree.pids().unwrap_or_default() {
+        if pid != supervisor {
+            super::terminate::signal(pid, nix::libc::SIGKILL);
+        }
+    }
+    tree.thaw().is_ok()
+}
+
 async fn kill_tree(tree: &Arc<RunCgroup>) -> Result<(), ProcessError> {
     let tree = Arc::clone(tree);
     tokio::task::spawn_blocking(move || tree.kill_all())
@@ -162,6 +180,7 @@ impl Execution for NamespaceExecution {
             }
             .into_boundary(OP));
         };
+        let supervisor = child.pid();
         if self.ended.is_none() {
             let pidfd = child
                 .pidfd()
@@ -217,8 +236,24 @@ impl Execution for NamespaceExecution {
                     Err(_elapsed) => {
                         tracing::info!(run_id = %self.run_id, "command timed out; killing its tree");
                         self.killed.get_or_insert(KillCause::Timeout);
-                        kill_tree(tree).await.map_err(|e| e.into_boundary(OP))?;
-                        ended_status.await
+                        // The tree first, then the supervisor once it reaped
+                        // the command (see `kill_all_but`).
+                        let frozen_kill = {
+                            let tree = Arc::clone(tree);
+                            tokio::task::spawn_blocking(move || kill_all_but(&tree, supervisor))
+                                .await
+                                .unwrap_or(false)
+                        };
+                        if frozen_kill
+                            && let Ok(status) =
+                                tokio::time::timeout(SUPERVISOR_REAP, &mut ended_status).await
+                        {
+                            kill_tree(tree).await.map_err(|e| e.into_boundary(OP))?;
+                            status
+                        } else {
+                            kill_tree(tree).await.map_err(|e| e.into_boundary(OP))?;
+                            ended_status.await
+                        }
                     }
                 }
             }
@@ -240,6 +275,20 @@ impl Execution for NamespaceExecution {
             return Ok(());
         }
         self.killed.get_or_insert(cause);
+        // The command's tree first, its supervisor after it has reaped the
+        // command: a supervisor killed with its child would leave that child a
+        // zombie for the host's init (its parent is outside the sandbox's pid
+        // namespace), and the sandbox's end would wait for init to reap it.
+        let supervisor = self.child.as_ref().map(SpawnedChild::pid);
+        if let Some(supervisor) = supervisor {
+            let tree = Arc::clone(&self.tree);
+            let killed = tokio::task::spawn_blocking(move || kill_all_but(&tree, supervisor))
+                .await
+                .unwrap_or(false);
+            if killed {
+                let _ = tokio::time::timeout(SUPERVISOR_REAP, self.wait()).await;
+            }
+        }
         kill_tree(&self.tree)
             .await
             .map_err(|e| e.into_boundary("kill command"))
