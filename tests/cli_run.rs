@@ -751,6 +751,15 @@ fn the_flags_users_set_most_override_the_contract() {
     let out = fixture.run(&["--env", "NOEQUALS", "--", "true"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("--env \"NOEQUALS\": write it as NAME=VALUE"));
+    // A variable to pass through that this environment lacks: said, not silent.
+    let out = fixture.run(&["--env-allow", "AW_NOT_SET_ANYWHERE", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("--env-allow AW_NOT_SET_ANYWHERE: this environment has no such variable"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

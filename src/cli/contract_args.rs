@@ -160,6 +160,14 @@ impl ContractArgs {
                 .env
                 .insert(name.to_owned(), value.to_owned());
         }
+        for name in &self.env_allow {
+            // Passed through only when the host has it: say so when it does not.
+            if std::env::var_os(name).is_none() {
+                eprintln!(
+                    "agent-workspace: --env-allow {name}: this environment has no such variable; the run does not get it"
+                );
+            }
+        }
         contract
             .environment
             .env_allow

@@ -52,9 +52,7 @@ pub enum PromotionError {
         source: std::io::Error,
     },
     /// Not every required check has passed on this exact patch.
-    #[error(
-        "promotion refused: required checks missing {missing:?}, failed {failed:?} for this patch"
-    )]
+    #[error("required checks missing {missing:?}, failed {failed:?} for this patch")]
     ChecksNotPassed {
         /// Required checks with no result for the current patch digest.
         missing: Vec<String>,
@@ -62,7 +60,7 @@ pub enum PromotionError {
         failed: Vec<String>,
     },
     /// A required check ran on an earlier patch, not on the one being promoted.
-    #[error("promotion refused: check {name:?} ran on patch {ran_on}, the patch is now {current}")]
+    #[error("check {name:?} ran on patch {ran_on}, the patch is now {current}")]
     StaleCheck {
         /// The check's name.
         name: String,
@@ -72,7 +70,7 @@ pub enum PromotionError {
         current: String,
     },
     /// The request names a different patch than the workspace exports now.
-    #[error("promotion refused: request is for patch {requested}, the workspace exports {current}")]
+    #[error("request is for patch {requested}, the workspace exports {current}")]
     DigestMismatch {
         /// The digest in the request.
         requested: String,
@@ -80,15 +78,13 @@ pub enum PromotionError {
         current: String,
     },
     /// A merge candidate needs a recorded human approval and there is none.
-    #[error("promotion refused: no approval recorded for patch {digest}")]
+    #[error("no approval recorded for patch {digest}")]
     ApprovalMissing {
         /// The digest needing approval.
         digest: String,
     },
     /// The only approvals recorded are for other patches.
-    #[error(
-        "promotion refused: {approver:?} approved patch {approved}, the patch is now {current}"
-    )]
+    #[error("{approver:?} approved patch {approved}, the patch is now {current}")]
     StaleApproval {
         /// Who approved.
         approver: String,
@@ -99,9 +95,7 @@ pub enum PromotionError {
     },
     /// Changes outside the declared outputs (`filesystem.outputs`) would reach a
     /// review branch without an approval bound to this patch.
-    #[error(
-        "promotion refused: {paths:?} lie outside the declared outputs and patch {digest} is not approved"
-    )]
+    #[error("{paths:?} lie outside the declared outputs and patch {digest} is not approved")]
     OutOfScope {
         /// Every path outside the outputs (both sides of a rename are checked).
         paths: Vec<String>,
@@ -113,7 +107,7 @@ pub enum PromotionError {
         approval: Box<PromotionError>,
     },
     /// The workspace no longer holds what the export recorded at `path`.
-    #[error("promotion refused: the workspace changed at {path} since the patch was exported")]
+    #[error("the workspace changed at {path} since the patch was exported")]
     ExportOutdated {
         /// The path relative to the workspace root.
         path: String,
@@ -128,7 +122,7 @@ pub enum PromotionError {
         source: gix::validate::reference::name::Error,
     },
     /// The review ref exists and points at a different commit: never overwritten.
-    #[error("promotion refused: {reference} already points at {existing}")]
+    #[error("{reference} already points at {existing}")]
     RefExists {
         /// The full ref name.
         reference: String,
@@ -137,13 +131,13 @@ pub enum PromotionError {
     },
     /// The review ref is the source repository's current (unborn) branch: writing
     /// it would move the source's HEAD.
-    #[error("promotion refused: {reference} is the source repository's current branch")]
+    #[error("{reference} is the source repository's current branch")]
     RefIsCurrentBranch {
         /// The full ref name.
         reference: String,
     },
     /// The record to mark has no review commit (the target was `patch`).
-    #[error("promotion refused: patch {digest} has no review commit to mark")]
+    #[error("patch {digest} has no review commit to mark")]
     NoReviewCommit {
         /// The digest of the record.
         digest: String,
