@@ -770,14 +770,15 @@ fn tty_gives_the_command_a_terminal_of_its_own() {
         "--",
         "sh",
         "-c",
-        "test -t 0 && test -t 1 && echo on-a-tty",
+        "test -t 0 && test -t 1 && echo on-a-tty; tty; echo \"TERM=$TERM\"",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("on-a-tty"),
-        "{}",
-        text(&out.stdout)
-    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("on-a-tty"), "{stdout}");
+    // The terminal is one of the run's own devpts: `tty` names it.
+    assert!(stdout.contains("/dev/pts/"), "{stdout}");
+    assert!(!stdout.contains("not a tty"), "{stdout}");
+    assert!(stdout.contains("TERM=xterm"), "{stdout}");
     let out = fixture.run(&["--", "sh", "-c", "test -t 1 || echo no-tty"]);
     assert!(
         text(&out.stdout).contains("no-tty"),

@@ -54,12 +54,11 @@
 //!   lines end in `\r\n`, input is echoed to stdout, and closing stdin does *not*
 //!   end the command's input (send `^D`, `0x04`, at the start of a line). When
 //!   the command's tree has ended, the master's `EIO` is the end of the stdout
-//!   stream, not an error. The slave belongs to the host's devpts instance, which
-//!   the run cannot name: `isatty`, `stty` and `/dev/tty` work inside, but
-//!   `ttyname` fails (`tty` prints `not a tty`, `ps` shows `?`). Every run has a
-//!   devpts instance of its own at `/dev/pts` (`newinstance`, `ptmxmode=0666`,
-//!   `/dev/ptmx` a link into it) for terminals it opens itself; no host terminal
-//!   is visible there.
+//!   stream, not an error. Every run has a devpts instance of its own at
+//!   `/dev/pts` (`newinstance`, `ptmxmode=0666`, `/dev/ptmx` a link into it); the
+//!   command's pair is opened there (through the sandbox's pid 1's root), so
+//!   `tty` names `/dev/pts/N` inside, and `TERM=xterm` is set unless declared.
+//!   No host terminal is visible there.
 //! * **wait** returns when the command itself ended and honours the smaller of
 //!   `timeout_ms` and the run's wall-time limit: the command's cgroup (its whole
 //!   tree, background processes included) is killed and the record says
@@ -88,9 +87,7 @@
 //! Not yet: output that background processes write after their command ended is
 //! not copied into the evidence (a command started as a background one, with
 //! output files of the runner's, is); resizing a command's terminal (the window
-//! stays [`PTY_WINDOW_SIZE`]), a terminal allocated in the run's own devpts
-//! instance (so that `ttyname` works inside), networks other than loopback, a
-//! disk quota on the workspace itself (`limits.disk` caps only the size of each
+//! stays [`PTY_WINDOW_SIZE`]), a disk quota on the workspace itself (`limits.disk` caps only the size of each
 //! file a process writes, through `RLIMIT_FSIZE`).
 //!
 //! [`MountPlan`]: workspace_core::mount_plan::MountPlan
@@ -655,7 +652,7 @@ async fn spawn_command(
     request.cwd = cwd;
     let (streams, followed) = match files {
         None => {
-            let pty = Pty::open()?;
+            let pty = Pty::open(sandbox.pid())?;
             let slave = |what| {
                 pty.slave
                     .try_clone()
@@ -665,6 +662,11 @@ async fn spawn_command(
             request.stdout = Some(slave("duplicating the slave for stdout")?);
             request.stderr = Some(pty.slave);
             request.controlling_terminal = true;
+            // What a terminal program asks first (as `docker run -t` sets it),
+            // unless the contract declares it.
+            if !request.env.iter().any(|(name, _)| name == "TERM") {
+                request.env.push(("TERM".into(), "xterm".into()));
+            }
             (Streams::Pty(pty.master), None)
         }
         Some(OutputFiles { stdout, stderr }) => {

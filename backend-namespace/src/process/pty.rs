@@ -8,11 +8,13 @@
 //! its controlling terminal after `setsid`
 //! ([`SpawnRequest::controlling_terminal`](crate::spawn::SpawnRequest::controlling_terminal)).
 //!
-//! The pair is opened on the host's devpts (`/dev/ptmx`), so the slave is
-//! `/dev/pts/N` of the *host's* instance, which the run cannot reach by name:
-//! inside, `/proc/self/fd/0` names a host path the run's mount namespace does not
-//! have, `ttyname` fails and `tty` prints `not a tty`, while `isatty`, `stty` and
-//! `/dev/tty` work (see the [module docs](super)).
+//! The pair is opened on the sandbox's own devpts instance (its
+//! `/dev/pts/ptmx`, reached from the host through the sandbox's pid 1 as
+//! `/proc/<pid>/root/dev/pts/ptmx` and checked to be a `ptmx` device), so the
+//! slave is `/dev/pts/N` inside: `ttyname` and `tty` name it. Where that cannot
+//! be opened the pair comes from the host's `/dev/ptmx`; then the slave is a
+//! path of the host's instance the run cannot name (`tty` prints `not a tty`,
+//! while `isatty`, `stty` and `/dev/tty` work).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -49,19 +51,32 @@ fn error(step: &'static str) -> impl Fn(Errno) -> ProcessError {
 }
 
 impl Pty {
-    /// Opens a pair on the host's `/dev/ptmx` with a [`PTY_WINDOW_SIZE`] window.
+    /// Opens a pair on the devpts instance of the sandbox whose pid 1 is
+    /// `sandbox_pid` (the host's when that cannot be opened), with a
+    /// [`PTY_WINDOW_SIZE`] window.
     ///
     /// # Ambient authority
-    /// Opens the host's `/dev/ptmx` (a new terminal of the host's devpts instance).
-    pub(crate) fn open() -> Result<Self, ProcessError> {
-        // O_CLOEXEC at once: another thread may fork and exec at any moment.
-        let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
-            .map_err(error("opening /dev/ptmx"))?;
-        nix::pty::grantpt(&master).map_err(error("grantpt"))?;
-        nix::pty::unlockpt(&master).map_err(error("unlockpt"))?;
-        // SAFETY: `into_raw_fd` gives up the descriptor `master` owned; the OwnedFd
-        // is its only owner from here.
-        let master = unsafe { OwnedFd::from_raw_fd(master.into_raw_fd()) };
+    /// Opens the sandbox's `ptmx` through `/proc`, or the host's `/dev/ptmx`.
+    pub(crate) fn open(sandbox_pid: u32) -> Result<Self, ProcessError> {
+        let master = match sandbox_ptmx(sandbox_pid) {
+            Some(master) => master,
+            None => {
+                // O_CLOEXEC at once: another thread may fork and exec at any moment.
+                let master =
+                    nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+                        .map_err(error("opening /dev/ptmx"))?;
+                nix::pty::grantpt(&master).map_err(error("grantpt"))?;
+                // SAFETY: `into_raw_fd` gives up the descriptor `master` owned; the
+                // OwnedFd is its only owner from here.
+                unsafe { OwnedFd::from_raw_fd(master.into_raw_fd()) }
+            }
+        };
+        let unlock: libc::c_int = 0;
+        // SAFETY: TIOCSPTLCK reads an int (0: unlock the slave) from a valid pointer.
+        Errno::result(unsafe {
+            libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &raw const unlock)
+        })
+        .map_err(error("unlockpt"))?;
         let slave = open_slave(&master)?;
         let (rows, cols) = PTY_WINDOW_SIZE;
         let size = libc::winsize {
@@ -83,6 +98,22 @@ impl Pty {
             .map_err(error("making the master non-blocking"))?;
         Ok(Self { master, slave })
     }
+}
+
+/// A new master on the sandbox's devpts instance, or `None`. The last path
+/// component is not followed, and what is opened must be a `ptmx` device
+/// (character device 5:2): nothing the run planted is used.
+fn sandbox_ptmx(sandbox_pid: u32) -> Option<OwnedFd> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(format!("/proc/{sandbox_pid}/root/dev/pts/ptmx"))
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    let ptmx = meta.file_type().is_char_device() && meta.rdev() == libc::makedev(5, 2);
+    ptmx.then(|| OwnedFd::from(file))
 }
 
 /// The slave of `master`: `TIOCGPTPEER` (Linux 4.13+, no path lookup), else by
