@@ -18,7 +18,7 @@ use std::path::Path;
 use support::{Fixture, marker, read_json, shell};
 use workspace_core::contract::{Contract, SourceSection};
 use workspace_core::lifecycle::FailureCause;
-use workspace_core::runner::{CommandIo, CreateOptions, RunErrorKind, RunReport};
+use workspace_core::runner::{CommandIo, CreateOptions, RunErrorKind, RunReport, prune_templates};
 
 fn with_services(fx: &Fixture, services_toml: &str) -> Contract {
     let toml = format!(
@@ -344,4 +344,66 @@ async fn two_runs_of_the_postgres_example_each_have_a_database_of_their_own() {
     assert_eq!(template["made"], false, "{template}");
     assert_eq!(template["key"], made[0]["key"]);
     fx.assert_nothing_left(&c.run_id, &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_template_is_pruned_and_one_a_live_run_uses_is_kept() {
+    let fx = Fixture::new("services-template-prune");
+    let contract = || {
+        with_services(
+            &fx,
+            r#"
+[[environment.services]]
+name = "db"
+command = ["sh", "-c", "test -f /var/lib/db/made && exec sleep 60"]
+health = { command = ["true"], interval = "20ms", timeout = "30s" }
+[environment.services.template]
+path = "/var/lib/db"
+command = ["sh", "-c", "echo made > /var/lib/db/made"]
+"#,
+        )
+    };
+    let runner = fx.runner();
+    let made = |report: &RunReport| {
+        read_json(&report.evidence, "services.json")[0]["template"]["made"].clone()
+    };
+    let first = runner
+        .run(
+            contract(),
+            &shell("true", "t1"),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(made(&first), true, "{:?}", first.outcome);
+    let unused = std::time::Duration::ZERO;
+    // Kept while a live run has a layer over it; pruned once none does.
+    let live = runner
+        .create(contract(), CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(prune_templates(&fx.runtime, unused).unwrap(), 0);
+    let report = live.finish().await.unwrap();
+    assert_eq!(made(&report), false);
+    assert_eq!(prune_templates(&fx.runtime, unused).unwrap(), 1);
+    assert_eq!(
+        std::fs::read_dir(fx.runtime.join("templates"))
+            .unwrap()
+            .count(),
+        0
+    );
+    // A later run makes it again; a long unused-for keeps it.
+    let again = runner
+        .run(
+            contract(),
+            &shell("true", "t2"),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(made(&again), true);
+    let a_day = std::time::Duration::from_secs(24 * 3600);
+    assert_eq!(prune_templates(&fx.runtime, a_day).unwrap(), 0);
 }

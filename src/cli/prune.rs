@@ -23,6 +23,10 @@ pub(crate) struct PruneArgs {
     /// journals go; the evidence is the runs' result).
     #[arg(long)]
     evidence: bool,
+    /// Remove the host's service templates (a database cluster made once per
+    /// host) not used for `--older-than` days too; one a live run uses stays.
+    #[arg(long)]
+    templates: bool,
 }
 
 /// Removes the journals (and, with `--evidence`, the evidence bundles) of
@@ -77,7 +81,27 @@ pub(crate) fn run(args: &PruneArgs, host: &HostArgs) -> ExitCode {
             }
         }
     }
-    println!("pruned {journals} cleaned run(s) ({bundles} evidence bundle(s))");
+    let mut templates = 0;
+    if args.templates {
+        let unused_for = std::time::Duration::from_secs(args.older_than.saturating_mul(24 * 3600));
+        match workspace_core::runner::prune_templates(&host.dirs().runtime, unused_for) {
+            Ok(n) => templates = n,
+            Err(e) => {
+                failed += 1;
+                eprintln!(
+                    "agent-workspace: pruning the service templates: {}",
+                    workspace_core::error_chain(&e)
+                );
+            }
+        }
+    }
+    if args.templates {
+        println!(
+            "pruned {journals} cleaned run(s) ({bundles} evidence bundle(s)), {templates} service template(s)"
+        );
+    } else {
+        println!("pruned {journals} cleaned run(s) ({bundles} evidence bundle(s))");
+    }
     if failed == 0 {
         ExitCode::SUCCESS
     } else {

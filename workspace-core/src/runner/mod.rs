@@ -67,7 +67,7 @@ pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
 pub use scrub::Scrubber;
 pub use services::{SERVICES_STATE_FILE, ServiceRecord, log_files};
-pub use templates::{TEMPLATES_STATE_FILE, TemplateRecord};
+pub use templates::{TEMPLATES_STATE_FILE, TemplateRecord, prune_templates};
 use workspace::Opened;
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 

@@ -88,6 +88,11 @@ fn layer(
     let dir = run.run_dir.join(TEMPLATES_DIR).join(&service.name);
     let (upper, work, empty) = (dir.join("upper"), dir.join("work"), dir.join("empty"));
     let prepared = stored.is_dir();
+    if prepared {
+        // Its last use, for pruning (see `prune_templates`).
+        let _ = std::fs::File::open(&stored)
+            .and_then(|dir| dir.set_modified(std::time::SystemTime::now()));
+    }
     let lower = if prepared { stored } else { empty };
     for made in [&upper, &work, &lower] {
         std::fs::create_dir_all(made).map_err(|source| io_error(made, source))?;
@@ -260,6 +265,66 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
 pub(super) fn remove_files(run_dir: &Path, errors: &mut Vec<String>) {
     remove_if_present(&run_dir.join(TEMPLATES_DIR), errors);
     remove_if_present(&run_dir.join(TEMPLATES_STATE_FILE), errors);
+}
+
+/// Removes the host's templates (`<runtime dir>/templates`) last used more
+/// than `unused_for` ago that no run of `runtime_dir` uses; returns how many
+/// went. A template is first renamed out of the store (no run starting then
+/// finds it), and put back if a run turns out to have chosen it meanwhile.
+///
+/// # Ambient authority
+/// Reads and removes below `runtime_dir`.
+pub fn prune_templates(
+    runtime_dir: &Path,
+    unused_for: std::time::Duration,
+) -> Result<usize, RunErrorKind> {
+    let store = runtime_dir.join(TEMPLATES_DIR);
+    let entries = match std::fs::read_dir(&store) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(source) => return Err(io_error(&store, source)),
+    };
+    let cutoff = std::time::SystemTime::now()
+        .checked_sub(unused_for)
+        .unwrap_or(std::time::UNIX_EPOCH);
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.map_err(|source| io_error(&store, source))?;
+        let key = entry.file_name().to_string_lossy().into_owned();
+        // Staging copies of a run making a template are its own.
+        if key.starts_with('.') || !crate::digest::is_sha256_hex(&key) {
+            continue;
+        }
+        let path = entry.path();
+        let last_used = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .map_err(|source| io_error(&path, source))?;
+        if last_used > cutoff || in_use(runtime_dir, &key) {
+            continue;
+        }
+        let aside = store.join(format!(".{key}.pruning-{}", std::process::id()));
+        std::fs::rename(&path, &aside).map_err(|source| io_error(&path, source))?;
+        if in_use(runtime_dir, &key) {
+            std::fs::rename(&aside, &path).map_err(|source| io_error(&aside, source))?;
+            continue;
+        }
+        std::fs::remove_dir_all(&aside).map_err(|source| io_error(&aside, source))?;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+/// Whether a run directory of `runtime_dir` has a layer over the template `key`.
+fn in_use(runtime_dir: &Path, key: &str) -> bool {
+    let Ok(runs) = std::fs::read_dir(runtime_dir.join(super::RUNS_DIR)) else {
+        return false;
+    };
+    runs.flatten().any(|run| {
+        read_state::<Vec<TemplateLayer>>(&run.path().join(TEMPLATES_STATE_FILE))
+            .ok()
+            .flatten()
+            .is_some_and(|layers| layers.iter().any(|l| l.key == key))
+    })
 }
 
 fn io_error(path: &Path, source: io::Error) -> RunErrorKind {
