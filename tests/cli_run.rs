@@ -822,3 +822,49 @@ fn on_a_terminal_the_status_line_shows_how_long_a_quiet_command_has_run() {
         "{terminal:?}"
     );
 }
+
+#[test]
+fn with_i_the_command_reads_this_processs_input_with_and_without_a_terminal() {
+    use std::io::Write;
+    let fixture = CliFixture::new("interactive");
+    let with_input = |args: &[&str], input: &[u8]| {
+        let mut child = fixture
+            .command()
+            .args(["run", "--repo"])
+            .arg(fixture.repo())
+            .args(["--evidence", fixture.evidence().to_str().unwrap()])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    // Through the terminal: the line arrives, and the end of the input too
+    // (also after a line without its newline), so the command ends by itself.
+    let out = with_input(
+        &["--tty", "-i", "--", "sh", "-c", "read x; echo got=$x"],
+        b"hello\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("got=hello"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = with_input(&["--tty", "-i", "--", "cat"], b"no newline");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("no newline"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Without a terminal: the bytes as they are.
+    let out = with_input(&["-i", "--", "cat"], b"piped \x00 bytes");
+    assert_eq!(out.stdout, b"piped \x00 bytes");
+    // Without -i the command reads nothing, whatever this process's input.
+    let out = with_input(&["--", "cat"], b"not passed");
+    assert_eq!(out.stdout, b"");
+}

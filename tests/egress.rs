@@ -242,7 +242,7 @@ except OSError as e:
         localhost["reason"]
             .as_str()
             .unwrap()
-            .contains("a loopback address"),
+            .contains("the host's loopback"),
         "{localhost}"
     );
     for record in &records {
@@ -334,4 +334,18 @@ fn pip_downloads_from_its_index_under_an_allowlist_naming_it_and_not_under_deny(
     );
     let denied = fixture.run(&["--", "sh", "-c", script]);
     assert_ne!(denied.status.code(), Some(0), "{}", text(&denied.stdout));
+}
+
+#[test]
+fn the_hosts_loopback_is_never_allowed_not_even_literally() {
+    // The proxy connects from the host: an allowed 127.0.0.1 would be the
+    // host's own services. Refused before anything is created.
+    let fixture = CliFixture::new("egress-loopback");
+    for literal in ["127.0.0.1:5432", "[::1]:5432", "[::ffff:127.0.0.1]:5432"] {
+        let out = fixture.run(&["--allow", literal, "--", "true"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{literal}: {stderr}");
+        assert!(stderr.contains("is a loopback address"), "{stderr}");
+    }
+    fixture.assert_nothing_left();
 }

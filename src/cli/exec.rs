@@ -26,9 +26,15 @@ pub(crate) struct ExecArgs {
     #[arg(long, conflicts_with = "timeout")]
     detach: bool,
     /// Run the command on a terminal of its own (a pseudo-terminal in the run):
-    /// for programs that need one; stdout and stderr then arrive together.
+    /// for programs that need one; stdout and stderr then arrive together. Its
+    /// input is empty unless `-i` passes yours.
     #[arg(long)]
     tty: bool,
+    /// Pass this process's standard input to the command (without it the
+    /// command reads nothing); with `--tty` through its terminal, whose input
+    /// ends (`^D`) where yours does.
+    #[arg(short = 'i', long)]
+    interactive: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -43,6 +49,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         eprintln!("agent-workspace: --timeout 0: the timeout must be at least 1 second");
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    let interactive = args.interactive;
     let command = CommandSpec {
         argv: args.command,
         cwd: ".".into(),
@@ -76,7 +83,10 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
                 (Err(error), _) | (Ok(_), Err(error)) => report_run_error(&error),
             };
         }
-        let io = passing_through(progress.as_ref(), false);
+        let mut io = passing_through(progress.as_ref(), false);
+        if interactive {
+            io.stdin = Some(Box::pin(tokio::io::stdin()));
+        }
         let outcome = while_ticking(progress, workspace.exec(&command, io)).await;
         if let Ok(outcome) = &outcome {
             eprintln!(

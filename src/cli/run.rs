@@ -28,9 +28,15 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Run the command on a terminal of its own (a pseudo-terminal in the run):
-    /// for programs that need one; stdout and stderr then arrive together.
+    /// for programs that need one; stdout and stderr then arrive together. Its
+    /// input is empty unless `-i` passes yours.
     #[arg(long)]
     tty: bool,
+    /// Pass this process's standard input to the command (without it the
+    /// command reads nothing); with `--tty` through its terminal, whose input
+    /// ends (`^D`) where yours does.
+    #[arg(short = 'i', long)]
+    interactive: bool,
     /// The command and its arguments, after `--`. A program name without `/` is
     /// looked up in the run's `PATH`.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -49,7 +55,7 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         tty: args.tty,
         output: None,
     };
-    let json = args.json;
+    let (json, interactive) = (args.json, args.interactive);
     block_on(async move {
         let runner = match runner(host, args.evidence) {
             Ok(runner) => runner,
@@ -60,7 +66,10 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         }
         // With --json the command's stdout goes to stderr: stdout is the summary's.
         let progress = Progress::on_terminal();
-        let io = passing_through(progress.as_ref(), json);
+        let mut io = passing_through(progress.as_ref(), json);
+        if interactive {
+            io.stdin = Some(Box::pin(tokio::io::stdin()));
+        }
         let options = CreateOptions {
             run_id: None,
             cancel: Some(cancel_on_signals()),

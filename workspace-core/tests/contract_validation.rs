@@ -199,6 +199,12 @@ fn each_malformed_contract_names_its_field_path() {
             "declares no check; declare exactly one of command, tcp, http or log",
         ),
         (
+            "allowlisted loopback",
+            with("[environment.network]\nmode = \"allowlist\"\nallow = [\"127.0.0.1:5432\"]\n"),
+            "environment.network.allow[0]",
+            "is a loopback address: inside a workspace it is the workspace's own",
+        ),
+        (
             "template inside the workspace",
             with(
                 "[[environment.services]]\nname = \"db\"\ncommand = [\"pg\"]\nhealth = { tcp = 5432 }\n[environment.services.template]\npath = \"/workspace/pgdata\"\ncommand = [\"initdb\"]\n",

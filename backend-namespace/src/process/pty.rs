@@ -207,6 +207,10 @@ impl AsyncRead for PtyReader {
 #[derive(Debug)]
 pub(crate) struct PtyWriter {
     fd: AsyncFd<OwnedFd>,
+    /// Whether the end of the input (`^D`) was written.
+    ended: bool,
+    /// Whether what was written so far ends a line (or nothing was).
+    at_line_start: bool,
 }
 
 impl PtyWriter {
@@ -216,6 +220,8 @@ impl PtyWriter {
             // SAFETY: an OwnedFd always returns the same open descriptor, which
             // stays open until the OwnedFd (owned by the AsyncFd) is dropped.
             fd: unsafe { AsyncFd::register_with_interest(master, tokio::io::Interest::WRITABLE) }?,
+            ended: false,
+            at_line_start: true,
         })
     }
 }
@@ -236,6 +242,12 @@ impl AsyncWrite for PtyWriter {
                     return Poll::Ready(Err(io::Error::from(io::ErrorKind::BrokenPipe)));
                 }
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Ok(n)) => {
+                    if n > 0 {
+                        this.at_line_start = matches!(data[n - 1], b'\n' | b'\r');
+                    }
+                    return Poll::Ready(Ok(n));
+                }
                 Ok(result) => return Poll::Ready(result),
                 Err(_would_block) => continue,
             }
@@ -246,7 +258,20 @@ impl AsyncWrite for PtyWriter {
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// The end of the input: a terminal has no end of file of its own, so the
+    /// line discipline's end-of-file character (`^D`) is written: once at the
+    /// start of a line, twice after a partial one (the first only hands that
+    /// line over).
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.ended {
+            let last = self.at_line_start;
+            match ready!(self.as_mut().poll_write(cx, &[0x04])) {
+                // A partial line handed over: now at the start of one.
+                Ok(_) if !last => self.at_line_start = true,
+                // The command's side is gone or the end is written.
+                Ok(_) | Err(_) => self.ended = true,
+            }
+        }
         Poll::Ready(Ok(()))
     }
 }

@@ -244,8 +244,17 @@ impl EnvironmentSection {
                     ("environment.network.deny", &self.network.deny),
                 ] {
                     for (i, destination) in list.iter().enumerate() {
-                        if let Err(e) = crate::egress::Destination::parse(destination) {
-                            problems.push(indexed(field, i), e.to_string());
+                        match crate::egress::Destination::parse(destination) {
+                            Err(e) => problems.push(indexed(field, i), e.to_string()),
+                            Ok(parsed) if field.ends_with("allow") && parsed.is_loopback() => {
+                                problems.push(
+                                    indexed(field, i),
+                                    format!(
+                                        "{destination:?} is a loopback address: inside a workspace it is the workspace's own, reached directly, and the host's is never reachable"
+                                    ),
+                                );
+                            }
+                            Ok(_) => {}
                         }
                     }
                 }

@@ -84,6 +84,11 @@ impl Destination {
         }
     }
 
+    /// Whether this destination is a loopback address literal.
+    pub fn is_loopback(&self) -> bool {
+        matches!(self.host, HostPattern::Address(address) if address.to_canonical().is_loopback())
+    }
+
     /// Whether this destination names `address` literally.
     pub fn names_address(&self, address: IpAddr) -> bool {
         self.host == HostPattern::Address(address)

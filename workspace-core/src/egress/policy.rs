@@ -90,6 +90,13 @@ impl EgressPolicy {
     /// resolved to (an address literal resolves to itself): an address that is
     /// not public unicast is refused unless a rule names it literally.
     pub fn check_address(&self, address: IpAddr, port: u16) -> Decision {
+        // The proxy connects from the host: its loopback is the host's, which
+        // no contract reaches (the workspace's own is reached directly).
+        if address.to_canonical().is_loopback() {
+            return Decision::deny(format!(
+                "resolves to {address}, the host's loopback, which no workspace reaches"
+            ));
+        }
         if self
             .deny
             .iter()
@@ -163,6 +170,19 @@ mod tests {
         }
         assert!(
             p.check_address("151.101.0.223".parse().unwrap(), 443)
+                .allowed()
+        );
+        // Loopback never, not even named (the workspace's own is reached directly).
+        let looped = policy(&["127.0.0.1:8080"], &[]);
+        assert!(
+            !looped
+                .check_address("127.0.0.1".parse().unwrap(), 8080)
+                .allowed()
+        );
+        let mapped = policy(&["[::ffff:127.0.0.1]:8080"], &[]);
+        assert!(
+            !mapped
+                .check_address("::ffff:127.0.0.1".parse().unwrap(), 8080)
                 .allowed()
         );
         // Named literally (and on that port), a private address may be reached.
