@@ -729,6 +729,14 @@ impl Workspace {
                 Err(e) => return Ok(Some(crate::error_chain(&e))),
             },
         };
+        // An approval given for another patch never counts; given, it was
+        // meant for this one: a refusal, not silence.
+        if let Some(stale) = approvals.iter().find(|a| a.patch_sha256 != digest) {
+            return Ok(Some(format!(
+                "{:?} approved patch {}, the patch is now {digest}",
+                stale.approver, stale.patch_sha256
+            )));
+        }
         let request = crate::boundary::PromotionRequest {
             patch_sha256: digest,
             checks,
