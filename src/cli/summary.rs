@@ -86,8 +86,12 @@ impl Summary {
             self.evidence.display()
         );
         if let Some(network) = &self.network {
+            let failed = match network.failed {
+                0 => String::new(),
+                n => format!(" ({n} of them failed)"),
+            };
             line.push_str(&format!(
-                "; network: {} allowed, {} denied (network.jsonl)",
+                "; network: {} allowed{failed}, {} denied (network.jsonl)",
                 network.allowed, network.denied
             ));
         }

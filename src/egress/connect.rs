@@ -54,9 +54,11 @@ impl Attempt {
                 at_unix_ms: unix_ms_now(),
                 command,
                 protocol,
-                destination: match Requested::parse(host) {
-                    Some(asked) => format!("{asked}:{port}"),
-                    None => format!("{host}:{port}"),
+                // As the client wrote it (an IPv6 address in brackets).
+                destination: if host.contains(':') && !host.starts_with('[') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
                 },
                 resolved: None,
                 decision: Decision::Deny {

@@ -136,6 +136,10 @@ impl RunReport {
 pub struct NetworkCounts {
     /// Attempts the policy allowed.
     pub allowed: u32,
+    /// Of those, the ones that then failed (the name did not resolve, the
+    /// destination did not answer).
+    #[serde(default)]
+    pub failed: u32,
     /// Attempts it denied.
     pub denied: u32,
 }
@@ -147,7 +151,10 @@ impl NetworkCounts {
         let mut counts = Self::default();
         for line in text.lines() {
             match serde_json::from_str::<crate::egress::NetworkAttempt>(line) {
-                Ok(attempt) if attempt.decision.allowed() => counts.allowed += 1,
+                Ok(attempt) if attempt.decision.allowed() => {
+                    counts.allowed += 1;
+                    counts.failed += u32::from(attempt.error.is_some());
+                }
                 Ok(_) => counts.denied += 1,
                 Err(_) => {}
             }
