@@ -630,6 +630,8 @@ fn exec_says_how_its_command_ended_a_busy_run_names_its_holder_and_an_ended_one_
         let out = fixture.agent_workspace(&["exec", &run, "--", "true"]);
         let stderr = text(&out.stderr);
         if stderr.contains("is in use by process") {
+            // Busy is "try again", not a failed run.
+            assert_eq!(out.status.code(), Some(75), "{stderr}");
             break stderr;
         }
         assert!(std::time::Instant::now() < deadline, "never busy: {stderr}");

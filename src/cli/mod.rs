@@ -39,6 +39,10 @@ pub(crate) const EXIT_BAD_INPUT: u8 = 2;
 /// and container runners use.
 pub(crate) const EXIT_RUNNER_FAILED: u8 = 125;
 
+/// Exit status when the run is in use by another `agent-workspace` (try again
+/// when it is done): sysexits' `EX_TEMPFAIL`.
+pub(crate) const EXIT_BUSY: u8 = 75;
+
 /// Input refused before anything was created: the message names the flag, field
 /// or path at fault.
 #[derive(Debug)]

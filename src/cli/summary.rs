@@ -14,7 +14,7 @@ use workspace_core::runner::{
 };
 
 use super::session::interrupted_status;
-use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
+use super::{EXIT_BAD_INPUT, EXIT_BUSY, EXIT_RUNNER_FAILED};
 
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
@@ -221,7 +221,7 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
             eprintln!(
                 "agent-workspace: run {run} is in use by {holder}; try again when it is done"
             );
-            return ExitCode::from(EXIT_RUNNER_FAILED);
+            return ExitCode::from(EXIT_BUSY);
         }
         _ => {}
     }
