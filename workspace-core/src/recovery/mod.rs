@@ -41,18 +41,71 @@ pub fn journal_path(runtime_dir: &Path, run_id: &RunId) -> PathBuf {
         .join(format!("{run_id}.jsonl"))
 }
 
+/// Why a step of recovering a run failed: a boundary's failure, or one of
+/// recovery's own (named as such, not as a boundary's).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecoveryStepError {
+    /// A boundary failed.
+    #[error(transparent)]
+    Boundary(#[from] BoundaryError),
+    /// Teardown reported processes, mounts or cgroups of the run still there.
+    #[error("still present after teardown: {leaks}")]
+    Leaked {
+        /// What is left, in words.
+        leaks: String,
+    },
+    /// A record of the run could not be read.
+    #[error("reading the run's record")]
+    Record(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Exporting the evidence failed, at each of these steps.
+    #[error("exporting the evidence: {}", .steps.join("; "))]
+    Export {
+        /// Each failed step with its cause.
+        steps: Vec<String>,
+    },
+    /// Removing the run's own state from its run directory failed.
+    #[error("removing the run's state from {}: {}", .run_dir.display(), .problems.join("; "))]
+    State {
+        /// The run directory.
+        run_dir: PathBuf,
+        /// Each removal that failed.
+        problems: Vec<String>,
+    },
+}
+
+impl RecoveryStepError {
+    /// The failure cause the run gets for it: the boundary's, or the
+    /// runner's own.
+    pub fn failure_cause(&self) -> FailureCause {
+        match self {
+            Self::Boundary(e) => FailureCause::Boundary {
+                boundary: e.boundary,
+                message: error_chain(e),
+            },
+            other => FailureCause::Runner {
+                message: error_chain(other),
+            },
+        }
+    }
+}
+
 /// What the backends do for a run whose runner died. Every method must be
 /// idempotent: recovery may itself be interrupted and run again.
 #[async_trait]
 pub trait RecoveryHooks: Send + Sync {
     /// Kills whatever the run left running (its whole process tree), removes its
     /// mounts and cgroups and releases its leases.
-    async fn reap(&self, run: &LostRun) -> Result<(), BoundaryError>;
+    async fn reap(&self, run: &LostRun) -> Result<(), RecoveryStepError>;
     /// Exports whatever evidence exists, with the run's failure cause.
-    async fn export(&self, run: &LostRun) -> Result<(), BoundaryError>;
+    async fn export(&self, run: &LostRun) -> Result<(), RecoveryStepError>;
     /// Removes the run's checkout and private state (never its evidence). `permit`
     /// proves its export was attempted.
-    async fn clean_up(&self, run: &LostRun, permit: &CleanupPermit) -> Result<(), BoundaryError>;
+    async fn clean_up(
+        &self,
+        run: &LostRun,
+        permit: &CleanupPermit,
+    ) -> Result<(), RecoveryStepError>;
 }
 
 /// A run found without a live runner.
@@ -236,10 +289,7 @@ async fn finish_lost_run(
                 Err(e) => {
                     errors.push(format!("export: {}", error_chain(&e)));
                     export_failed = true;
-                    life.fail(FailureCause::Boundary {
-                        boundary: e.boundary,
-                        message: error_chain(&e),
-                    })?;
+                    life.fail(e.failure_cause())?;
                 }
             }
         }
@@ -268,10 +318,7 @@ async fn finish_lost_run(
             }
             Err(e) => {
                 errors.push(format!("clean up: {}", error_chain(&e)));
-                life.fail(FailureCause::Boundary {
-                    boundary: e.boundary,
-                    message: error_chain(&e),
-                })?;
+                life.fail(e.failure_cause())?;
             }
         }
         Ok(())

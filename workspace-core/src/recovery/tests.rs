@@ -35,29 +35,27 @@ impl RecordingHooks {
 
 #[async_trait]
 impl RecoveryHooks for RecordingHooks {
-    async fn reap(&self, run: &LostRun) -> Result<(), BoundaryError> {
+    async fn reap(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
         self.record("reap", run);
         if self.fail_reap {
-            return Err(BoundaryError::new(
-                BoundaryKind::Process,
-                "reap",
-                "mount busy",
-            ));
+            return Err(BoundaryError::new(BoundaryKind::Process, "reap", "mount busy").into());
         }
         Ok(())
     }
-    async fn export(&self, run: &LostRun) -> Result<(), BoundaryError> {
+    async fn export(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
         self.record("export", run);
         if self.fail_export {
-            return Err(BoundaryError::new(
-                BoundaryKind::Promotion,
-                "export",
-                "disk full",
-            ));
+            return Err(RecoveryStepError::Export {
+                steps: vec!["writing outcome.json: disk full".into()],
+            });
         }
         Ok(())
     }
-    async fn clean_up(&self, run: &LostRun, permit: &CleanupPermit) -> Result<(), BoundaryError> {
+    async fn clean_up(
+        &self,
+        run: &LostRun,
+        permit: &CleanupPermit,
+    ) -> Result<(), RecoveryStepError> {
         assert_eq!(permit.run_id(), &run.run_id, "a permit of another run");
         self.record("clean-up", run);
         Ok(())

@@ -14,13 +14,11 @@ use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::scrub::Scrubber;
 use super::services::Services;
 use super::state_files::{read_required, read_state, remove_private_state};
-use crate::boundary::{
-    BoundaryError, BoundaryKind, FilesystemRecord, RunContext, SourceRecord, Stack,
-};
+use crate::boundary::{FilesystemRecord, RunContext, SourceRecord, Stack};
 use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
 use crate::lifecycle::{CleanupPermit, FailureCause, StateName};
-use crate::recovery::{LostRun, RecoveryHooks};
+use crate::recovery::{LostRun, RecoveryHooks, RecoveryStepError};
 
 /// Finishes lost runs with a stack's boundaries: the process boundary's teardown
 /// kills what the run left running (it finds a run by its id, so a new process
@@ -48,7 +46,7 @@ impl StackRecovery {
     }
 
     /// The lost run's context, from the contract at the head of its evidence.
-    fn context(&self, run: &LostRun) -> Result<(RunPaths, RunContext), BoundaryError> {
+    fn context(&self, run: &LostRun) -> Result<(RunPaths, RunContext), RecoveryStepError> {
         let paths = self.paths(run);
         let contract_path = paths.evidence.join(EvidenceFile::Contract.file_name());
         let contract: Contract = read_json(&contract_path)?;
@@ -64,24 +62,27 @@ impl StackRecovery {
 
 #[async_trait]
 impl RecoveryHooks for StackRecovery {
-    async fn reap(&self, run: &LostRun) -> Result<(), BoundaryError> {
+    async fn reap(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
         let (_, context) = self.context(run)?;
         let leaks = self.stack.process.teardown(&context).await?;
         if leaks.is_clean() {
             Ok(())
         } else {
-            Err(BoundaryError::new(
-                BoundaryKind::Process,
-                "reap",
-                format!("still present after teardown: {leaks:?}"),
-            ))
+            Err(RecoveryStepError::Leaked {
+                leaks: format!("{leaks:?}"),
+            })
         }
     }
 
-    async fn export(&self, run: &LostRun) -> Result<(), BoundaryError> {
+    async fn export(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
         let (paths, context) = self.context(run)?;
-        let evidence = EvidenceWriter::reopen(&paths.evidence)
-            .map_err(|e| BoundaryError::new(BoundaryKind::Promotion, "reopen evidence", e))?;
+        let evidence =
+            EvidenceWriter::reopen(&paths.evidence).map_err(|e| RecoveryStepError::Export {
+                steps: vec![format!(
+                    "reopening the evidence: {}",
+                    crate::error_chain(&e)
+                )],
+            })?;
         if evidence.is_sealed() {
             return Ok(());
         }
@@ -151,10 +152,14 @@ impl RecoveryHooks for StackRecovery {
         )
         .await
         .map(drop)
-        .map_err(|errors| BoundaryError::new(BoundaryKind::Promotion, "export", errors.join("; ")))
+        .map_err(|steps| RecoveryStepError::Export { steps })
     }
 
-    async fn clean_up(&self, run: &LostRun, permit: &CleanupPermit) -> Result<(), BoundaryError> {
+    async fn clean_up(
+        &self,
+        run: &LostRun,
+        permit: &CleanupPermit,
+    ) -> Result<(), RecoveryStepError> {
         let (paths, context) = self.context(run)?;
         let filesystem: Option<FilesystemRecord> =
             read_optional(&paths.run_dir.join(FILESYSTEM_STATE_FILE))?;
@@ -183,20 +188,22 @@ impl RecoveryHooks for StackRecovery {
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(
-                BoundaryError::new(BoundaryKind::Source, "clean up", errors.join("; "))
-                    .with_path(paths.run_dir),
-            )
+            Err(RecoveryStepError::State {
+                run_dir: paths.run_dir,
+                problems: errors,
+            })
         }
     }
 }
 
 /// A record of the lost run, or the boundary error recovery reports.
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, BoundaryError> {
-    read_required(path).map_err(|e| BoundaryError::new(BoundaryKind::Process, "read run state", e))
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RecoveryStepError> {
+    read_required(path).map_err(|e| RecoveryStepError::Record(Box::new(e)))
 }
 
 /// A record of the lost run that may not exist.
-fn read_optional<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, BoundaryError> {
-    read_state(path).map_err(|e| BoundaryError::new(BoundaryKind::Process, "read run state", e))
+fn read_optional<T: serde::de::DeserializeOwned>(
+    path: &Path,
+) -> Result<Option<T>, RecoveryStepError> {
+    read_state(path).map_err(|e| RecoveryStepError::Record(Box::new(e)))
 }
