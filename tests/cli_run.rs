@@ -586,16 +586,8 @@ fn files_the_base_commits_ignore_rules_ignore_are_left_out_of_the_patch_and_list
     }
     let changes: serde_json::Value =
         serde_json::from_slice(&std::fs::read(evidence.join("changes.json")).unwrap()).unwrap();
-    let mut ignored: Vec<&str> = changes
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["ignored"] == true)
-        .map(|c| c["path"].as_str().unwrap())
-        .collect();
-    ignored.sort_unstable();
     assert_eq!(
-        ignored,
+        support::ignored_paths(&changes),
         ["a.pyc", "build/out.o", "local.log", "src/x.tmp"],
         "{changes}"
     );

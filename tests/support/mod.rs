@@ -387,6 +387,20 @@ pub fn read_json(dir: &Path, name: &str) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join(name)).unwrap()).unwrap()
 }
 
+/// The paths `changes.json` lists as ignored (the repository's ignore rules),
+/// sorted.
+pub fn ignored_paths(changes: &serde_json::Value) -> Vec<&str> {
+    let mut ignored: Vec<&str> = changes
+        .as_array()
+        .expect("changes.json is a list")
+        .iter()
+        .filter(|c| c["ignored"] == true)
+        .map(|c| c["path"].as_str().expect("a path"))
+        .collect();
+    ignored.sort_unstable();
+    ignored
+}
+
 /// Every state the journal at `path` went through, in order.
 pub fn journal_states(path: &Path) -> Vec<State> {
     let read = journal::read::<Transition>(path).unwrap();

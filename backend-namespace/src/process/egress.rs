@@ -149,17 +149,12 @@ impl EgressProxy {
 /// The proxy did not start: why, and the end of what it wrote.
 fn not_ready(why: &'static str, stderr: &Path) -> ProcessError {
     let log = std::fs::read_to_string(stderr).unwrap_or_default();
+    let log = log.trim();
+    // Its last 2,000 characters.
+    let start = log.char_indices().rev().nth(1999).map_or(0, |(at, _)| at);
     ProcessError::Egress {
         why,
-        log: log
-            .trim()
-            .chars()
-            .rev()
-            .take(2000)
-            .collect::<String>()
-            .chars()
-            .rev()
-            .collect(),
+        log: log[start..].to_owned(),
     }
 }
 
