@@ -65,6 +65,7 @@ impl ProcessBoundary for DangerNoIsolationProcess {
             isolation: vec![IsolationLevel::Task],
             private_network: false,
             service_templates: false,
+            holds_capacity: false,
         }
     }
 

@@ -149,3 +149,60 @@ fn a_second_run_waits_for_the_first_and_ls_shows_both() {
     assert!(with_role(&rows, "holding").is_empty(), "{rows:#?}");
     assert!(with_role(&rows, "waiting").is_empty(), "{rows:#?}");
 }
+
+/// `agent-workspace ARGS` with one capacity slot, which must succeed; its stdout.
+fn one_slot_ok(fixture: &CliFixture, args: &[&str]) -> String {
+    let out = with_one_slot(fixture.command())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agent-workspace");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+#[test]
+fn a_detached_or_suspended_workspace_keeps_its_capacity_until_it_is_destroyed() {
+    let fixture = CliFixture::new("capacity-detached");
+    let repo = fixture.repo();
+    let run = one_slot_ok(&fixture, &["create", "--repo", repo.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    // No agent-workspace process runs now; the live sandbox holds the slot.
+    let holding = |rows: &[Value]| {
+        with_role(rows, "holding")
+            .iter()
+            .map(|row| row["run_id"].as_str().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(holding(&ls_json(&fixture)), vec![run.clone()]);
+    // Attaching again does not wait behind its own slot; what holds it (pid 1's
+    // descriptor of the ticket) is out of the commands' reach.
+    let reach = "for fd in /proc/1/fd/*; do [ -e \"$fd\" ] && exit 9; done; \
+                 ls /proc/1/fd 2>/dev/null && exit 9; exit 0";
+    one_slot_ok(&fixture, &["exec", &run, "--", "sh", "-c", reach]);
+    one_slot_ok(&fixture, &["suspend", &run]);
+    assert_eq!(holding(&ls_json(&fixture)), vec![run.clone()]);
+
+    let second = spawn_run(&fixture, "echo second");
+    let rows = wait_for_ls(&fixture, "the second run waiting", |rows| {
+        with_role(rows, "waiting").len() == 1
+    });
+    assert_eq!(holding(&rows), vec![run.clone()], "{rows:#?}");
+    // It still waits a moment later: the slot is not given up meanwhile.
+    thread::sleep(Duration::from_millis(500));
+    assert_eq!(with_role(&ls_json(&fixture), "waiting").len(), 1);
+
+    one_slot_ok(&fixture, &["destroy", &run]);
+    let evidence = finish(second);
+    assert_eq!(
+        std::fs::read_to_string(evidence.join("commands/0001/stdout")).unwrap(),
+        "second\n"
+    );
+    assert!(holding(&ls_json(&fixture)).is_empty());
+}

@@ -216,6 +216,53 @@ async fn a_command_over_the_wall_time_is_killed_with_its_setsid_children() {
     assert!(recorded.to_string().contains("wall-time"), "{recorded}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_background_process_writes_after_its_command_ended_is_kept_as_late_output() {
+    let fx = Fixture::new("late-output");
+    let mark = marker("late-output");
+    let mut ws = fx
+        .runner()
+        .create(fx.contract(), CreateOptions::default())
+        .await
+        .unwrap();
+    // The background process writes only once the first command has ended and
+    // the second one asks it to (a file in the run's own /tmp), then says so.
+    let first = shell(
+        "( while [ ! -e /tmp/go ]; do sleep 0.02; done; echo late; echo late-err >&2; \
+         : > /tmp/done ) >&1 2>&2 & echo early",
+        &mark,
+    );
+    assert!(
+        ws.exec(&first, CommandIo::captured())
+            .await
+            .unwrap()
+            .succeeded()
+    );
+    let second = shell(
+        ": > /tmp/go; while [ ! -e /tmp/done ]; do sleep 0.02; done",
+        &mark,
+    );
+    assert!(
+        ws.exec(&second, CommandIo::captured())
+            .await
+            .unwrap()
+            .succeeded()
+    );
+    let report = ws.finish().await.unwrap();
+    assert_concluded(&fx, &report, &[&mark]);
+    let read = |name: &str| std::fs::read_to_string(report.evidence.join(name)).unwrap();
+    assert_eq!(read("commands/0001/stdout"), "early\n");
+    assert_eq!(read("commands/0001/late.stdout"), "late\n");
+    assert_eq!(read("commands/0001/late.stderr"), "late-err\n");
+    assert!(!report.evidence.join("commands/0002/late.stdout").exists());
+    let late = &report.outcome.late_output;
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert_eq!(
+        (late[0].seq, late[0].stdout_bytes, late[0].stderr_bytes),
+        (1, 5, 9)
+    );
+}
+
 /// Runs `sleep 30` in a run created with a cancel token, cancels the token
 /// `delay` after the command is seen running, and concludes the run.
 async fn cancel_a_running_command(

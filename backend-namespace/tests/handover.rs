@@ -68,6 +68,7 @@ async fn fixture(test: &str, source: Option<WorktreeSource>, layered: bool) -> F
         environment,
         identity,
         templates: Vec::new(),
+        held_open: Vec::new(),
     };
     let parent = format!(
         "agent-workspace-test-{}-handover-{test}",

@@ -90,6 +90,7 @@ async fn layered_run(shared: &Shared, name: &str, user: UserClass) -> Run {
         environment,
         identity,
         templates: Vec::new(),
+        held_open: Vec::new(),
     };
     Run { run, plan, layers }
 }

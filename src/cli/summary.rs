@@ -10,7 +10,7 @@ use workspace_core::boundary::KillCause;
 use workspace_core::journal::JournalError;
 use workspace_core::lifecycle::{FailureCause, LifecycleError, StateName};
 use workspace_core::runner::{
-    CommandOutcome, CredentialLeak, NetworkCounts, RunError, RunErrorKind, RunReport,
+    CommandOutcome, CredentialLeak, LateOutput, NetworkCounts, RunError, RunErrorKind, RunReport,
 };
 
 use super::session::interrupted_status;
@@ -37,6 +37,9 @@ pub(crate) struct Summary {
     /// An allowlisted run's connection attempts, allowed and denied.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkCounts>,
+    /// The commands whose background processes wrote after they ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub late_output: Vec<LateOutput>,
     pub duration_ms: u64,
     pub cleaned: bool,
     /// The command the line is about (not printed in JSON).
@@ -59,6 +62,7 @@ impl Summary {
             credential_leaks: report.outcome.credential_leaks.clone(),
             patch_sha256: report.outcome.patch_sha256.clone(),
             network: report.outcome.network,
+            late_output: report.outcome.late_output.clone(),
             duration_ms: report.duration_ms,
             cleaned: report.cleaned,
             command: command.cloned(),
@@ -94,6 +98,17 @@ impl Summary {
                 "; network: {} allowed{failed}, {} denied (network.jsonl)",
                 network.allowed, network.denied
             ));
+        }
+        match self.late_output.as_slice() {
+            [] => {}
+            [one] => line.push_str(&format!(
+                "; output written after command {} ended: commands/{:04}/late.*",
+                one.seq, one.seq
+            )),
+            many => line.push_str(&format!(
+                "; output written after {} commands ended: commands/NNNN/late.*",
+                many.len()
+            )),
         }
         if let Some(failure) = &self.failure
             && !matches!(failure, FailureCause::Cancelled)

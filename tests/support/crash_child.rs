@@ -279,6 +279,7 @@ impl ChildRun {
             ended_in: StateName::Exported,
             failure: None,
             commands: Vec::new(),
+            late_output: Vec::new(),
             leaks: Some(LeakReport::default()),
             patch_sha256: Some(patch.patch_sha256.clone()),
             changed_paths: patch.changes.len(),

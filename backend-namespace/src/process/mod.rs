@@ -84,9 +84,7 @@
 //!   its pid 1 for the sandbox's life (`spawn::forward`); `observed.json` has
 //!   the addresses.
 //!
-//! Not yet: output that background processes write after their command ended is
-//! not copied into the evidence (a command started as a background one, with
-//! output files of the runner's, is); resizing a command's terminal (the window
+//! Not yet: resizing a command's terminal (the window
 //! stays [`PTY_WINDOW_SIZE`]), a disk quota on the workspace itself (`limits.disk` caps only the size of each
 //! file a process writes, through `RLIMIT_FSIZE`).
 //!
@@ -248,6 +246,8 @@ impl ProcessBoundary for NamespaceProcess {
             isolation: vec![IsolationLevel::Task],
             private_network: true,
             service_templates: true,
+            // Pid 1 keeps the capacity ticket's lock open (`SealPlan::held_open`).
+            holds_capacity: true,
         }
     }
 
@@ -687,8 +687,11 @@ async fn spawn_command(
     })
     .await?;
     let (stdin, stdout, stderr) = match followed {
-        // Files the runner chose are the output: nothing follows them.
-        Some(_) if command.output.is_some() => streams.register()?,
+        // Files the runner chose are the output: nothing follows them unless
+        // it asks.
+        Some(_) if command.output.as_ref().is_some_and(|output| !output.follow) => {
+            streams.register()?
+        }
         Some((stdout, stderr)) => {
             let ended = |what| {
                 child

@@ -273,6 +273,14 @@ pub(crate) fn prepare(
         .map(|p| p.join("cgroup.procs"))
         .collect();
     let previews = publish(&run.contract.process.ports, &mut request)?;
+    for held in &plan.held_open {
+        request
+            .hold_open
+            .push(held.try_clone().map_err(|source| ProcessError::Pipe {
+                step: "duplicating a descriptor the sandbox holds open",
+                source,
+            })?);
+    }
     let holder = spawn(&request).map_err(|source| ProcessError::Spawn {
         step: "starting the sandbox",
         source,

@@ -212,6 +212,12 @@ pub struct SpawnRequest {
     /// accepted on it to the port on the sandbox's loopback, for the sandbox's
     /// whole life.
     pub publish: Vec<Published>,
+    /// Descriptors pid 1 keeps open for the sandbox's whole life, with
+    /// [`Pid1::HoldSandbox`] only (at most 4): a host lock that must stay held
+    /// while the sandbox lives, whichever process drives it (the run's
+    /// capacity ticket). Pid 1 is non-dumpable and starts nothing, so nothing
+    /// in the sandbox can reach them.
+    pub hold_open: Vec<OwnedFd>,
 }
 
 /// A listening TCP socket of the host (bound and listening, non-blocking) whose
@@ -257,6 +263,7 @@ impl SpawnRequest {
             rlimits: ResourceLimits::default(),
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
             publish: Vec::new(),
+            hold_open: Vec::new(),
         }
     }
 }

@@ -23,6 +23,8 @@ use super::rlimits::Rlimit64;
 use super::{JoinRequest, Pid1, Sandbox, SpawnRequest};
 use crate::seccomp::{SeccompFilter, SeccompPolicy};
 
+/// At most this many descriptors pid 1 holds open for the sandbox's life.
+const MAX_HELD_OPEN: usize = 4;
 /// At most this many cgroup files can be joined (descriptors kept in the child).
 pub(crate) const MAX_CGROUP_FILES: usize = 16;
 
@@ -96,6 +98,8 @@ pub(crate) struct ChildFds {
     pub lowers: Vec<OwnedFd>,
     /// The pidfd of the sandbox a joining child enters (`join.rs`).
     pub sandbox: Option<OwnedFd>,
+    /// What pid 1 holds open for the sandbox's life ([`super::SpawnRequest::hold_open`]).
+    pub held: Vec<OwnedFd>,
     /// The listeners of the published ports (`forward.rs`).
     pub listeners: Vec<OwnedFd>,
 }
@@ -136,7 +140,7 @@ pub(crate) struct Prepared {
     pub parent_fds: ParentFds,
     /// The raw numbers of every descriptor the child keeps, in their final order
     /// (stdio, go, error, status, cgroup files, idmapped lower layers or the
-    /// sandbox pidfd, published ports' listeners).
+    /// sandbox pidfd, what pid 1 holds open, published ports' listeners).
     pub kept: Vec<c_int>,
     /// Scratch space the child fills while moving `kept` (no allocation there).
     pub moved: Vec<Cell<c_int>>,
@@ -236,8 +240,34 @@ impl Prepared {
         prepared.source_fds = vec![Cell::new(-1); binds];
         prepared.child_fds.lowers = lowers;
         prepared.publish(&request.publish, request.pid1)?;
+        prepared.hold_open(&request.hold_open, request.pid1)?;
         prepared.keep();
         Ok(prepared)
+    }
+
+    /// Keeps what pid 1 holds open for the sandbox's life.
+    fn hold_open(&mut self, held: &[OwnedFd], pid1: Pid1) -> Result<(), SpawnError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        if pid1 != Pid1::HoldSandbox {
+            return Err(invalid(
+                "hold_open",
+                "only a sandbox held by pid 1 holds descriptors open",
+            ));
+        }
+        if held.len() > MAX_HELD_OPEN {
+            return Err(invalid("hold_open", "more than 4 descriptors"));
+        }
+        for fd in held {
+            let fd = fd.try_clone().map_err(|e| SpawnError::Prepare {
+                step: "duplicating a descriptor pid 1 holds open",
+                path: format!("descriptor {}", fd.as_raw_fd()).into(),
+                source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+            })?;
+            self.child_fds.held.push(fd);
+        }
+        Ok(())
     }
 
     /// Keeps the published ports' listeners for pid 1.
@@ -363,6 +393,7 @@ impl Prepared {
                 cgroup_procs: Vec::new(),
                 lowers: Vec::new(),
                 sandbox: None,
+                held: Vec::new(),
                 listeners: Vec::new(),
             },
             parent_fds: ParentFds {
@@ -394,7 +425,8 @@ impl Prepared {
     }
 
     /// Fixes the order of the descriptors the child keeps: stdio, go, error,
-    /// status, cgroup files, then the idmapped lower layers or the sandbox pidfd.
+    /// status, cgroup files, then the idmapped lower layers or the sandbox
+    /// pidfd, what pid 1 holds open, the listeners.
     fn keep(&mut self) {
         let fds = &self.child_fds;
         self.kept = fds
@@ -404,6 +436,7 @@ impl Prepared {
             .chain(&fds.cgroup_procs)
             .chain(&fds.lowers)
             .chain(&fds.sandbox)
+            .chain(&fds.held)
             .chain(&fds.listeners)
             .map(|fd| fd.as_raw_fd())
             .collect();

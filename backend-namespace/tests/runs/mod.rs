@@ -92,6 +92,7 @@ pub async fn standalone_run(run_id: &str, edit: impl FnOnce(&mut Contract)) -> R
         environment,
         identity,
         templates: Vec::new(),
+        held_open: Vec::new(),
     };
     Run { base, run, plan }
 }

@@ -54,6 +54,11 @@ pub struct ProcessCapabilities {
     /// Whether it shows a service's template (`environment.services[].template`)
     /// to the run through a copy-on-write layer of the run's own.
     pub service_templates: bool,
+    /// Whether a sealed run's sandbox keeps [`SealPlan::held_open`](super::SealPlan::held_open)
+    /// open for its whole life, so the run's capacity stays held while no
+    /// runner holds it (detached, suspended).
+    #[serde(default)]
+    pub holds_capacity: bool,
 }
 
 /// A kind of resource or time cap.
@@ -336,7 +341,7 @@ mod tests {
         let mut without = ProcessCapabilities {
             isolation: vec![IsolationLevel::Task],
             private_network: true,
-            service_templates: false,
+            ..ProcessCapabilities::default()
         };
         let mut problems = Problems::new();
         without.check_templates("host", services, &mut problems);
@@ -363,8 +368,7 @@ mod tests {
         };
         let shared = ProcessCapabilities {
             isolation: vec![IsolationLevel::Task],
-            private_network: false,
-            service_templates: false,
+            ..ProcessCapabilities::default()
         };
         let mut problems = Problems::new();
         shared.check("host", &section, &mut problems);

@@ -1,8 +1,10 @@
 //! The Process boundary trait: seal a run, execute commands in it, tear it down.
 
 use std::fmt::Debug;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -185,6 +187,11 @@ pub struct SealPlan {
     pub identity: IdentityPlan,
     /// The services' templates, each with the run's own layer over it.
     pub templates: Vec<TemplateLayer>,
+    /// Descriptors the sandbox keeps open for its whole life, whichever process
+    /// drives it, when the boundary [`holds_capacity`](super::ProcessCapabilities::holds_capacity):
+    /// the run's capacity ticket, a host lock held while any process has it
+    /// open. Empty when attaching.
+    pub held_open: Vec<Arc<OwnedFd>>,
 }
 
 /// A service's template as one run sees it: the shared template (`lower`,
@@ -222,7 +229,8 @@ pub struct CommandSpec {
     pub tty: bool,
     /// Where its stdout and stderr go; `None`: wherever the backend keeps a
     /// command's output, shown by the streams of its [`Execution`]. With files,
-    /// the files are the output and those streams are empty.
+    /// the files are the output, and the streams show them only when
+    /// [`CommandOutput::follow`] says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<CommandOutput>,
 }
@@ -242,15 +250,21 @@ impl CommandSpec {
 }
 
 /// Two files of the runner a command writes its stdout and stderr to (created
-/// new, appended to): for a command whose output must outlive the runner that
-/// started it, like a service's. Not with a terminal (`tty`), whose output is
-/// one stream.
+/// new, appended to): for output that must outlive the runner that started the
+/// command, like a service's, or what a command's background processes write
+/// after it ended. Not with a terminal (`tty`), whose output is one stream.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandOutput {
     /// The file of its standard output.
     pub stdout: PathBuf,
     /// The file of its standard error.
     pub stderr: PathBuf,
+    /// Whether the execution's streams show the files as they grow, up to
+    /// their size when the command itself ended (an ordinary command, whose
+    /// later output the runner reads from the files); `false`: the streams are
+    /// empty (a service, whose files are its log).
+    #[serde(default)]
+    pub follow: bool,
 }
 
 /// A boxed byte stream from a running command.

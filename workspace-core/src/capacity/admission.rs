@@ -2,6 +2,8 @@
 //! [`Capacity`] is one; a pool shared by every process on the host is another.
 
 use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -24,8 +26,35 @@ pub struct Grant {
     resources: Resources,
     since: SystemTime,
     /// What keeps the capacity held; dropping it releases.
-    _held: Box<dyn Send + Sync>,
+    held: Option<Box<dyn Held>>,
 }
+
+/// What keeps a [`Grant`]'s capacity held, when a process other than its
+/// owner can keep it held too: an admission control across processes whose
+/// hold is an open file (a [`HostPool`](super::HostPool) ticket's lock).
+pub trait Held: Send + Sync + fmt::Debug {
+    /// A descriptor that keeps the capacity held while any process has it
+    /// open; `None`: only this value holds it.
+    fn descriptor(&self) -> Option<io::Result<OwnedFd>> {
+        None
+    }
+
+    /// Lets go without releasing what a copy of [`descriptor`](Self::descriptor)
+    /// still holds; the capacity is back once the last copy is closed. The
+    /// default releases (drops `self`).
+    fn leave(self: Box<Self>) {}
+}
+
+/// A holder only its owner has: dropping it releases.
+struct Owned<T>(T);
+
+impl<T> fmt::Debug for Owned<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Owned")
+    }
+}
+
+impl<T: Send + Sync> Held for Owned<T> {}
 
 impl Grant {
     /// A grant of `resources` to `label`, held by `held` until dropped.
@@ -34,11 +63,37 @@ impl Grant {
         resources: Resources,
         held: impl Send + Sync + 'static,
     ) -> Self {
+        Self::held_by(label, resources, Owned(held))
+    }
+
+    /// A grant of `resources` to `label` whose hold another process can keep
+    /// (see [`Held`]).
+    pub fn held_by(
+        label: impl Into<String>,
+        resources: Resources,
+        held: impl Held + 'static,
+    ) -> Self {
         Self {
             label: label.into(),
             resources,
             since: SystemTime::now(),
-            _held: Box::new(held),
+            held: Some(Box::new(held)),
+        }
+    }
+
+    /// A descriptor that keeps this grant's capacity held while any process
+    /// has it open (for a sandbox that outlives the process that asked for
+    /// it); `None` when only this value can hold it.
+    pub fn descriptor(&self) -> Option<io::Result<OwnedFd>> {
+        self.held.as_ref().and_then(|held| held.descriptor())
+    }
+
+    /// Lets go of the grant, leaving its capacity held for as long as a copy
+    /// of its [`descriptor`](Self::descriptor) is open elsewhere (a live
+    /// sandbox's); a grant without one is released.
+    pub fn leave(mut self) {
+        if let Some(held) = self.held.take() {
+            held.leave();
         }
     }
 
@@ -76,7 +131,7 @@ impl AdmissionControl for Capacity {
             label: label.to_owned(),
             resources: reservation.resources(),
             since: reservation.since(),
-            _held: Box::new(reservation),
+            held: Some(Box::new(Owned(reservation))),
         })
     }
 }

@@ -45,7 +45,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use admission::{AdmissionControl, Grant};
+pub use admission::{AdmissionControl, Grant, Held};
 pub use error::CapacityError;
 pub use host_pool::HostPool;
 pub use reservation::Reservation;

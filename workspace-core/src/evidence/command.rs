@@ -16,6 +16,9 @@ pub const COMMAND_FILE: &str = "command.json";
 pub const STDOUT_FILE: &str = "stdout";
 /// The name of the captured standard error inside a command directory.
 pub const STDERR_FILE: &str = "stderr";
+/// The prefix of what a command's background processes wrote after it ended,
+/// inside its directory: `late.stdout`, `late.stderr`.
+pub const LATE_OUTPUT_PREFIX: &str = "late.";
 
 /// Milliseconds since the Unix epoch, now (0 if the clock is before 1970).
 pub fn unix_ms_now() -> u64 {

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::EvidenceError;
 use super::atomic::{sync_dir, to_pretty_json, write_atomic};
-use super::command::{CommandRecorder, CommandStart};
+use super::command::{CommandRecorder, CommandStart, LATE_OUTPUT_PREFIX};
 use super::layout::{self, COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 use super::manifest::Manifest;
 use crate::RunId;
@@ -135,24 +135,46 @@ impl EvidenceWriter {
         stream: &str,
         bytes: &[u8],
     ) -> Result<(), EvidenceError> {
+        self.write_nested(layout::SERVICES_DIR, name, stream, bytes)
+    }
+
+    /// Writes what the background processes of command `seq` wrote to its
+    /// `stream` (`stdout` or `stderr`) after the command ended, to
+    /// `commands/NNNN/late.STREAM`, atomically and durably.
+    pub fn write_late_output(
+        &self,
+        seq: u32,
+        stream: &str,
+        bytes: &[u8],
+    ) -> Result<(), EvidenceError> {
+        let name = format!("{LATE_OUTPUT_PREFIX}{stream}");
+        self.write_nested(COMMANDS_DIR, &format!("{seq:04}"), &name, bytes)
+    }
+
+    /// Writes `TOP/DIR/NAME`, `dir` and `name` each one path component.
+    fn write_nested(
+        &self,
+        top: &str,
+        dir: &str,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<(), EvidenceError> {
         let _state = self.unsealed()?;
-        let dir = self.dir.join(layout::SERVICES_DIR).join(name);
-        if let Some(reason) =
-            layout::bad_path_reason(&format!("{}/{name}/{stream}", layout::SERVICES_DIR)).or_else(
-                || (name.contains('/') || stream.contains('/')).then_some("a name holds '/'"),
-            )
+        let path = self.dir.join(top).join(dir);
+        if let Some(reason) = layout::bad_path_reason(&format!("{top}/{dir}/{name}"))
+            .or_else(|| (dir.contains('/') || name.contains('/')).then_some("a name holds '/'"))
         {
             return Err(EvidenceError::CreateDir {
-                path: dir,
+                path,
                 source: io::Error::new(io::ErrorKind::InvalidInput, reason),
             });
         }
-        fs::create_dir_all(&dir).map_err(|source| EvidenceError::CreateDir {
-            path: dir.clone(),
+        fs::create_dir_all(&path).map_err(|source| EvidenceError::CreateDir {
+            path: path.clone(),
             source,
         })?;
-        write_atomic(&dir, stream, bytes)?;
-        sync_dir(&dir)
+        write_atomic(&path, name, bytes)?;
+        sync_dir(&path)
     }
 
     /// Copies the host file `from` into a well-known file (for the journal).

@@ -90,6 +90,22 @@ impl LockFile {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Another descriptor of the locked open file: the lock stays held while
+    /// any process has one open (it belongs to the open file, not a process).
+    pub(crate) fn descriptor(&self) -> io::Result<std::os::fd::OwnedFd> {
+        match &self.file {
+            Some(file) => file.try_clone().map(Into::into),
+            None => Err(io::Error::from(io::ErrorKind::NotFound)),
+        }
+    }
+
+    /// Closes this process's descriptor without unlocking or clearing the
+    /// record: the lock stays held for as long as a [`descriptor`](Self::descriptor)
+    /// is open somewhere, and the kernel drops it when the last one closes.
+    pub(crate) fn leave(mut self) {
+        drop(self.file.take());
+    }
 }
 
 impl Drop for LockFile {

@@ -2,6 +2,7 @@
 
 use super::export::Verified;
 use super::export::{ExportInputs, export_bundle};
+use super::late_output;
 use super::leases::RunLeases;
 use super::outcome::{NetworkCounts, Outcome, RunReport};
 use super::preview::{self, PreviewRecord};
@@ -11,6 +12,16 @@ use super::{RunError, Workspace};
 use crate::boundary::{ApprovalRecord, LeakReport};
 use crate::evidence::{EvidenceFile, unix_ms_now};
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
+
+/// Removes the runner's files of a run whose processes have all ended (its
+/// services' logs, its commands' output, its templates' layers, its private
+/// state), then the run directory; what fails is added to `errors`.
+pub(super) fn remove_run_files(run_dir: &std::path::Path, errors: &mut Vec<String>) {
+    Services::remove_files(run_dir, errors);
+    late_output::remove_files(run_dir, errors);
+    super::templates::remove_files(run_dir, errors);
+    remove_private_state(run_dir, errors);
+}
 
 impl Workspace {
     /// Writes `preview.json` when the run published ports: the endpoints, and
@@ -112,11 +123,18 @@ impl Workspace {
         };
         self.journal(|life| life.export().map(drop))?;
         let network = self.export_network();
+        let late_output = late_output::export(
+            &self.paths.run_dir,
+            &self.evidence,
+            &self.scrubber,
+            &mut self.errors,
+        );
         let mut outcome = Outcome {
             run_id: self.run.run_id.clone(),
             ended_in,
             failure,
             commands: self.commands.clone(),
+            late_output,
             leaks: leaks.clone(),
             patch_sha256: None,
             changed_paths: 0,
@@ -181,9 +199,7 @@ impl Workspace {
             if let Err(e) = released {
                 cleanup_errors.push(format!("source release: {}", crate::error_chain(&e)));
             }
-            Services::remove_files(&self.paths.run_dir, &mut cleanup_errors);
-            super::templates::remove_files(&self.paths.run_dir, &mut cleanup_errors);
-            remove_private_state(&self.paths.run_dir, &mut cleanup_errors);
+            remove_run_files(&self.paths.run_dir, &mut cleanup_errors);
             self.reservation = None;
             self.leases = RunLeases::default();
             if cleanup_errors.is_empty() {

@@ -8,6 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::RunErrorKind;
+use super::late_output::{self, Streamed};
 use super::outcome::CommandOutcome;
 use super::scrub::Scrubber;
 use crate::boundary::{
@@ -66,12 +67,16 @@ impl CommandIo {
 
 /// Runs `spec` as command `seq`'s recorder says and records how it ended.
 ///
+/// A command without a terminal writes to output files in `run_dir`, which
+/// its streams follow until it ended (what its background processes write
+/// later is [`late_output`]'s).
+///
 /// A command that cannot be spawned is recorded as not started (with the reason)
 /// and reported as such, not as an error: the run goes on to export.
 pub(super) async fn execute(
     process: &dyn ProcessBoundary,
     run: &RunContext,
-    evidence: &EvidenceWriter,
+    (evidence, run_dir): (&EvidenceWriter, &std::path::Path),
     spec: &CommandSpec,
     io: CommandIo,
     (cancel, grace, scrubber): (&CancellationToken, Option<Duration>, &Scrubber),
@@ -80,6 +85,12 @@ pub(super) async fn execute(
     let argv: Vec<String> = spec.argv.iter().map(|a| scrubber.redact(a)).collect();
     let mut recorder = evidence.start_command(CommandStart::now(argv.clone(), &spec.cwd))?;
     let seq = recorder.seq();
+    let mut spec = spec.clone();
+    let followed = !spec.tty && spec.output.is_none();
+    if followed {
+        spec.output = Some(late_output::files(run_dir, seq)?);
+    }
+    let spec = &spec;
     let started = Instant::now();
     let outcome = |exit: ExitRecord, error: Option<String>| CommandOutcome {
         seq,
@@ -134,15 +145,12 @@ pub(super) async fn execute(
     };
     let stdout_file = to_file(recorder.stdout_writer())?;
     let stderr_file = to_file(recorder.stderr_writer())?;
-    let mut pumps = Vec::new();
-    if let Some(stream) = execution.take_stdout() {
-        let scrubber = scrubber.clone();
-        pumps.push(tokio::spawn(tee(stream, stdout_file, io.stdout, scrubber)));
-    }
-    if let Some(stream) = execution.take_stderr() {
-        let scrubber = scrubber.clone();
-        pumps.push(tokio::spawn(tee(stream, stderr_file, io.stderr, scrubber)));
-    }
+    let stdout_pump = execution
+        .take_stdout()
+        .map(|stream| tokio::spawn(tee(stream, stdout_file, io.stdout, scrubber.clone())));
+    let stderr_pump = execution
+        .take_stderr()
+        .map(|stream| tokio::spawn(tee(stream, stderr_file, io.stderr, scrubber.clone())));
     let feeder = match (execution.take_stdin(), io.stdin) {
         (Some(mut sink), Some(mut source)) => Some(tokio::spawn(async move {
             let _ = tokio::io::copy(&mut source, &mut sink).await;
@@ -172,9 +180,14 @@ pub(super) async fn execute(
         feeder.abort();
     }
     let mut output_errors = Vec::new();
-    for pump in pumps {
+    let mut streamed = Streamed::default();
+    for (pump, count) in [
+        (stdout_pump, &mut streamed.stdout),
+        (stderr_pump, &mut streamed.stderr),
+    ] {
+        let Some(pump) = pump else { continue };
         match tokio::time::timeout(OUTPUT_DRAIN, pump).await {
-            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Ok(bytes))) => *count = bytes,
             Ok(Ok(Err(e))) => output_errors.push(format!("capturing output: {e}")),
             Ok(Err(e)) => output_errors.push(format!("capturing output: {e}")),
             Err(_) => output_errors.push(format!(
@@ -182,6 +195,16 @@ pub(super) async fn execute(
                 OUTPUT_DRAIN.as_secs()
             )),
         }
+    }
+    // Only a complete stream says where the late output begins.
+    if followed
+        && output_errors.is_empty()
+        && let Err(e) = late_output::record_streamed(run_dir, seq, streamed)
+    {
+        output_errors.push(format!(
+            "recording how much output was streamed: {}",
+            crate::error_chain(&e)
+        ));
     }
     let (exit, error) = match waited {
         Ok(exit) => (exit, None),
@@ -207,16 +230,19 @@ pub(super) async fn execute(
 
 /// Copies `stream`, with credential values redacted, to the evidence `file` and,
 /// while it accepts writes, to `sink`. A sink that fails (a closed pipe) is
-/// dropped; the evidence keeps everything.
+/// dropped; the evidence keeps everything. Returns how many bytes the stream
+/// carried.
 async fn tee(
     mut stream: OutputStream,
     mut file: tokio::fs::File,
     mut sink: Option<OutputSink>,
     mut scrubber: Scrubber,
-) -> std::io::Result<()> {
+) -> std::io::Result<u64> {
     let mut buffer = vec![0u8; 64 * 1024];
+    let mut carried = 0u64;
     loop {
         let read = stream.read(&mut buffer).await?;
+        carried += read as u64;
         let data = if read == 0 {
             scrubber.finish()
         } else {
@@ -235,7 +261,8 @@ async fn tee(
     if let Some(out) = sink.as_mut() {
         let _ = out.flush().await;
     }
-    file.sync_all().await
+    file.sync_all().await?;
+    Ok(carried)
 }
 
 pub(super) fn describe_kill(cause: &KillCause) -> String {

@@ -63,6 +63,10 @@ pub struct Outcome {
     pub failure: Option<FailureCause>,
     /// Every command, in order.
     pub commands: Vec<CommandOutcome>,
+    /// The commands whose background processes wrote output after they ended
+    /// (kept as `commands/NNNN/late.stdout` and `late.stderr`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late_output: Vec<super::LateOutput>,
     /// What the process boundary's teardown found still alive (empty when clean),
     /// or `None` when teardown itself failed (see `errors`).
     pub leaks: Option<LeakReport>,

@@ -12,6 +12,9 @@ pub const RUNS_DIR: &str = "runs";
 /// The file in a run's private directory that records its filesystem grants, so a
 /// later process (resume, recovery) can release them.
 pub const FILESYSTEM_STATE_FILE: &str = "filesystem.json";
+/// Present while the run's sandbox holds its capacity ticket (a runner that
+/// attaches to it again does not admit it again).
+pub(super) const CAPACITY_HELD_FILE: &str = "capacity-held-by-sandbox";
 /// The run's identity plan with its credential values (mode 0600), in its run
 /// directory (see `identity_store`).
 pub(super) const IDENTITY_STATE_FILE: &str = "identity.json";

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::RunnerConfig;
+use super::conclude::remove_run_files;
 use super::export::{ExportInputs, export_bundle};
 use super::identity_store;
+use super::late_output;
 use super::outcome::Outcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::scrub::Scrubber;
-use super::services::Services;
-use super::state_files::{read_required, read_state, remove_private_state};
+use super::state_files::{read_required, read_state};
 use crate::boundary::{FilesystemRecord, RunContext, SourceRecord, Stack};
 use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
@@ -109,6 +110,7 @@ impl RecoveryHooks for StackRecovery {
             )
             .map(|found| found.into_iter().map(|(_, outcome)| outcome).collect())
             .unwrap_or_default(),
+            late_output: Vec::new(),
             leaks: None,
             patch_sha256: None,
             changed_paths: 0,
@@ -136,6 +138,8 @@ impl RecoveryHooks for StackRecovery {
             }
         };
         let scrubber = Scrubber::new(&credentials);
+        outcome.late_output =
+            late_output::export(&paths.run_dir, &evidence, &scrubber, &mut outcome.errors);
         export_bundle(
             self.stack.promotion.as_ref(),
             &context,
@@ -182,9 +186,7 @@ impl RecoveryHooks for StackRecovery {
             }
         }
         let mut errors = Vec::new();
-        Services::remove_files(&paths.run_dir, &mut errors);
-        super::templates::remove_files(&paths.run_dir, &mut errors);
-        remove_private_state(&paths.run_dir, &mut errors);
+        remove_run_files(&paths.run_dir, &mut errors);
         if errors.is_empty() {
             Ok(())
         } else {

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use super::RunErrorKind;
 use super::leases::LEASES_STATE_FILE;
-use super::paths::{FILESYSTEM_STATE_FILE, IDENTITY_STATE_FILE};
+use super::paths::{CAPACITY_HELD_FILE, FILESYSTEM_STATE_FILE, IDENTITY_STATE_FILE};
 
 pub(super) fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
     std::fs::create_dir_all(path).map_err(|source| RunErrorKind::Io {
@@ -52,8 +52,6 @@ pub(super) fn write_state(path: &Path, value: &impl Serialize) -> Result<(), Run
     })
 }
 
-/// Removes the runner's own files in the run directory, then the directory if it
-/// is empty. Anything a boundary left there is reported, never removed blindly.
 /// Removes `path` (a whole tree when it is a directory); one that is not
 /// there is gone already; a failure is added to `errors`.
 pub(super) fn remove_if_present(path: &Path, errors: &mut Vec<String>) {
@@ -69,11 +67,14 @@ pub(super) fn remove_if_present(path: &Path, errors: &mut Vec<String>) {
     }
 }
 
+/// Removes the runner's own files in the run directory, then the directory if it
+/// is empty. Anything a boundary left there is reported, never removed blindly.
 pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
     for name in [
         FILESYSTEM_STATE_FILE,
         LEASES_STATE_FILE,
         IDENTITY_STATE_FILE,
+        CAPACITY_HELD_FILE,
         crate::egress::ATTEMPT_LOG_FILE,
     ] {
         remove_if_present(&run_dir.join(name), errors);

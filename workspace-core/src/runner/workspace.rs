@@ -1,7 +1,9 @@
 //! [`Workspace`]: one run between its creation and its cleanup.
 
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -12,7 +14,7 @@ use super::identity_store;
 use super::leases::{LEASES_STATE_FILE, LeasedNames, RunLeases};
 use super::observed::{AppliedEnvironment, ObservedRecord};
 use super::outcome::{CommandOutcome, RunReport};
-use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::paths::{CAPACITY_HELD_FILE, FILESYSTEM_STATE_FILE, RunPaths};
 use super::scrub::Scrubber;
 use super::services::{Services, connection_vars};
 use super::state_files::{create_dir, read_state, write_state};
@@ -205,7 +207,7 @@ impl Workspace {
         self.sealing = true;
         // Its services' records first: whatever fails next, they are exported.
         self.services = Services::load(&self.paths.run_dir)?;
-        let environment = self.reserve().await?;
+        let environment = self.capacity_to_attach().await?;
         self.life.resume()?;
         self.lease_again()?;
         self.verify_source().await?;
@@ -223,6 +225,7 @@ impl Workspace {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the suspended run's processes are gone; sealing it again");
                 self.clear_lost_sandbox().await?;
+                self.capacity_to_seal_again(&environment).await?;
                 self.services.lost("gone when the run was resumed");
                 self.record_resume(
                     None,
@@ -231,6 +234,30 @@ impl Workspace {
                 self.seal(environment).await
             }
         }
+    }
+
+    /// The environment of a run being attached again, and its capacity: a
+    /// sandbox that holds it still does (admitting again would wait behind
+    /// itself); otherwise it is reserved again.
+    async fn capacity_to_attach(&mut self) -> Result<EnvironmentPlan, RunErrorKind> {
+        let held = self.paths.run_dir.join(CAPACITY_HELD_FILE).exists();
+        if held && self.sandbox_holds_capacity() {
+            Ok(self.runner.stack().environment.prepare(&self.run).await?)
+        } else {
+            self.reserve().await
+        }
+    }
+
+    /// The capacity of a run sealed again after its sandbox was lost: what
+    /// the sandbox held went with it.
+    async fn capacity_to_seal_again(
+        &mut self,
+        environment: &EnvironmentPlan,
+    ) -> Result<(), RunErrorKind> {
+        if self.reservation.is_none() {
+            self.admit(environment).await?;
+        }
+        Ok(())
     }
 
     /// Removes what a lost sandbox left (cgroups that outlived its pid 1, its
@@ -327,7 +354,7 @@ impl Workspace {
         self.sealing = true;
         // Its services' records first: whatever fails next, they are exported.
         self.services = Services::load(&self.paths.run_dir)?;
-        let environment = self.reserve().await?;
+        let environment = self.capacity_to_attach().await?;
         self.lease_again()?;
         let plan = self.attach_plan(environment.clone()).await?;
         match stack.process.attach(&self.run, &plan).await? {
@@ -342,6 +369,7 @@ impl Workspace {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the detached sandbox is gone; sealing the run again");
                 self.clear_lost_sandbox().await?;
+                self.capacity_to_seal_again(&environment).await?;
                 self.services
                     .lost("its sandbox was gone when the run was attached again");
                 self.life.resume()?;
@@ -380,9 +408,14 @@ impl Workspace {
     /// Resolves the environment and reserves the capacity its limits need
     /// (waiting in FIFO order, within the `waiting` limit).
     async fn reserve(&mut self) -> Result<EnvironmentPlan, RunErrorKind> {
-        let stack = self.runner.stack().clone();
-        // The environment is resolved first: its limits are what the run reserves.
-        let environment = stack.environment.prepare(&self.run).await?;
+        let environment = self.runner.stack().environment.prepare(&self.run).await?;
+        self.admit(&environment).await?;
+        Ok(environment)
+    }
+
+    /// Reserves the capacity `environment`'s limits need (waiting in FIFO
+    /// order, within the `waiting` limit).
+    async fn admit(&mut self, environment: &EnvironmentPlan) -> Result<(), RunErrorKind> {
         let request = reserve_request(
             &environment.limits,
             self.run.contract.environment.reservation.as_ref(),
@@ -398,7 +431,56 @@ impl Workspace {
         })
         .await?;
         self.reservation = Some(reservation);
-        Ok(environment)
+        Ok(())
+    }
+
+    /// Whether the run's live sandbox holds its capacity while no runner does.
+    fn sandbox_holds_capacity(&self) -> bool {
+        self.runner.stack().process.capabilities().holds_capacity
+    }
+
+    /// What the sandbox keeps open for its life: the capacity ticket's lock,
+    /// when the process boundary holds capacity and the admission control
+    /// has one (a host-wide pool).
+    fn held_open(&self) -> Vec<Arc<OwnedFd>> {
+        if !self.sandbox_holds_capacity() {
+            return Vec::new();
+        }
+        match self.reservation.as_ref().and_then(Grant::descriptor) {
+            Some(Ok(fd)) => vec![Arc::new(fd)],
+            Some(Err(error)) => {
+                // The run goes on; its capacity is then given back on detach.
+                tracing::warn!(run_id = %self.run.run_id, %error,
+                    "the capacity ticket cannot be handed to the sandbox");
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Records whether the sandbox about to be sealed holds the run's
+    /// capacity, for the runner that attaches to it later.
+    fn record_capacity_holder(&self, held: bool) -> Result<(), RunErrorKind> {
+        let path = self.paths.run_dir.join(CAPACITY_HELD_FILE);
+        let written = if held {
+            std::fs::write(&path, b"")
+        } else {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        };
+        written.map_err(|source| RunErrorKind::Io { path, source })
+    }
+
+    /// Gives the capacity back, or, when the live sandbox holds it, leaves it
+    /// to the sandbox (until the sandbox ends).
+    fn let_go_of_capacity(&mut self) {
+        if let Some(grant) = self.reservation.take()
+            && self.sandbox_holds_capacity()
+        {
+            grant.leave();
+        }
     }
 
     /// Leases the run's cache prefix, schema name and (without a private network)
@@ -427,7 +509,9 @@ impl Workspace {
         self.life.start_services()?;
         let identity = Self::run_identity(stack.identity.as_ref(), &self.run).await?;
         self.scrubber = Scrubber::new(&identity.credentials);
-        let plan = self.seal_plan(environment.clone(), identity.clone())?;
+        let mut plan = self.seal_plan(environment.clone(), identity.clone())?;
+        plan.held_open = self.held_open();
+        self.record_capacity_holder(!plan.held_open.is_empty())?;
         let filesystem = plan.filesystem.clone();
         self.sealing = true;
         let limit = self.limit(StateName::StartingServices);
@@ -494,6 +578,7 @@ impl Workspace {
             environment,
             identity,
             templates,
+            held_open: Vec::new(),
         })
     }
 
@@ -522,7 +607,7 @@ impl Workspace {
         }
         self.sealing = false;
         self.journal(|life| life.detach().map(drop))?;
-        self.reservation = None;
+        self.let_go_of_capacity();
         self.leases = RunLeases::default();
         self.concluded = true;
         tracing::info!(run_id = %self.run.run_id, "run detached");
@@ -564,7 +649,7 @@ impl Workspace {
         };
         self.sealing = false;
         self.journal(|life| life.suspend().map(drop))?;
-        self.reservation = None;
+        self.let_go_of_capacity();
         self.leases = RunLeases::default();
         self.concluded = true;
         tracing::info!(run_id = %self.run.run_id, ?suspension, "run suspended");
@@ -638,7 +723,7 @@ impl Workspace {
         let outcome = execute(
             process.as_ref(),
             &self.run,
-            &self.evidence,
+            (&self.evidence, &self.paths.run_dir),
             command,
             io,
             (&self.cancel, self.cancel_grace, &self.scrubber),

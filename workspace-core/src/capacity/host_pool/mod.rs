@@ -246,7 +246,7 @@ impl AdmissionControl for HostPool {
                 if self.admissible(&ticket, &live) {
                     ticket.mark_granted()?;
                     tracing::debug!(label, seq = ticket.seq, "host capacity granted");
-                    return Ok(Grant::new(label, request, ticket));
+                    return Ok(Grant::held_by(label, request, ticket));
                 }
             }
             tokio::time::sleep(POLL_INTERVAL).await;

@@ -2,11 +2,13 @@
 //! while it holds, with the owner's record in it.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::capacity::admission::Held;
 use crate::capacity::{CapacityError, Resources};
 use crate::lease::LeaseError;
 use crate::lease::lock_file::{LockFile, probe};
@@ -51,7 +53,8 @@ pub(super) struct LiveTicket {
 pub(super) struct Ticket {
     pub(super) seq: u64,
     pub(super) record: TicketRecord,
-    lock: LockFile,
+    /// `None` once left to another holder of its descriptor.
+    lock: Option<LockFile>,
 }
 
 impl Ticket {
@@ -72,7 +75,11 @@ impl Ticket {
                 source: io::Error::from(io::ErrorKind::AlreadyExists),
             });
         };
-        let mut ticket = Ticket { seq, record, lock };
+        let mut ticket = Ticket {
+            seq,
+            record,
+            lock: Some(lock),
+        };
         ticket.write()?;
         Ok(ticket)
     }
@@ -85,21 +92,39 @@ impl Ticket {
 
     fn write(&mut self) -> Result<(), CapacityError> {
         let record = self.record.clone();
-        self.lock
-            .record(&record)
-            .map_err(|e| lock_error("writing", self.lock.path(), e))
+        match &mut self.lock {
+            Some(lock) => lock
+                .record(&record)
+                .map_err(|e| lock_error("writing", lock.path(), e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Held for Ticket {
+    fn descriptor(&self) -> Option<io::Result<OwnedFd>> {
+        self.lock.as_ref().map(LockFile::descriptor)
+    }
+
+    fn leave(mut self: Box<Self>) {
+        // The file and its record stay for as long as the lock is held elsewhere;
+        // then the next scan finds the file unlocked and removes it as stale.
+        if let Some(lock) = self.lock.take() {
+            lock.leave();
+        }
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        let Some(lock) = &self.lock else { return };
         // Remove while still locked; the lock file's own drop then unlocks.
-        match std::fs::remove_file(self.lock.path()) {
+        match std::fs::remove_file(lock.path()) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(error) => {
                 // Unlocked below, so the next scan removes it as stale.
-                tracing::warn!(path = %self.lock.path().display(), %error, "removing capacity ticket");
+                tracing::warn!(path = %lock.path().display(), %error, "removing capacity ticket");
             }
         }
     }

@@ -432,6 +432,7 @@ pub fn log_files(run_dir: &Path, name: &str) -> CommandOutput {
     CommandOutput {
         stdout: dir.join("stdout"),
         stderr: dir.join("stderr"),
+        follow: false,
     }
 }
 
