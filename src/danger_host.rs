@@ -4,7 +4,7 @@
 //!
 //! It exists to validate the conformance kit: a kit that passes this stack
 //! tests nothing. `agent-workspace conformance --backend danger-host` must come
-//! out failing `path-scope`, `credential`, `concurrency` and `escape-signal`.
+//! out failing `path-scope`, `credential`, `concurrency` and every escape case.
 //! Never run an agent on it.
 
 use std::collections::HashMap;

@@ -9,7 +9,8 @@
 //! * [`worktree`] (`backend-worktree`): source, host-side filesystem and promotion;
 //! * [`namespace`] (`backend-namespace`): process, environment and identity with
 //!   Linux namespaces;
-//! * [`container`] (`backend-container`): the same through an OCI runtime.
+//! * [`container`] (`backend-container`): the same through an OCI runtime (not
+//!   implemented yet: `--backend container` says so).
 //!
 //! ```
 //! use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};

@@ -84,6 +84,11 @@ fn a_grant_through_a_symbolic_link_binds_what_it_named_and_records_both_paths() 
         release.to_str().unwrap(),
         "{observed}"
     );
+    // The read-only grant refused a write, asked of the kernel at its target.
+    assert_eq!(
+        observed["probe"]["facts"]["writes"]["/opt/toolchain"], "refused",
+        "{observed}"
+    );
 
     // A grant of a path that is not there is bad input, said once, before
     // anything is created.

@@ -300,17 +300,25 @@ fn conformance_prints_one_line_per_case_and_fails_the_stack_without_isolation() 
     let out = fixture.agent_workspace(&["conformance", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let results: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(results.len(), 7, "{results:?}");
+    assert_eq!(results.len(), 10, "{results:?}");
     assert!(
         results.iter().all(|r| r["verdict"] == "passed"),
         "{results:?}"
     );
 
-    let out = fixture.agent_workspace(&["conformance", "--backend", "danger-host"]);
+    let out = fixture.agent_workspace(&["conformance", "--backend", "host"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert_eq!(stdout.lines().count(), 7, "{stdout}");
-    for case in ["path-scope", "concurrency", "credential", "escape-signal"] {
+    assert_eq!(stdout.lines().count(), 10, "{stdout}");
+    for case in [
+        "path-scope",
+        "concurrency",
+        "credential",
+        "escape-signal",
+        "escape-symlink",
+        "escape-proc-root",
+        "escape-hardlink",
+    ] {
         assert!(stdout.contains(&format!("{case}: failed: ")), "{stdout}");
     }
     assert!(stdout.contains("snapshot: passed"), "{stdout}");

@@ -8,7 +8,9 @@
 
 mod support;
 
-use agent_workspace::core::conformance::{CASES, Kit, Verdict};
+use std::sync::Arc;
+
+use agent_workspace::core::conformance::{self, CASES, Kit, MakeStack, Verdict};
 use support::Fixture;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,7 +40,15 @@ async fn the_stack_without_isolation_fails_what_isolation_keeps() {
         .collect();
     assert_eq!(
         failed,
-        ["path-scope", "concurrency", "credential", "escape-signal"],
+        [
+            "path-scope",
+            "concurrency",
+            "credential",
+            "escape-signal",
+            "escape-symlink",
+            "escape-proc-root",
+            "escape-hardlink"
+        ],
         "{results:#?}"
     );
     // What does not need isolation it keeps: the checkout, resume, the patch.
@@ -46,6 +56,22 @@ async fn the_stack_without_isolation_fails_what_isolation_keeps() {
         let result = results.iter().find(|r| r.name == name).unwrap();
         assert_eq!(result.verdict, Verdict::Passed, "{name}: {results:#?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_case_the_stacks_capabilities_rule_out_is_unsupported_and_says_why() {
+    let make: MakeStack = Arc::new(|_| {
+        Ok(support::gates::without_promotion_targets(
+            agent_workspace::danger_no_isolation_stack(),
+        ))
+    });
+    match conformance::promotion(&make).await {
+        Verdict::Unsupported { reason } => assert!(reason.contains("patch"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    // A public function is the case the kit runs by name.
+    let plain: MakeStack = Arc::new(|_| Ok(agent_workspace::danger_no_isolation_stack()));
+    assert_eq!(conformance::snapshot(&plain).await, Verdict::Passed);
 }
 
 #[test]

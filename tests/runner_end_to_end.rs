@@ -459,6 +459,34 @@ async fn a_fixture_that_is_not_what_the_contract_pins_fails_the_run_before_any_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_reads_back_namespaces_cgroups_read_only_mounts_and_hidden_paths() {
+    let fx = Fixture::new("probe-readback");
+    let mut contract = fx.contract();
+    contract.filesystem.excluded = vec!["src".into()];
+    let report = run_shell(&fx, contract, "ls src | wc -l", "probe-readback").await;
+    assert_concluded(&fx, &report, &[]);
+    let observed = read_json(&report.evidence, "observed.json");
+    let probe = &observed["probe"];
+    assert_eq!(probe["mismatches"], serde_json::json!([]), "{observed}");
+    let facts = &probe["facts"];
+    // Each namespace the run's own, beside the runner's.
+    let namespaces = facts["namespaces"].as_object().unwrap();
+    assert_eq!(namespaces.len(), 7, "{observed}");
+    for (kind, ids) in namespaces {
+        assert_ne!(ids["run"], ids["host"], "{kind}: {observed}");
+    }
+    assert!(
+        !facts["cgroups"].as_array().unwrap().is_empty(),
+        "{observed}"
+    );
+    // Each read-only mount refused a write; the excluded directory shows nothing.
+    assert_eq!(facts["writes"]["/usr"], "refused", "{observed}");
+    assert_eq!(facts["masked"]["/workspace/src"], "hidden", "{observed}");
+    let listed = std::fs::read_to_string(report.evidence.join("commands/0001/stdout")).unwrap();
+    assert_eq!(listed.trim(), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_toolchain_the_run_lacks_fails_closed_when_required_and_is_recorded_when_best_effort() {
     let fx = Fixture::new("toolchain");
     let mut contract = fx.contract();

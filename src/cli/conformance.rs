@@ -13,7 +13,9 @@ use super::session::block_on;
 pub(crate) enum KitBackend {
     /// The embedded default: Linux namespaces, cgroups and seccomp.
     Namespace,
-    /// No isolation at all, a reference the kit must fail (never run agents on it).
+    /// No isolation at all, a reference the kit must fail (never run agents on
+    /// it); also `host`.
+    #[value(alias = "host")]
     DangerHost,
 }
 

@@ -292,3 +292,47 @@ impl PromotionBoundary for Gated<dyn PromotionBoundary> {
         }
     }
 }
+
+/// `plain` with a promotion boundary that declares no target (and refuses
+/// every promotion): a stack for which the kit's promotion case does not apply.
+pub fn without_promotion_targets(plain: Stack) -> Stack {
+    Stack {
+        promotion: Arc::new(NoTargets {
+            inner: plain.promotion.clone(),
+        }),
+        ..plain
+    }
+}
+
+/// A real promotion boundary that declares no target.
+#[derive(Debug)]
+struct NoTargets {
+    inner: Arc<dyn PromotionBoundary>,
+}
+
+impl PromotionBoundary for NoTargets {
+    fn capabilities(&self) -> PromotionCapabilities {
+        PromotionCapabilities::default()
+    }
+
+    fn name(&self) -> &'static str {
+        "no promotion targets"
+    }
+
+    boundary_method! {
+        fn export(&self, run: &'life1 RunContext, source: &'life2 SourceRecord) -> PatchExport {
+            self.inner.export(run, source)
+        }
+    }
+
+    boundary_method! {
+        fn promote(
+            &self,
+            run: &'life1 RunContext,
+            source: &'life2 SourceRecord,
+            request: &'life3 PromotionRequest,
+        ) -> PromotionRecord {
+            self.inner.promote(run, source, request)
+        }
+    }
+}

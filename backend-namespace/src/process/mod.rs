@@ -274,6 +274,7 @@ impl ProcessBoundary for NamespaceProcess {
             let sealed = seal::prepare(&run_c, &plan_c, &options)?;
             let expected = observe::Expected {
                 mount_points: sealed.mount_points.clone(),
+                host_ids: seal::host_ids(&plan_c, &options).ok(),
                 ..expected
             };
             match probe::probe(&sealed, &expected, options.probe_timeout) {

@@ -44,6 +44,9 @@ pub struct Expected {
     /// Every mount point of the applied plan, with whether it must be read-only
     /// ([`MountPlan::mount_points`](workspace_core::mount_plan::MountPlan::mount_points)).
     pub mount_points: Vec<MountPoint>,
+    /// The host uid and gid the run's ids map to: its `uid_map` and `gid_map`
+    /// must be exactly that one id each.
+    pub host_ids: Option<(u32, u32)>,
 }
 
 /// Parses the probe's output into facts (`uid`, `gid`, `cap_eff`, `cap_prm`,
@@ -117,6 +120,14 @@ pub fn parse(output: &str) -> BTreeMap<String, Value> {
     };
     facts.insert("interfaces".into(), json!(words("interfaces")));
     facts.insert("absent".into(), json!(words("absent")));
+    // `TARGET RESULT` lines: what the kernel answered for each point.
+    for section in ["writes", "masked"] {
+        let answers: BTreeMap<&str, &str> = lines(section)
+            .iter()
+            .filter_map(|line| line.rsplit_once(' '))
+            .collect();
+        facts.insert(section.into(), json!(answers));
+    }
     let namespaces: BTreeMap<String, Value> = lines("namespaces")
         .iter()
         .filter_map(|line| {
@@ -219,6 +230,14 @@ pub fn compare(facts: &BTreeMap<String, Value>, expected: &Expected) -> Vec<Stri
     for map in ["uid_map", "gid_map"] {
         mismatches.extend(host_root_mapped(facts, map));
     }
+    if let Some((host_uid, host_gid)) = expected.host_ids {
+        for (map, inside, host) in [
+            ("uid_map", expected.uid, host_uid),
+            ("gid_map", expected.gid, host_gid),
+        ] {
+            mismatches.extend(map_mismatch(facts, map, (inside, host)));
+        }
+    }
     mismatches.extend(shared_namespaces(facts));
     for (name, want, what) in [
         ("no_new_privs", 1, "no_new_privs"),
@@ -287,6 +306,23 @@ fn host_root_mapped(facts: &BTreeMap<String, Value>, map: &str) -> Option<String
     })
 }
 
+/// `map` unless it maps exactly `inside` to `host`, one id, and nothing else.
+fn map_mismatch(
+    facts: &BTreeMap<String, Value>,
+    map: &str,
+    (inside, host): (u32, u32),
+) -> Option<String> {
+    let want = format!("{inside} {host} 1");
+    let lines: Vec<&str> = facts
+        .get(map)
+        .and_then(Value::as_array)
+        .map(|lines| lines.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    (lines != [want.as_str()]).then(|| {
+        format!("{map} is {lines:?}, the identity plan maps {inside} to host {host} alone")
+    })
+}
+
 /// Each namespace the run shares with the runner (or that could not be read).
 fn shared_namespaces(facts: &BTreeMap<String, Value>) -> Vec<String> {
     let Some(namespaces) = facts.get("namespaces").and_then(Value::as_object) else {
@@ -332,16 +368,47 @@ fn plan_mismatches(facts: &BTreeMap<String, Value>, points: &[MountPoint]) -> Ve
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
+    let answer = |section: &str, target: &str| {
+        facts
+            .get(section)
+            .and_then(|answers| answers.get(target))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
     let mut mismatches = Vec::new();
     for point in points {
         let target = point.target.as_str();
         match mounts.iter().rev().find(|(at, _)| *at == target) {
-            None if point.kernel_part && absent.contains(&target) => {}
+            None if point.kernel_part && absent.contains(&target) => continue,
             None => mismatches.push(format!("{target} is not mounted, the plan mounts it")),
             Some((_, options)) if point.read_only && !options.contains(&"ro") => {
                 mismatches.push(format!("{target} is writable, the plan makes it read-only"));
             }
             Some(_) => {}
+        }
+        if point.read_only {
+            match answer("writes", target).as_deref() {
+                Some("refused" | "device") => {}
+                Some("accepted") => mismatches.push(format!(
+                    "{target} accepts a write, the plan makes it read-only"
+                )),
+                Some(other) => {
+                    mismatches.push(format!("{target}: a write could not be tried ({other})"))
+                }
+                // The run's own procfs or sysfs, which the host may not ask.
+                None if point.on_kernel_fs() => {}
+                None => mismatches.push(format!("{target}: no write was tried")),
+            }
+        }
+        if point.masked {
+            match answer("masked", target).as_deref() {
+                Some("hidden") => {}
+                Some(shown) => {
+                    mismatches.push(format!("{target} shows {shown}, the plan hides it"))
+                }
+                None if point.on_kernel_fs() => {}
+                None => mismatches.push(format!("{target}: what it shows was not read")),
+            }
         }
     }
     mismatches
@@ -428,7 +495,54 @@ rustc 1.95.0 (59807616e 2026-11-20)
             env_names: BTreeSet::from(["PATH".to_owned(), "HOME".to_owned()]),
             toolchain: None,
             mount_points: Vec::new(),
+            host_ids: None,
         }
+    }
+
+    #[test]
+    fn a_capability_in_the_permitted_or_bounding_set_is_a_mismatch() {
+        for (line, set) in [
+            ("CapPrm:\t0000000000000000", "permitted"),
+            ("CapBnd:\t0000000000000000", "bounding"),
+        ] {
+            let key = line.split(':').next().unwrap_or_default();
+            let one = GOOD.replace(line, &format!("{key}:\t0000000000000400"));
+            let mismatches = observe(&one, &expected()).mismatches;
+            assert_eq!(
+                mismatches,
+                [format!(
+                    "{set} capabilities are 0000000000000400, expected none (0)"
+                )]
+            );
+        }
+    }
+
+    #[test]
+    fn the_id_maps_must_map_the_plans_ids_alone() {
+        let with_gid = GOOD.replace("@@namespaces", "@@gid_map\n 1000 101000 1\n@@namespaces");
+        let planned = Expected {
+            host_ids: Some((101_000, 101_000)),
+            ..expected()
+        };
+        assert_eq!(
+            observe(&with_gid, &planned).mismatches,
+            Vec::<String>::new()
+        );
+        let other_host = Expected {
+            host_ids: Some((102_000, 101_000)),
+            ..expected()
+        };
+        assert_eq!(
+            observe(&with_gid, &other_host).mismatches,
+            [r#"uid_map is ["1000 101000 1"], the identity plan maps 1000 to host 102000 alone"#]
+        );
+        let wider = with_gid.replace(
+            " 1000 101000 1\n@@namespaces",
+            " 1000 101000 1\n 0 200000 1\n@@namespaces",
+        );
+        let mismatches = observe(&wider, &planned).mismatches;
+        assert_eq!(mismatches.len(), 1, "{mismatches:#?}");
+        assert!(mismatches[0].starts_with("gid_map is"), "{mismatches:#?}");
     }
 
     #[test]
@@ -517,6 +631,11 @@ rustc 1.95.0 (59807616e 2026-11-20)
             target: target.into(),
             read_only,
             kernel_part,
+            masked: false,
+        };
+        let masked = |target: &str| MountPoint {
+            masked: true,
+            ..point(target, true, false)
         };
         let facts = BTreeMap::from([
             (
@@ -529,6 +648,16 @@ rustc 1.95.0 (59807616e 2026-11-20)
                 ]),
             ),
             ("absent".to_owned(), json!(["/proc/kcore"])),
+            (
+                "writes".to_owned(),
+                json!({"/workspace/migrations": "refused", "/usr": "accepted",
+                       "/workspace/.env": "refused", "/workspace/keys": "refused",
+                       "/dev/null": "device"}),
+            ),
+            (
+                "masked".to_owned(),
+                json!({"/workspace/.env": "hidden", "/workspace/keys": "2-entries"}),
+            ),
         ]);
         let points = [
             point("/workspace", false, false),
@@ -545,9 +674,27 @@ rustc 1.95.0 (59807616e 2026-11-20)
             plan_mismatches(&facts, &broken),
             [
                 "/usr is writable, the plan makes it read-only",
+                "/usr accepts a write, the plan makes it read-only",
                 "/workspace/secrets is not mounted, the plan mounts it",
+                "/workspace/secrets: no write was tried",
                 "/proc/keys is not mounted, the plan mounts it",
             ]
+        );
+        // An excluded path shows nothing; one that shows its entries is named.
+        let mut with_masks = facts.clone();
+        if let Some(Value::Array(mounts)) = with_masks.get_mut("mounts") {
+            for target in ["/workspace/.env", "/workspace/keys"] {
+                mounts.push(
+                    json!({"target": target, "options": "ro,nosuid,nodev", "fstype": "tmpfs"}),
+                );
+            }
+        }
+        assert_eq!(
+            plan_mismatches(
+                &with_masks,
+                &[masked("/workspace/.env"), masked("/workspace/keys")]
+            ),
+            ["/workspace/keys shows 2-entries, the plan hides it"]
         );
     }
 

@@ -18,6 +18,7 @@ use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::OFlag;
 use nix::libc;
 use workspace_core::boundary::ObservedBoundary;
 
@@ -93,6 +94,7 @@ pub(crate) fn probe(
     };
     let mut text = from_host(shell, &sealed.sandbox);
     text.push_str(&absent_section(shell, &expected.mount_points));
+    text.push_str(&readback_sections(shell, &expected.mount_points));
     let mut stdin = std::fs::File::from(stdin_write);
     if let Some(line) = observe::toolchain_line(expected.toolchain.as_deref()) {
         // A shell that is gone fails the write; its output then lacks the line.
@@ -148,6 +150,141 @@ fn absent_section(pid: u32, points: &[workspace_core::mount_plan::MountPoint]) -
         }
     }
     section
+}
+
+/// What the kernel answers for each mount point, asked from the host at the
+/// same path inside (resolved in the sandbox's root, never following a link
+/// out of it): `@@writes`, whether a write to each read-only point is refused
+/// (`access(W_OK)` on it: `EROFS` from a read-only mount; nothing is written),
+/// and `@@masked`, whether each hidden point shows nothing (an empty
+/// directory, an empty file or the null device). One `TARGET RESULT` line each.
+fn readback_sections(pid: u32, points: &[workspace_core::mount_plan::MountPoint]) -> String {
+    let root = std::fs::File::open(format!("/proc/{pid}/root"));
+    let mut writes = String::from("@@writes\n");
+    let mut masked = String::from("@@masked\n");
+    for point in points {
+        let opened = match &root {
+            Ok(root) => open_inside(root.as_fd(), &point.target),
+            Err(e) => Err(nix::errno::Errno::from_raw(
+                e.raw_os_error().unwrap_or(libc::EIO),
+            )),
+        };
+        let file = match opened {
+            Ok(file) => file,
+            // A part of the kernel this kernel lacks (`@@absent` says which),
+            // or one of the run's own procfs the host may not look into (the
+            // mount table still shows it read-only).
+            Err(nix::errno::Errno::ENOENT) if point.kernel_part => continue,
+            Err(nix::errno::Errno::EACCES) if point.on_kernel_fs() => continue,
+            Err(errno) => {
+                let line = format!(
+                    "{} unreadable:{}\n",
+                    point.target,
+                    errno.desc().replace(' ', "-")
+                );
+                writes.push_str(&line);
+                if point.masked {
+                    masked.push_str(&line);
+                }
+                continue;
+            }
+        };
+        if point.read_only {
+            match write_answer(&file) {
+                // Only the run's own root may ask its procfs and sysfs.
+                Err(nix::errno::Errno::EACCES) if point.on_kernel_fs() => {}
+                Ok(answer) => writes.push_str(&format!("{} {answer}\n", point.target)),
+                Err(errno) => writes.push_str(&format!(
+                    "{} unreadable:{}\n",
+                    point.target,
+                    errno.desc().replace(' ', "-")
+                )),
+            }
+        }
+        if point.masked {
+            masked.push_str(&format!("{} {}\n", point.target, shows(&file)));
+        }
+    }
+    writes + &masked
+}
+
+/// `target` inside the root `root`, as a path descriptor.
+fn open_inside(root: BorrowedFd<'_>, target: &str) -> nix::Result<OwnedFd> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    openat2(root, target.trim_start_matches('/'), how)
+}
+
+/// `refused` when a write to `file` is refused for its mount (`EROFS`),
+/// `accepted` when it would be allowed, `device` for a device or other special
+/// file (whose writes no mount flag refuses).
+fn write_answer(file: &OwnedFd) -> nix::Result<&'static str> {
+    use nix::sys::stat::{SFlag, fstat};
+    use nix::unistd::{AccessFlags, faccessat};
+    let special = fstat(file).map(|st| {
+        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        !(kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR)
+    });
+    if special? {
+        return Ok("device");
+    }
+    match faccessat(
+        file,
+        "",
+        AccessFlags::W_OK,
+        nix::fcntl::AtFlags::AT_EMPTY_PATH,
+    ) {
+        Err(nix::errno::Errno::EROFS) => Ok("refused"),
+        Ok(()) => Ok("accepted"),
+        Err(errno) => Err(errno),
+    }
+}
+
+/// `hidden` when `file` shows nothing (an empty directory, an empty regular
+/// file, the null device), else what it shows.
+fn shows(file: &OwnedFd) -> String {
+    use nix::sys::stat::{SFlag, fstat};
+    let Ok(st) = fstat(file) else {
+        return "unreadable".into();
+    };
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if kind == SFlag::S_IFCHR {
+        let null = nix::sys::stat::makedev(1, 3);
+        return if st.st_rdev == null {
+            "hidden".into()
+        } else {
+            "a-device".into()
+        };
+    }
+    if kind == SFlag::S_IFREG {
+        return if st.st_size == 0 {
+            "hidden".into()
+        } else {
+            format!("{}-bytes", st.st_size)
+        };
+    }
+    if kind != SFlag::S_IFDIR {
+        return "not-a-directory".into();
+    }
+    let entries = nix::dir::Dir::openat(
+        file,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map(|mut dir| {
+        dir.iter()
+            .flatten()
+            .filter(|e| !matches!(e.file_name().to_bytes(), b"." | b".."))
+            .count()
+    });
+    match entries {
+        Ok(0) => "hidden".into(),
+        Ok(n) => format!("{n}-entries"),
+        Err(errno) => format!("unreadable:{}", errno.desc().replace(' ', "-")),
+    }
 }
 
 /// What the host reads of process `pid` of the sandbox, as the sections

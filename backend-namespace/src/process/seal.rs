@@ -161,7 +161,10 @@ fn resolve_host_mounts(
 }
 
 /// The host ids of the run's identity.
-fn host_ids(plan: &SealPlan, options: &ProcessOptions) -> Result<(u32, u32), ProcessError> {
+pub(crate) fn host_ids(
+    plan: &SealPlan,
+    options: &ProcessOptions,
+) -> Result<(u32, u32), ProcessError> {
     let host_id = |id: u32| {
         options
             .host_id_base
@@ -453,6 +456,7 @@ pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
         toolchain: run.contract.environment.runtime.toolchain.clone(),
         // Known once the plan is built (`prepare`).
         mount_points: Vec::new(),
+        host_ids: None,
     }
 }
 

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::Verdict;
 use super::fixture::{Fixture, PINNED_FILE, git};
-use crate::boundary::{CommandSpec, SourceRecord};
+use crate::boundary::{CommandSpec, ProcessCapabilities, PromotionCapabilities, SourceRecord};
 use crate::contract::{IsolationLevel, PromotionTarget};
 use crate::runner::{CommandIo, CommandOutcome, CreateOptions, RunReport, Workspace};
 
@@ -18,6 +18,9 @@ pub(super) async fn run(name: &str, fixture: &Fixture) -> Verdict {
         "credential" => credential(fixture).await,
         "promotion" => promotion(fixture).await,
         "escape-signal" => escape_signal(fixture).await,
+        "escape-symlink" => escape_symlink(fixture).await,
+        "escape-proc-root" => escape_proc_root(fixture).await,
+        "escape-hardlink" => escape_hardlink(fixture).await,
         other => Err(format!("no case is named {other:?}")),
     };
     result.unwrap_or_else(|observed| Verdict::Failed { observed })
@@ -47,9 +50,20 @@ fn failed(observed: impl Into<String>) -> Result<Verdict, String> {
 /// Whether the stack declares any isolation at all: the cases about what a run
 /// cannot reach apply only then.
 fn isolation_declared(fixture: &Fixture) -> Option<Verdict> {
-    let isolation = fixture.runner.stack().process.capabilities().isolation;
-    (!isolation.contains(&IsolationLevel::Task)).then(|| Verdict::Unsupported {
+    without_isolation(&fixture.runner.stack().process.capabilities())
+}
+
+/// `Unsupported` for a process boundary that declares no task isolation.
+fn without_isolation(capabilities: &ProcessCapabilities) -> Option<Verdict> {
+    (!capabilities.isolation.contains(&IsolationLevel::Task)).then(|| Verdict::Unsupported {
         reason: "the process boundary declares no task isolation".into(),
+    })
+}
+
+/// `Unsupported` for a promotion boundary that cannot promote a patch.
+fn without_patch_promotion(capabilities: &PromotionCapabilities) -> Option<Verdict> {
+    (!capabilities.targets.contains(&PromotionTarget::Patch)).then(|| Verdict::Unsupported {
+        reason: "the promotion boundary cannot promote a patch".into(),
     })
 }
 
@@ -83,10 +97,19 @@ async fn finish(workspace: Workspace) -> Result<RunReport, String> {
 
 /// One run of `script` on the fixture's `HEAD`: its report and its command.
 async fn one_run(fixture: &Fixture, script: &str) -> Result<(RunReport, CommandOutcome), String> {
+    one_run_at(fixture, "HEAD", script).await
+}
+
+/// One run of `script` on `revision`: its report and its command.
+async fn one_run_at(
+    fixture: &Fixture,
+    revision: &str,
+    script: &str,
+) -> Result<(RunReport, CommandOutcome), String> {
     let report = fixture
         .runner
         .run(
-            fixture.contract("HEAD"),
+            fixture.contract(revision),
             &shell(script),
             CommandIo::captured(),
             CreateOptions::default(),
@@ -294,11 +317,10 @@ async fn credential(fixture: &Fixture) -> Result<Verdict, String> {
 /// The exported patch applies to the base commit and holds the run's edit; a
 /// check that edits what it verifies fails and its edit stays out.
 async fn promotion(fixture: &Fixture) -> Result<Verdict, String> {
-    let targets = fixture.runner.stack().promotion.capabilities().targets;
-    if !targets.contains(&PromotionTarget::Patch) {
-        return Ok(Verdict::Unsupported {
-            reason: "the promotion boundary cannot promote a patch".into(),
-        });
+    if let Some(unsupported) =
+        without_patch_promotion(&fixture.runner.stack().promotion.capabilities())
+    {
+        return Ok(unsupported);
     }
     let mut contract = fixture.contract("HEAD");
     contract.promotion.target = PromotionTarget::Patch;
@@ -364,4 +386,114 @@ async fn escape_signal(fixture: &Fixture) -> Result<Verdict, String> {
         return failed(format!("the run killed host process {pid}"));
     }
     Ok(Verdict::Passed)
+}
+
+/// What a run did to a host file it must not reach: changed it, or showed
+/// its content in its output (`how` says by what means).
+fn host_file_breach(
+    report: &RunReport,
+    command: &CommandOutcome,
+    (path, content): (&Path, &str),
+    how: &str,
+) -> Result<Verdict, String> {
+    let now = std::fs::read_to_string(path).unwrap_or_default();
+    if now != content {
+        return failed(format!("the run changed {} {how}", path.display()));
+    }
+    if stdout_of(report, command).contains(content) {
+        return failed(format!("the run read {} {how}", path.display()));
+    }
+    Ok(Verdict::Passed)
+}
+
+/// A symbolic link the repository itself plants, pointing at a host file,
+/// leads nowhere from inside: the run neither reads nor changes that file
+/// through it.
+async fn escape_symlink(fixture: &Fixture) -> Result<Verdict, String> {
+    if let Some(unsupported) = isolation_declared(fixture) {
+        return Ok(unsupported);
+    }
+    let (target, content) = fixture.host_file("planted-target")?;
+    let commit = fixture.commit_symlink("planted", &target).await?;
+    let (report, command) = one_run_at(
+        fixture,
+        &commit,
+        "cat planted; echo breach >> planted; exit 0",
+    )
+    .await?;
+    host_file_breach(
+        &report,
+        &command,
+        (&target, &content),
+        "through the repository's symbolic link `planted`",
+    )
+}
+
+/// The host's files are not reachable through `/proc`: not through pid 1's
+/// root, nor through the root of a process of the run's own.
+async fn escape_proc_root(fixture: &Fixture) -> Result<Verdict, String> {
+    if let Some(unsupported) = isolation_declared(fixture) {
+        return Ok(unsupported);
+    }
+    let (target, content) = fixture.host_file("proc-root-target")?;
+    let script = format!(
+        "for root in /proc/1/root /proc/self/root /proc/$$/root; do \
+           cat \"$root{t}\"; echo breach >> \"$root{t}\"; done; exit 0",
+        t = target.display()
+    );
+    let (report, command) = one_run(fixture, &script).await?;
+    host_file_breach(
+        &report,
+        &command,
+        (&target, &content),
+        "through /proc/*/root",
+    )
+}
+
+/// A hard link cannot bring a host file into the workspace: the run neither
+/// reads nor changes a host file by linking it.
+async fn escape_hardlink(fixture: &Fixture) -> Result<Verdict, String> {
+    if let Some(unsupported) = isolation_declared(fixture) {
+        return Ok(unsupported);
+    }
+    let (target, content) = fixture.host_file("hardlink-target")?;
+    let script = format!(
+        "ln '{}' linked && cat linked && echo breach >> linked; exit 0",
+        target.display()
+    );
+    let (report, command) = one_run(fixture, &script).await?;
+    host_file_breach(
+        &report,
+        &command,
+        (&target, &content),
+        "through a hard link",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_declared_capabilities_choose_the_cases_that_apply() {
+        let none = ProcessCapabilities::default();
+        assert!(matches!(
+            without_isolation(&none),
+            Some(Verdict::Unsupported { .. })
+        ));
+        let task = ProcessCapabilities {
+            isolation: vec![IsolationLevel::Task],
+            ..ProcessCapabilities::default()
+        };
+        assert_eq!(without_isolation(&task), None);
+        let no_targets = PromotionCapabilities::default();
+        match without_patch_promotion(&no_targets) {
+            Some(Verdict::Unsupported { reason }) => assert!(reason.contains("patch"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        let patch = PromotionCapabilities {
+            targets: vec![PromotionTarget::Patch],
+        };
+        assert_eq!(without_patch_promotion(&patch), None);
+    }
 }

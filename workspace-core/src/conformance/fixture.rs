@@ -82,6 +82,26 @@ impl Fixture {
         contract
     }
 
+    /// A host file outside every grant, `outside/NAME`, holding a value unique
+    /// to this fixture (which a breach would show or change); its path and
+    /// content.
+    pub(super) fn host_file(&self, name: &str) -> Result<(PathBuf, String), String> {
+        let outside = self.scratch().join("outside");
+        std::fs::create_dir_all(&outside).map_err(|e| format!("{}: {e}", outside.display()))?;
+        let path = outside.join(name);
+        let content = format!("host-{name}-{}", self.token);
+        std::fs::write(&path, &content).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok((path, content))
+    }
+
+    /// Commits a symbolic link `name` -> `target` on top of `HEAD`; the
+    /// commit's id.
+    pub(super) async fn commit_symlink(&self, name: &str, target: &Path) -> Result<String, String> {
+        std::os::unix::fs::symlink(target, self.repo.join(name))
+            .map_err(|e| format!("planting the link {name}: {e}"))?;
+        commit_paths(&self.repo, &[name], name).await
+    }
+
     /// Ends the fixture: its scratch directory goes.
     pub(super) fn remove(self) {
         let _ = self.scratch.close();
@@ -101,7 +121,14 @@ async fn commit(repo: &Path, content: &str, init: bool) -> Result<String, String
     tokio::fs::write(repo.join(PINNED_FILE), format!("{content}\n"))
         .await
         .map_err(|e| format!("writing {PINNED_FILE}: {e}"))?;
-    git(repo, &["add", PINNED_FILE]).await?;
+    commit_paths(repo, &[PINNED_FILE], content).await
+}
+
+/// Commits `paths` of `repo` with `message`; the commit's id.
+async fn commit_paths(repo: &Path, paths: &[&str], message: &str) -> Result<String, String> {
+    let mut add = vec!["add", "--"];
+    add.extend_from_slice(paths);
+    git(repo, &add).await?;
     git(
         repo,
         &[
@@ -112,7 +139,7 @@ async fn commit(repo: &Path, content: &str, init: bool) -> Result<String, String
             "commit",
             "-q",
             "-m",
-            content,
+            message,
         ],
     )
     .await?;

@@ -9,7 +9,10 @@
 //! host variable or credential reaches it (`credential`); its patch applies to
 //! the base commit and a check cannot vouch for its own edit (`promotion`); and
 //! escape cases of the attack catalogue (`escape-signal`: killing a host
-//! process). Each returns [`Verdict::Passed`], [`Verdict::Unsupported`] (the
+//! process; `escape-symlink`, `escape-proc-root`, `escape-hardlink`: reaching a
+//! host file through a planted symbolic link, `/proc/*/root` or a hard link).
+//! Each case is a public function ([`snapshot`], [`path_scope`], ...) and a name
+//! [`Kit::run`] takes. Each returns [`Verdict::Passed`], [`Verdict::Unsupported`] (the
 //! stack's declared capabilities rule the case out, and it says why) or
 //! [`Verdict::Failed`] with what was observed; none is skipped in silence.
 //!
@@ -81,16 +84,49 @@ impl std::fmt::Debug for Kit {
     }
 }
 
-/// Every case, by name, in the order [`Kit::run_all`] runs them.
-pub const CASES: [&str; 7] = [
-    "snapshot",
-    "path-scope",
-    "concurrency",
-    "resume",
-    "credential",
-    "promotion",
-    "escape-signal",
-];
+/// The cases: [`CASES`] and one public function per case.
+macro_rules! cases {
+    ($($(#[doc = $doc:literal])+ $function:ident => $name:literal,)+) => {
+        /// Every case, by name, in the order [`Kit::run_all`] runs them.
+        pub const CASES: &[&str] = &[$($name),+];
+
+        $(
+            $(#[doc = $doc])+
+            ///
+            /// Runs on a fresh fixture over a stack `make_stack` makes.
+            pub async fn $function(make_stack: &MakeStack) -> Verdict {
+                Kit { make_stack: Arc::clone(make_stack) }.run($name).await.verdict
+            }
+        )+
+    };
+}
+
+cases! {
+    /// `snapshot`: the run gets exactly the pinned revision, not the
+    /// repository's newer `HEAD`.
+    snapshot => "snapshot",
+    /// `path-scope`: the run cannot write the host outside its workspace, nor
+    /// read a host file outside its grants, by a path, `..` or a symbolic link.
+    path_scope => "path-scope",
+    /// `concurrency`: two live runs at once see nothing of each other.
+    concurrency => "concurrency",
+    /// `resume`: a workspace let go and taken up again is the one it was.
+    resume => "resume",
+    /// `credential`: no host variable reaches a run unless the contract passes it.
+    credential => "credential",
+    /// `promotion`: the exported patch applies to the base commit; a check
+    /// that edits what it verifies fails and its edit stays out.
+    promotion => "promotion",
+    /// `escape-signal`: the run cannot signal a host process.
+    escape_signal => "escape-signal",
+    /// `escape-symlink`: a symbolic link the repository plants does not lead
+    /// to the host file it names.
+    escape_symlink => "escape-symlink",
+    /// `escape-proc-root`: no host file is reachable through `/proc/*/root`.
+    escape_proc_root => "escape-proc-root",
+    /// `escape-hardlink`: a hard link does not bring a host file in.
+    escape_hardlink => "escape-hardlink",
+}
 
 impl Kit {
     /// The kit for stacks `make_stack` makes.
@@ -105,7 +141,7 @@ impl Kit {
     /// Runs every case, one after another, each on a fresh fixture.
     pub async fn run_all(&self) -> Vec<CaseResult> {
         let mut results = Vec::with_capacity(CASES.len());
-        for name in CASES {
+        for &name in CASES {
             results.push(self.run(name).await);
         }
         results

@@ -151,6 +151,18 @@ impl EvidenceWriter {
         self.write_nested(COMMANDS_DIR, &format!("{seq:04}"), &name, bytes)
     }
 
+    /// Replaces command `seq`'s `stream` (`stdout` or `stderr`) with `bytes`:
+    /// for a command whose runner died while it ran, whose whole output is
+    /// known only afterwards. Not while its recorder lives.
+    pub fn write_command_output(
+        &self,
+        seq: u32,
+        stream: &str,
+        bytes: &[u8],
+    ) -> Result<(), EvidenceError> {
+        self.write_nested(COMMANDS_DIR, &format!("{seq:04}"), stream, bytes)
+    }
+
     /// Writes `TOP/DIR/NAME`, `dir` and `name` each one path component.
     fn write_nested(
         &self,

@@ -163,16 +163,33 @@ impl MountPlan {
             // have is not there to be covered.
             let kernel_part = matches!(step.reason, Reason::Proc | Reason::Sys)
                 && !matches!(step.action, MountAction::Proc | MountAction::Sysfs);
+            let masked = matches!(step.action, MountAction::Mask { .. });
             match points.iter_mut().find(|p| p.target == step.target) {
-                Some(point) => point.read_only = read_only,
+                Some(point) => {
+                    point.read_only = read_only;
+                    point.masked = masked;
+                }
                 None => points.push(MountPoint {
                     target: step.target.clone(),
                     read_only,
                     kernel_part,
+                    masked,
                 }),
             }
         }
         points
+    }
+}
+
+impl MountPoint {
+    /// Whether it lies in the run's own `/proc` or `/sys` (kernel file
+    /// systems, which another user namespace's root may not look into).
+    pub fn on_kernel_fs(&self) -> bool {
+        ["/proc", "/sys"].iter().any(|fs| {
+            self.target
+                .strip_prefix(fs)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
     }
 }
 
@@ -186,4 +203,8 @@ pub struct MountPoint {
     /// A part of the kernel's `/proc` or `/sys` (a kernel may not have it; then
     /// there is nothing to mount over).
     pub kernel_part: bool,
+    /// Whether the last step there hides it (an excluded path, a part of the
+    /// kernel's `/proc`): it shows nothing inside.
+    #[serde(default)]
+    pub masked: bool,
 }

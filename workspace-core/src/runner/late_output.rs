@@ -8,7 +8,11 @@
 //! (`NNNN.streamed`, a file of its own because a later process may conclude
 //! the run). When the run drains, once every process has ended, the rest of
 //! each file goes, scrubbed, to `commands/NNNN/late.stdout` and `late.stderr`.
+//! A command without that record (its runner died while it ran, so its stream
+//! may have stopped short) gets the whole file, scrubbed, as its `stdout` and
+//! `stderr`: all it wrote, though what is late can no longer be told apart.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -79,8 +83,8 @@ pub(super) fn record_streamed(
 
 /// Copies every command's late output into the evidence, scrubbed; call once
 /// the run's processes have all ended (the files are complete). A command
-/// without a record of what it streamed (its runner died before it ended) has
-/// no late output: all of its output is of its own lifetime.
+/// without a record of what it streamed (its runner died before it ended) gets
+/// its whole output instead.
 pub(super) fn export(
     run_dir: &Path,
     evidence: &EvidenceWriter,
@@ -91,18 +95,20 @@ pub(super) fn export(
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
     };
-    let mut seqs: Vec<u32> = entries
+    let seqs: BTreeSet<u32> = entries
         .filter_map(|entry| {
             let path = entry.ok()?.path();
-            (path.extension()? == STREAMED_EXTENSION)
-                .then(|| path.file_stem()?.to_str()?.parse().ok())
-                .flatten()
+            path.file_stem()?.to_str()?.parse().ok()
         })
         .collect();
-    seqs.sort_unstable();
     let mut late = Vec::new();
     for seq in seqs {
-        match export_one(run_dir, seq, evidence, scrubber) {
+        let exported = match read_state::<Streamed>(&streamed_path(run_dir, seq)) {
+            Ok(Some(streamed)) => export_late(run_dir, seq, streamed, evidence, scrubber),
+            Ok(None) => export_whole(run_dir, seq, evidence, scrubber).map(|()| None),
+            Err(e) => Err(e),
+        };
+        match exported {
             Ok(Some(record)) => late.push(record),
             Ok(None) => {}
             Err(e) => errors.push(format!(
@@ -114,15 +120,34 @@ pub(super) fn export(
     late
 }
 
-fn export_one(
+/// The whole output of command `seq` as its `stdout` and `stderr` in the
+/// evidence (a file that is not there, from a backend that keeps none, leaves
+/// the evidence as it streamed).
+fn export_whole(
     run_dir: &Path,
     seq: u32,
     evidence: &EvidenceWriter,
     scrubber: &Scrubber,
+) -> Result<(), RunErrorKind> {
+    let files = files(run_dir, seq)?;
+    for (stream, path) in [("stdout", &files.stdout), ("stderr", &files.stderr)] {
+        if !path.exists() {
+            continue;
+        }
+        let (bytes, _) = read_from(path, 0)?;
+        evidence.write_command_output(seq, stream, &scrubber.redact_bytes(&bytes))?;
+    }
+    Ok(())
+}
+
+/// What command `seq`'s background processes wrote after `streamed`.
+fn export_late(
+    run_dir: &Path,
+    seq: u32,
+    streamed: Streamed,
+    evidence: &EvidenceWriter,
+    scrubber: &Scrubber,
 ) -> Result<Option<LateOutput>, RunErrorKind> {
-    let Some(streamed) = read_state::<Streamed>(&streamed_path(run_dir, seq))? else {
-        return Ok(None);
-    };
     let files = files(run_dir, seq)?;
     let mut record = LateOutput {
         seq,
@@ -151,10 +176,7 @@ fn export_one(
         }
         *written = total;
         not_kept += total - bytes.len() as u64;
-        let mut scrubber = scrubber.clone();
-        let mut kept = scrubber.feed(&bytes);
-        kept.extend(scrubber.finish());
-        evidence.write_late_output(seq, stream, &kept)?;
+        evidence.write_late_output(seq, stream, &scrubber.redact_bytes(&bytes))?;
     }
     record.not_kept_bytes = not_kept;
     Ok((record.stdout_bytes + record.stderr_bytes > 0).then_some(record))

@@ -66,14 +66,19 @@ impl Scrubber {
     /// `text` with every value redacted, on its own (not part of a stream): what
     /// a record of the run (a command line) shows.
     pub fn redact(&self, text: &str) -> String {
+        String::from_utf8_lossy(&self.redact_bytes(text.as_bytes())).into_owned()
+    }
+
+    /// `raw` with every value redacted, on its own (a whole log file).
+    pub fn redact_bytes(&self, raw: &[u8]) -> Vec<u8> {
         let mut scrubber = Self {
             secrets: self.secrets.clone(),
             credentials: Vec::new(),
             pending: Vec::new(),
         };
-        let mut out = scrubber.feed(text.as_bytes());
+        let mut out = scrubber.feed(raw);
         out.extend(scrubber.finish());
-        String::from_utf8_lossy(&out).into_owned()
+        out
     }
 
     /// Whether there is nothing to redact.

@@ -400,7 +400,7 @@ impl Services {
         for record in &self.records {
             let logs = log_files(run_dir, &record.name);
             for (stream, path) in [("stdout", &logs.stdout), ("stderr", &logs.stderr)] {
-                let bytes = scrubbed(&std::fs::read(path).unwrap_or_default(), scrubber);
+                let bytes = scrubber.redact_bytes(&std::fs::read(path).unwrap_or_default());
                 evidence.write_service_output(&record.name, stream, &bytes)?;
             }
         }
@@ -436,14 +436,6 @@ pub fn log_files(run_dir: &Path, name: &str) -> CommandOutput {
     }
 }
 
-/// `raw` without the run's credential values.
-fn scrubbed(raw: &[u8], scrubber: &Scrubber) -> Vec<u8> {
-    let mut scrubber = scrubber.clone();
-    let mut bytes = scrubber.feed(raw);
-    bytes.extend(scrubber.finish());
-    bytes
-}
-
 fn failed(service: &Service, why: String, tail: &str) -> RunErrorKind {
     let message = if tail.is_empty() {
         why
@@ -460,7 +452,7 @@ fn failed(service: &Service, why: String, tail: &str) -> RunErrorKind {
 fn log_tail(logs: &CommandOutput, scrubber: &Scrubber) -> String {
     let mut tail = String::new();
     for path in [&logs.stderr, &logs.stdout] {
-        let bytes = scrubbed(&std::fs::read(path).unwrap_or_default(), scrubber);
+        let bytes = scrubber.redact_bytes(&std::fs::read(path).unwrap_or_default());
         let start = bytes.len().saturating_sub(LOG_TAIL_BYTES);
         let text = String::from_utf8_lossy(&bytes[start..]);
         tail.push_str(text.trim_end());
