@@ -82,49 +82,10 @@ pub(crate) fn clone_with(
     namespaces: c_int,
     entry: fn(&Prepared) -> !,
 ) -> Result<i32, SpawnError> {
-    let flags = namespaces | libc::SIGCHLD;
-    // SAFETY: `sigset_t` is plain data; sigfillset initialises it.
-    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers to local sigsets. Blocking every signal in this thread
-    // keeps the host's handlers (e.g. tokio's) from running in the child before it
-    // resets them; the mask is restored right after the clone.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    // SAFETY: a fork-style clone (NULL stack, no CLONE_VM): the child gets a private
-    // copy of the address space and continues here, as the only thread of a process
-    // whose memory says otherwise. glibc's per-thread state is stale there: the TCB
-    // still holds the parent thread's tid (clone through `syscall` does not update
-    // it, unlike `fork`), the thread list names threads that do not exist, and any
-    // lock another thread held (malloc arenas, stdio, the dynamic loader) stays held
-    // forever. So the child must not call `abort`, `raise`, any `pthread_*`
-    // function, `malloc`/`free`, stdio or anything that formats or panics: `run`
-    // performs only raw, async-signal-safe system calls on `prepared` (allocated
-    // before) and ends with `execve` or `_exit`. It never returns into the caller's
-    // frames, not even by unwinding (see `ExitOnUnwind`).
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            flags as libc::c_ulong,
-            ptr::null_mut::<libc::c_void>(),
-            ptr::null_mut::<libc::c_void>(),
-            ptr::null_mut::<libc::c_void>(),
-            0usize,
-        )
-    };
-    if ret == 0 {
-        entry(prepared);
-    }
-    let error = NixErrno::last();
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
-    if ret < 0 {
-        return Err(SpawnError::Clone { source: error });
-    }
-    Ok(ret as i32)
+    // `entry` exits on unwinding too (see `ExitOnUnwind`).
+    raw::fork_like(namespaces, prepared, entry).map_err(|errno| SpawnError::Clone {
+        source: NixErrno::from_raw(errno),
+    })
 }
 
 /// The child: set up, then become pid 1 and fork the command; on failure report

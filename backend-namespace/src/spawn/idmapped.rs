@@ -231,44 +231,18 @@ impl Helper {
     fn start() -> Result<Self, SpawnError> {
         // SAFETY: getpid cannot fail.
         let parent = unsafe { libc::getpid() };
-        // SAFETY: `sigset_t` is plain data; sigfillset initialises it.
-        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid pointers to local sigsets. Every signal stays blocked in the
-        // helper (no handler of the runner ever runs there); restored below.
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        }
-        // SAFETY: a fork-style clone (NULL stack, no CLONE_VM) into a new user
-        // namespace. The child is a copy of a multi-threaded process: it performs
-        // only raw system calls (no allocation, no locks, nothing that can panic)
-        // and never returns from `helper_child`.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_clone,
-                (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
-                ptr::null_mut::<libc::c_void>(),
-                ptr::null_mut::<libc::c_void>(),
-                ptr::null_mut::<libc::c_void>(),
-                0usize,
-            )
-        };
-        if ret == 0 {
-            helper_child(parent);
-        }
-        let error = Errno::last();
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut()) };
-        if ret < 0 {
-            return Err(SpawnError::IdmappedLower {
-                step: "cloning the mapping namespace's helper",
-                path: "-".into(),
-                source: error,
-            });
-        }
-        Ok(Self(ret as libc::pid_t))
+        // The helper performs only raw system calls (no allocation, no locks,
+        // nothing that can panic) and never returns from `helper_child`; every
+        // signal stays blocked in it, so no handler of the runner runs there.
+        let pid =
+            super::raw::fork_like(libc::CLONE_NEWUSER, &parent, helper_child).map_err(|errno| {
+                SpawnError::IdmappedLower {
+                    step: "cloning the mapping namespace's helper",
+                    path: "-".into(),
+                    source: Errno::from_raw(errno),
+                }
+            })?;
+        Ok(Self(pid))
     }
 }
 
@@ -291,7 +265,8 @@ impl Drop for Helper {
 /// it is killed (every signal is blocked; `SIGKILL` cannot be). `parent` is the
 /// runner's pid: if it is no longer the parent, the runner died before the
 /// death signal was armed, and the helper ends at once.
-fn helper_child(parent: libc::pid_t) -> ! {
+fn helper_child(parent: &libc::pid_t) -> ! {
+    let parent = *parent;
     // SAFETY: raw system calls only, on this process alone; none returns an error
     // that matters (a failed close_range leaves descriptors open until SIGKILL).
     unsafe {

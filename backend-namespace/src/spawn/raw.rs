@@ -27,6 +27,63 @@ pub(crate) fn check_long(ret: libc::c_long) -> Result<libc::c_long, Errno> {
     if ret < 0 { Err(errno()) } else { Ok(ret) }
 }
 
+/// A fork-style clone with `flags` (namespaces; `SIGCHLD` is added) whose child
+/// runs `entry(arg)` and never returns; the parent gets the child's pid. Every
+/// signal is blocked in the calling thread around the clone, so no handler of
+/// the host process (tokio's) ever runs in the child, which inherits the full
+/// mask and resets what it needs.
+///
+/// `entry` runs in a copy of a multi-threaded process (see the SAFETY comment
+/// inside): it may use only raw, async-signal-safe system calls on data that
+/// exists already, and must end with `execve` or `_exit`.
+pub(crate) fn fork_like<A>(
+    flags: c_int,
+    arg: &A,
+    entry: fn(&A) -> !,
+) -> Result<libc::pid_t, Errno> {
+    // SAFETY: `sigset_t` is plain data; sigfillset initialises it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to local sigsets; the mask is restored right after
+    // the clone.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: a fork-style clone (NULL stack, no CLONE_VM): the child gets a private
+    // copy of the address space and continues here, as the only thread of a process
+    // whose memory says otherwise. glibc's per-thread state is stale there: the TCB
+    // still holds the parent thread's tid (clone through `syscall` does not update
+    // it, unlike `fork`), the thread list names threads that do not exist, and any
+    // lock another thread held (malloc arenas, stdio, the dynamic loader) stays held
+    // forever. So the child must not call `abort`, `raise`, any `pthread_*`
+    // function, `malloc`/`free`, stdio or anything that formats or panics: `entry`
+    // performs only raw, async-signal-safe system calls on `arg` (which exists
+    // before the clone) and ends with `execve` or `_exit`. It never returns into the
+    // caller's frames, not even by unwinding.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+            0usize,
+        )
+    };
+    if ret == 0 {
+        entry(arg);
+    }
+    let error = errno();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    if ret < 0 {
+        return Err(error);
+    }
+    Ok(ret as libc::pid_t)
+}
+
 /// A descriptor closed on drop (`close` is async-signal-safe).
 ///
 /// The field is private: the only way to get one is [`Fd::from_new`] on the return
