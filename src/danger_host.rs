@@ -66,6 +66,7 @@ impl ProcessBoundary for DangerNoIsolationProcess {
             private_network: false,
             service_templates: false,
             holds_capacity: false,
+            output_files: false,
         }
     }
 

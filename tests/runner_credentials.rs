@@ -119,6 +119,44 @@ async fn a_credential_reaches_the_command_and_its_value_never_the_evidence() {
     assert!(!observed.contains(&bare), "{observed}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_value_split_between_a_command_and_its_late_output_is_still_redacted() {
+    let f = Fixture::new("credentials-late");
+    let token = format!("tok-{}-s3cr3t-value", std::process::id());
+    let (runner, contract) = runner_with_token(&f, &token);
+    let mut ws = runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap();
+    // The command prints the first half of the value and ends; what it left
+    // in the background prints the rest once the next command asks it to.
+    // (`${REVIEW_TOKEN#????????????}` drops the first 12 characters.)
+    let half = 12;
+    let first = shell(
+        &format!(
+            "( while [ ! -e /tmp/go ]; do sleep 0.02; done; \
+               printf %s \"${{REVIEW_TOKEN#????????????}}\"; : > /tmp/done ) & \
+             printf 'before %s' \"$(printf %s \"$REVIEW_TOKEN\" | cut -c1-{half})\""
+        ),
+        "credentials-late",
+    );
+    ws.exec(&first, CommandIo::captured()).await.unwrap();
+    let second = shell(
+        ": > /tmp/go; while [ ! -e /tmp/done ]; do sleep 0.02; done",
+        "credentials-late",
+    );
+    ws.exec(&second, CommandIo::captured()).await.unwrap();
+    let report = ws.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    let read = |name: &str| {
+        std::fs::read_to_string(report.evidence.join("commands/0001").join(name)).unwrap_or_default()
+    };
+    let (stdout, late) = (read("stdout"), read("late.stdout"));
+    assert_eq!(stdout, "before ", "{stdout:?} {late:?}");
+    assert_eq!(late, "[redacted:REVIEW_TOKEN]", "{stdout:?} {late:?}");
+    assert!(!format!("{stdout}{late}").contains(&token[half..]));
+}
+
 /// A runner whose one credential, `REVIEW_TOKEN`, is `token`.
 fn runner_with_token(f: &Fixture, token: &str) -> (workspace_core::runner::Runner, Contract) {
     let mut stack = f.stack();

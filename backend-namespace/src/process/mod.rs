@@ -248,6 +248,7 @@ impl ProcessBoundary for NamespaceProcess {
             service_templates: true,
             // Pid 1 keeps the capacity ticket's lock open (`SealPlan::held_open`).
             holds_capacity: true,
+            output_files: true,
         }
     }
 

@@ -120,11 +120,12 @@ pub fn parse(output: &str) -> BTreeMap<String, Value> {
     };
     facts.insert("interfaces".into(), json!(words("interfaces")));
     facts.insert("absent".into(), json!(words("absent")));
-    // `TARGET RESULT` lines: what the kernel answered for each point.
+    // `RESULT TARGET` lines: what the kernel answered for each point.
     for section in ["writes", "masked"] {
         let answers: BTreeMap<&str, &str> = lines(section)
             .iter()
-            .filter_map(|line| line.rsplit_once(' '))
+            .filter_map(|line| line.split_once(' '))
+            .map(|(result, target)| (target, result))
             .collect();
         facts.insert(section.into(), json!(answers));
     }
@@ -371,7 +372,7 @@ fn plan_mismatches(facts: &BTreeMap<String, Value>, points: &[MountPoint]) -> Ve
     let answer = |section: &str, target: &str| {
         facts
             .get(section)
-            .and_then(|answers| answers.get(target))
+            .and_then(|answers| answers.get(line_word(target).as_ref()))
             .and_then(Value::as_str)
             .map(str::to_owned)
     };
@@ -433,6 +434,16 @@ fn toolchain_mismatch(facts: &BTreeMap<String, Value>, declared: Option<&str>) -
         .iter()
         .all(|word| shown.iter().any(|seen| seen.starts_with(word)));
     (!has_version).then(|| format!("the declared toolchain is {declared:?}, the run has {seen:?}"))
+}
+
+/// `text` as one word of a line of the probe's output: a backslash and a
+/// newline escaped, so a path cannot end its line and forge the next.
+pub(crate) fn line_word(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains(['\\', '\n']) {
+        text.replace('\\', "\\\\").replace('\n', "\\n").into()
+    } else {
+        text.into()
+    }
 }
 
 /// The observation of `output` against `expected`.
@@ -497,6 +508,30 @@ rustc 1.95.0 (59807616e 2026-11-20)
             mount_points: Vec::new(),
             host_ids: None,
         }
+    }
+
+    #[test]
+    fn a_target_with_a_newline_cannot_forge_another_answer() {
+        let target = "/workspace/a\naccepted /usr";
+        let output = format!("@@writes\nrefused {}\n@@end\n", line_word(target));
+        let facts = parse(&output);
+        assert_eq!(
+            facts["writes"].as_object().map(|w| w.len()),
+            Some(1),
+            "{facts:?}"
+        );
+        let point = MountPoint {
+            target: target.into(),
+            read_only: true,
+            kernel_part: false,
+            masked: false,
+        };
+        let mut facts = facts;
+        facts.insert(
+            "mounts".into(),
+            json!([{"target": target, "options": "ro,nosuid,nodev", "fstype": "tmpfs"}]),
+        );
+        assert_eq!(plan_mismatches(&facts, &[point]), Vec::<String>::new());
     }
 
     #[test]

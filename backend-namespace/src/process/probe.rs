@@ -157,12 +157,17 @@ fn absent_section(pid: u32, points: &[workspace_core::mount_plan::MountPoint]) -
 /// out of it): `@@writes`, whether a write to each read-only point is refused
 /// (`access(W_OK)` on it: `EROFS` from a read-only mount; nothing is written),
 /// and `@@masked`, whether each hidden point shows nothing (an empty
-/// directory, an empty file or the null device). One `TARGET RESULT` line each.
+/// directory, an empty file or the null device). One `RESULT TARGET` line each.
 fn readback_sections(pid: u32, points: &[workspace_core::mount_plan::MountPoint]) -> String {
     let root = std::fs::File::open(format!("/proc/{pid}/root"));
     let mut writes = String::from("@@writes\n");
     let mut masked = String::from("@@masked\n");
+    let unreadable =
+        |errno: nix::errno::Errno| format!("unreadable:{}", errno.desc().replace(' ', "-"));
     for point in points {
+        // The target as one word of the line: a name with a newline cannot
+        // forge another line.
+        let target = observe::line_word(&point.target);
         let opened = match &root {
             Ok(root) => open_inside(root.as_fd(), &point.target),
             Err(e) => Err(nix::errno::Errno::from_raw(
@@ -177,11 +182,7 @@ fn readback_sections(pid: u32, points: &[workspace_core::mount_plan::MountPoint]
             Err(nix::errno::Errno::ENOENT) if point.kernel_part => continue,
             Err(nix::errno::Errno::EACCES) if point.on_kernel_fs() => continue,
             Err(errno) => {
-                let line = format!(
-                    "{} unreadable:{}\n",
-                    point.target,
-                    errno.desc().replace(' ', "-")
-                );
+                let line = format!("{} {target}\n", unreadable(errno));
                 writes.push_str(&line);
                 if point.masked {
                     masked.push_str(&line);
@@ -193,16 +194,12 @@ fn readback_sections(pid: u32, points: &[workspace_core::mount_plan::MountPoint]
             match write_answer(&file) {
                 // Only the run's own root may ask its procfs and sysfs.
                 Err(nix::errno::Errno::EACCES) if point.on_kernel_fs() => {}
-                Ok(answer) => writes.push_str(&format!("{} {answer}\n", point.target)),
-                Err(errno) => writes.push_str(&format!(
-                    "{} unreadable:{}\n",
-                    point.target,
-                    errno.desc().replace(' ', "-")
-                )),
+                Ok(answer) => writes.push_str(&format!("{answer} {target}\n")),
+                Err(errno) => writes.push_str(&format!("{} {target}\n", unreadable(errno))),
             }
         }
         if point.masked {
-            masked.push_str(&format!("{} {}\n", point.target, shows(&file)));
+            masked.push_str(&format!("{} {target}\n", shows(&file)));
         }
     }
     writes + &masked
@@ -213,7 +210,9 @@ fn open_inside(root: BorrowedFd<'_>, target: &str) -> nix::Result<OwnedFd> {
     use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
     let how = OpenHow::new()
         .flags(OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        // No symbolic link on the way: the probe asks about the mount target
+        // itself (a link there is a mismatch), never where a link leads.
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_SYMLINKS);
     openat2(root, target.trim_start_matches('/'), how)
 }
 

@@ -59,6 +59,11 @@ pub struct ProcessCapabilities {
     /// runner holds it (detached, suspended).
     #[serde(default)]
     pub holds_capacity: bool,
+    /// Whether a command writes to the files [`CommandSpec::output`](super::CommandSpec::output)
+    /// names (its streams following them when asked), so the runner can keep
+    /// what its background processes write after it ended.
+    #[serde(default)]
+    pub output_files: bool,
 }
 
 /// A kind of resource or time cap.

@@ -34,7 +34,9 @@ pub struct Grant {
 /// hold is an open file (a [`HostPool`](super::HostPool) ticket's lock).
 pub trait Held: Send + Sync + fmt::Debug {
     /// A descriptor that keeps the capacity held while any process has it
-    /// open; `None`: only this value holds it.
+    /// open; `None`: only this value holds it. Once one is handed out, the
+    /// capacity is back only when every copy is closed: dropping this value
+    /// then lets go as [`leave`](Self::leave) does.
     fn descriptor(&self) -> Option<io::Result<OwnedFd>> {
         None
     }
@@ -83,7 +85,8 @@ impl Grant {
 
     /// A descriptor that keeps this grant's capacity held while any process
     /// has it open (for a sandbox that outlives the process that asked for
-    /// it); `None` when only this value can hold it.
+    /// it); `None` when only this value can hold it. From then on dropping
+    /// the grant no longer releases what a copy holds.
     pub fn descriptor(&self) -> Option<io::Result<OwnedFd>> {
         self.held.as_ref().and_then(|held| held.descriptor())
     }

@@ -400,6 +400,18 @@ fn host_file_breach(
     if now != content {
         return failed(format!("the run changed {} {how}", path.display()));
     }
+    // Nor its owner or mode (what following a planted link on the host's side,
+    // a hand-over of the checkout, say, would change).
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let made = std::fs::symlink_metadata(path.with_extension("made"))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    use std::os::unix::fs::MetadataExt;
+    if (meta.uid(), meta.gid(), meta.mode()) != (made.uid(), made.gid(), made.mode()) {
+        return failed(format!(
+            "the run changed the owner or mode of {} {how}",
+            path.display()
+        ));
+    }
     if stdout_of(report, command).contains(content) {
         return failed(format!("the run read {} {how}", path.display()));
     }
@@ -450,18 +462,49 @@ async fn escape_proc_root(fixture: &Fixture) -> Result<Verdict, String> {
     )
 }
 
-/// A hard link cannot bring a host file into the workspace: the run neither
-/// reads nor changes a host file by linking it.
+/// A hard link cannot bring a host file into the workspace: not one the run
+/// sees through a read-only grant (linked into its writable checkout, then
+/// written), nor one it names by its host path.
 async fn escape_hardlink(fixture: &Fixture) -> Result<Verdict, String> {
     if let Some(unsupported) = isolation_declared(fixture) {
         return Ok(unsupported);
     }
     let (target, content) = fixture.host_file("hardlink-target")?;
+    let granted = "/opt/conformance-granted";
+    let mut contract = fixture.contract("HEAD");
+    contract
+        .filesystem
+        .host_mounts
+        .push(crate::contract::HostMount {
+            host: target
+                .parent()
+                .map(|dir| dir.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            target: granted.into(),
+            mode: crate::contract::MountMode::ReadOnly,
+        });
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let script = format!(
-        "ln '{}' linked && cat linked && echo breach >> linked; exit 0",
+        "ln '{granted}/{name}' linked || ln '{}' linked; cat linked; echo breach >> linked; exit 0",
         target.display()
     );
-    let (report, command) = one_run(fixture, &script).await?;
+    let report = fixture
+        .runner
+        .run(
+            contract,
+            &shell(&script),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .map_err(|e| format!("the run failed: {}", crate::error_chain(&e)))?;
+    let command = report
+        .last_command()
+        .cloned()
+        .ok_or_else(|| "the run ran no command".to_owned())?;
     host_file_breach(
         &report,
         &command,

@@ -90,7 +90,11 @@ impl Fixture {
         std::fs::create_dir_all(&outside).map_err(|e| format!("{}: {e}", outside.display()))?;
         let path = outside.join(name);
         let content = format!("host-{name}-{}", self.token);
-        std::fs::write(&path, &content).map_err(|e| format!("{}: {e}", path.display()))?;
+        // A twin made the same way (`NAME.made`), whose owner and mode the
+        // file must still have afterwards.
+        for file in [path.clone(), path.with_extension("made")] {
+            std::fs::write(&file, &content).map_err(|e| format!("{}: {e}", file.display()))?;
+        }
         Ok((path, content))
     }
 

@@ -19,6 +19,10 @@ pub const STDERR_FILE: &str = "stderr";
 /// The prefix of what a command's background processes wrote after it ended,
 /// inside its directory: `late.stdout`, `late.stderr`.
 pub const LATE_OUTPUT_PREFIX: &str = "late.";
+/// The prefix of everything a command (and what it left running) wrote, for a
+/// command whose runner died while it ran, so that its streamed `stdout` and
+/// `stderr` may have stopped short: `whole.stdout`, `whole.stderr`.
+pub const WHOLE_OUTPUT_PREFIX: &str = "whole.";
 
 /// Milliseconds since the Unix epoch, now (0 if the clock is before 1970).
 pub fn unix_ms_now() -> u64 {

@@ -12,6 +12,7 @@
 //!     command.json     argv, cwd, start/end times, exit status, cause
 //!     stdout, stderr   the output, streamed to disk as it came
 //!     late.stdout, late.stderr  what its background processes wrote after it ended
+//!     whole.stdout, whole.stderr  all it wrote, when its runner died while it ran
 //!   diff.patch         applies with `git apply` on the base EvidenceFile::Diff
 //!   changes.json       changed paths, in or out of scope    EvidenceFile::Changes
 //!   checks.json                                             EvidenceFile::Checks
@@ -86,7 +87,7 @@ mod tests;
 
 pub use command::{
     COMMAND_FILE, CommandEnd, CommandRecord, CommandRecorder, CommandStart, ExitStatusRecord,
-    LATE_OUTPUT_PREFIX, OutputStream, STDERR_FILE, STDOUT_FILE, unix_ms_now,
+    LATE_OUTPUT_PREFIX, OutputStream, STDERR_FILE, STDOUT_FILE, WHOLE_OUTPUT_PREFIX, unix_ms_now,
 };
 pub use error::EvidenceError;
 pub use fingerprint::{FINGERPRINT_KEY_FILE, FingerprintKey, FingerprintKeyError};

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::EvidenceError;
 use super::atomic::{sync_dir, to_pretty_json, write_atomic};
-use super::command::{CommandRecorder, CommandStart, LATE_OUTPUT_PREFIX};
+use super::command::{CommandRecorder, CommandStart, LATE_OUTPUT_PREFIX, WHOLE_OUTPUT_PREFIX};
 use super::layout::{self, COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 use super::manifest::Manifest;
 use crate::RunId;
@@ -138,29 +138,25 @@ impl EvidenceWriter {
         self.write_nested(layout::SERVICES_DIR, name, stream, bytes)
     }
 
-    /// Writes what the background processes of command `seq` wrote to its
-    /// `stream` (`stdout` or `stderr`) after the command ended, to
-    /// `commands/NNNN/late.STREAM`, atomically and durably.
+    /// Writes output of command `seq` known only after it (or its runner)
+    /// ended, atomically and durably: `commands/NNNN/late.STREAM` (what its
+    /// background processes wrote after it ended) or `whole.STREAM` (all it
+    /// wrote, when its runner died while it ran). `stream` is `stdout` or
+    /// `stderr`. Never the streamed `stdout` and `stderr` themselves.
     pub fn write_late_output(
         &self,
         seq: u32,
+        whole: bool,
         stream: &str,
         bytes: &[u8],
     ) -> Result<(), EvidenceError> {
-        let name = format!("{LATE_OUTPUT_PREFIX}{stream}");
+        let prefix = if whole {
+            WHOLE_OUTPUT_PREFIX
+        } else {
+            LATE_OUTPUT_PREFIX
+        };
+        let name = format!("{prefix}{stream}");
         self.write_nested(COMMANDS_DIR, &format!("{seq:04}"), &name, bytes)
-    }
-
-    /// Replaces command `seq`'s `stream` (`stdout` or `stderr`) with `bytes`:
-    /// for a command whose runner died while it ran, whose whole output is
-    /// known only afterwards. Not while its recorder lives.
-    pub fn write_command_output(
-        &self,
-        seq: u32,
-        stream: &str,
-        bytes: &[u8],
-    ) -> Result<(), EvidenceError> {
-        self.write_nested(COMMANDS_DIR, &format!("{seq:04}"), stream, bytes)
     }
 
     /// Writes `TOP/DIR/NAME`, `dir` and `name` each one path component.

@@ -67,9 +67,10 @@ impl CommandIo {
 
 /// Runs `spec` as command `seq`'s recorder says and records how it ended.
 ///
-/// A command without a terminal writes to output files in `run_dir`, which
-/// its streams follow until it ended (what its background processes write
-/// later is [`late_output`]'s).
+/// A command without a terminal writes to output files in `run_dir`, when the
+/// process boundary keeps [`output_files`](crate::boundary::ProcessCapabilities::output_files),
+/// which its streams follow until it ended (what its background processes
+/// write later is [`late_output`]'s).
 ///
 /// A command that cannot be spawned is recorded as not started (with the reason)
 /// and reported as such, not as an error: the run goes on to export.
@@ -86,7 +87,7 @@ pub(super) async fn execute(
     let mut recorder = evidence.start_command(CommandStart::now(argv.clone(), &spec.cwd))?;
     let seq = recorder.seq();
     let mut spec = spec.clone();
-    let followed = !spec.tty && spec.output.is_none();
+    let followed = !spec.tty && spec.output.is_none() && process.capabilities().output_files;
     if followed {
         spec.output = Some(late_output::files(run_dir, seq)?);
     }
@@ -145,12 +146,17 @@ pub(super) async fn execute(
     };
     let stdout_file = to_file(recorder.stdout_writer())?;
     let stderr_file = to_file(recorder.stderr_writer())?;
+    let end = if followed {
+        TeeEnd::Hold
+    } else {
+        TeeEnd::Flush
+    };
     let stdout_pump = execution
         .take_stdout()
-        .map(|stream| tokio::spawn(tee(stream, stdout_file, io.stdout, scrubber.clone())));
+        .map(|stream| tokio::spawn(tee(stream, stdout_file, io.stdout, (scrubber.clone(), end))));
     let stderr_pump = execution
         .take_stderr()
-        .map(|stream| tokio::spawn(tee(stream, stderr_file, io.stderr, scrubber.clone())));
+        .map(|stream| tokio::spawn(tee(stream, stderr_file, io.stderr, (scrubber.clone(), end))));
     let feeder = match (execution.take_stdin(), io.stdin) {
         (Some(mut sink), Some(mut source)) => Some(tokio::spawn(async move {
             let _ = tokio::io::copy(&mut source, &mut sink).await;
@@ -228,25 +234,40 @@ pub(super) async fn execute(
     Ok(outcome(exit, error))
 }
 
+/// What [`tee`] does at the end of a stream with the bytes its scrubber holds
+/// back (a strict prefix of a credential's value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TeeEnd {
+    /// Writes them: the stream is all there is.
+    Flush,
+    /// Keeps them out: the output goes on in a file (what background processes
+    /// write later), whose rest is scrubbed from where they begin, so a value
+    /// cut at the end of the stream is still found whole.
+    Hold,
+}
+
 /// Copies `stream`, with credential values redacted, to the evidence `file` and,
 /// while it accepts writes, to `sink`. A sink that fails (a closed pipe) is
-/// dropped; the evidence keeps everything. Returns how many bytes the stream
-/// carried.
+/// dropped; the evidence keeps everything. Returns how many bytes of the stream
+/// went to the evidence (all it carried, but what `end` holds back).
 async fn tee(
     mut stream: OutputStream,
     mut file: tokio::fs::File,
     mut sink: Option<OutputSink>,
-    mut scrubber: Scrubber,
+    (mut scrubber, end): (Scrubber, TeeEnd),
 ) -> std::io::Result<u64> {
     let mut buffer = vec![0u8; 64 * 1024];
     let mut carried = 0u64;
     loop {
         let read = stream.read(&mut buffer).await?;
         carried += read as u64;
-        let data = if read == 0 {
-            scrubber.finish()
-        } else {
-            scrubber.feed(&buffer[..read])
+        let data = match (read, end) {
+            (0, TeeEnd::Flush) => scrubber.finish(),
+            (0, TeeEnd::Hold) => {
+                carried -= scrubber.finish().len() as u64;
+                Vec::new()
+            }
+            _ => scrubber.feed(&buffer[..read]),
         };
         file.write_all(&data).await?;
         if let Some(out) = sink.as_mut()

@@ -9,8 +9,13 @@
 //! the run). When the run drains, once every process has ended, the rest of
 //! each file goes, scrubbed, to `commands/NNNN/late.stdout` and `late.stderr`.
 //! A command without that record (its runner died while it ran, so its stream
-//! may have stopped short) gets the whole file, scrubbed, as its `stdout` and
-//! `stderr`: all it wrote, though what is late can no longer be told apart.
+//! may have stopped short) gets the whole file, scrubbed, beside them as
+//! `whole.stdout` and `whole.stderr`: all it wrote, though what is late can no
+//! longer be told apart. Nothing streamed into the evidence is ever replaced.
+//!
+//! A credential value cut by the end of a stream is not lost to the scrubber:
+//! the stream leaves out what its scrubber held back (a strict prefix of a
+//! value), and the late part is scrubbed from where those bytes begin.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Seek, SeekFrom};
@@ -43,7 +48,7 @@ pub(super) struct Streamed {
 
 /// What one command's background processes wrote after it ended: in
 /// `outcome.json`, and in the evidence as `commands/NNNN/late.stdout` and
-/// `late.stderr`.
+/// `late.stderr` (or, when `whole`, `whole.stdout` and `whole.stderr`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LateOutput {
     /// The command (`commands/NNNN`).
@@ -55,6 +60,9 @@ pub struct LateOutput {
     /// Bytes beyond the first 16 MiB of each stream, not kept.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub not_kept_bytes: u64,
+    /// Its runner died while it ran: these are all it wrote, from the start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -103,11 +111,14 @@ pub(super) fn export(
         .collect();
     let mut late = Vec::new();
     for seq in seqs {
-        let exported = match read_state::<Streamed>(&streamed_path(run_dir, seq)) {
-            Ok(Some(streamed)) => export_late(run_dir, seq, streamed, evidence, scrubber),
-            Ok(None) => export_whole(run_dir, seq, evidence, scrubber).map(|()| None),
-            Err(e) => Err(e),
-        };
+        let exported = read_state::<Streamed>(&streamed_path(run_dir, seq)).and_then(|streamed| {
+            // Without a record, from the start: all of it.
+            let (whole, from) = match streamed {
+                Some(streamed) => (false, streamed),
+                None => (true, Streamed::default()),
+            };
+            export_one(run_dir, seq, (whole, from), evidence, scrubber)
+        });
         match exported {
             Ok(Some(record)) => late.push(record),
             Ok(None) => {}
@@ -120,31 +131,12 @@ pub(super) fn export(
     late
 }
 
-/// The whole output of command `seq` as its `stdout` and `stderr` in the
-/// evidence (a file that is not there, from a backend that keeps none, leaves
-/// the evidence as it streamed).
-fn export_whole(
+/// What command `seq` wrote after `from` (what its streams carried; nothing
+/// for a `whole` export), as `late.*` or `whole.*`.
+fn export_one(
     run_dir: &Path,
     seq: u32,
-    evidence: &EvidenceWriter,
-    scrubber: &Scrubber,
-) -> Result<(), RunErrorKind> {
-    let files = files(run_dir, seq)?;
-    for (stream, path) in [("stdout", &files.stdout), ("stderr", &files.stderr)] {
-        if !path.exists() {
-            continue;
-        }
-        let (bytes, _) = read_from(path, 0)?;
-        evidence.write_command_output(seq, stream, &scrubber.redact_bytes(&bytes))?;
-    }
-    Ok(())
-}
-
-/// What command `seq`'s background processes wrote after `streamed`.
-fn export_late(
-    run_dir: &Path,
-    seq: u32,
-    streamed: Streamed,
+    (whole, from): (bool, Streamed),
     evidence: &EvidenceWriter,
     scrubber: &Scrubber,
 ) -> Result<Option<LateOutput>, RunErrorKind> {
@@ -154,19 +146,20 @@ fn export_late(
         stdout_bytes: 0,
         stderr_bytes: 0,
         not_kept_bytes: 0,
+        whole,
     };
     let mut not_kept = 0;
     for (stream, path, offset, written) in [
         (
             "stdout",
             &files.stdout,
-            streamed.stdout,
+            from.stdout,
             &mut record.stdout_bytes,
         ),
         (
             "stderr",
             &files.stderr,
-            streamed.stderr,
+            from.stderr,
             &mut record.stderr_bytes,
         ),
     ] {
@@ -176,7 +169,7 @@ fn export_late(
         }
         *written = total;
         not_kept += total - bytes.len() as u64;
-        evidence.write_late_output(seq, stream, &scrubber.redact_bytes(&bytes))?;
+        evidence.write_late_output(seq, whole, stream, &scrubber.redact_bytes(&bytes))?;
     }
     record.not_kept_bytes = not_kept;
     Ok((record.stdout_bytes + record.stderr_bytes > 0).then_some(record))
@@ -217,4 +210,109 @@ fn streamed_path(run_dir: &Path, seq: u32) -> PathBuf {
     run_dir
         .join(COMMAND_OUTPUT_DIR)
         .join(format!("{seq:04}.{STREAMED_EXTENSION}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // panicking is how a test fails
+
+    use super::*;
+    use crate::RunId;
+    use crate::boundary::IssuedCredential;
+
+    fn scrubber() -> Scrubber {
+        Scrubber::new(&[IssuedCredential::new("TOKEN", "tok-1234567890", 0)])
+    }
+
+    /// A run directory with command 1's stdout holding `stdout`, and an
+    /// evidence bundle with command 1's directory.
+    fn fixture(stdout: &[u8]) -> (tempfile::TempDir, EvidenceWriter) {
+        let dir = tempfile::tempdir().unwrap();
+        let files = files(dir.path(), 1).unwrap();
+        std::fs::write(&files.stdout, stdout).unwrap();
+        let evidence =
+            EvidenceWriter::create(&dir.path().join("evidence"), &RunId::new("run-1").unwrap())
+                .unwrap();
+        let recorder = evidence
+            .start_command(crate::evidence::CommandStart::now(vec!["sh".into()], "."))
+            .unwrap();
+        drop(recorder);
+        (dir, evidence)
+    }
+
+    fn read(evidence: &EvidenceWriter, name: &str) -> String {
+        std::fs::read_to_string(evidence.dir().join("commands/0001").join(name)).unwrap()
+    }
+
+    #[test]
+    fn a_value_cut_by_the_end_of_the_stream_is_redacted_with_what_follows() {
+        // The stream carried "early tok-12" and held the prefix back: it
+        // recorded 6 bytes streamed ("early ").
+        let (dir, evidence) = fixture(b"early tok-1234567890 late\n");
+        record_streamed(
+            dir.path(),
+            1,
+            Streamed {
+                stdout: 6,
+                stderr: 0,
+            },
+        )
+        .unwrap();
+        let late = export(dir.path(), &evidence, &scrubber(), &mut Vec::new());
+        assert_eq!(read(&evidence, "late.stdout"), "[redacted:TOKEN] late\n");
+        assert_eq!(
+            late,
+            [LateOutput {
+                seq: 1,
+                stdout_bytes: 20,
+                stderr_bytes: 0,
+                not_kept_bytes: 0,
+                whole: false,
+            }]
+        );
+        assert!(!evidence.dir().join("commands/0001/late.stderr").exists());
+    }
+
+    #[test]
+    fn nothing_after_the_stream_is_no_late_output() {
+        let (dir, evidence) = fixture(b"all of it\n");
+        record_streamed(
+            dir.path(),
+            1,
+            Streamed {
+                stdout: 10,
+                stderr: 0,
+            },
+        )
+        .unwrap();
+        assert!(export(dir.path(), &evidence, &scrubber(), &mut Vec::new()).is_empty());
+        assert!(!evidence.dir().join("commands/0001/late.stdout").exists());
+    }
+
+    #[test]
+    fn without_a_record_the_whole_output_is_kept_beside_the_streamed_one() {
+        let (dir, evidence) = fixture(b"tok-1234567890 everything\n");
+        let mut errors = Vec::new();
+        let late = export(dir.path(), &evidence, &scrubber(), &mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(late[0].whole, "{late:?}");
+        assert_eq!(
+            read(&evidence, "whole.stdout"),
+            "[redacted:TOKEN] everything\n"
+        );
+        // What was streamed stays as it was.
+        assert_eq!(read(&evidence, "stdout"), "");
+    }
+
+    #[test]
+    fn beyond_the_limit_is_counted_not_kept() {
+        let big = vec![b'x'; usize::try_from(LATE_OUTPUT_LIMIT).unwrap() + 100];
+        let (dir, evidence) = fixture(&big);
+        record_streamed(dir.path(), 1, Streamed::default()).unwrap();
+        let late = export(dir.path(), &evidence, &scrubber(), &mut Vec::new());
+        assert_eq!(late[0].not_kept_bytes, 100);
+        assert_eq!(late[0].stdout_bytes, LATE_OUTPUT_LIMIT + 100);
+        let kept = std::fs::metadata(evidence.dir().join("commands/0001/late.stdout")).unwrap();
+        assert_eq!(kept.len(), LATE_OUTPUT_LIMIT);
+    }
 }

@@ -98,6 +98,16 @@ impl Workspace {
             life.observe(observer);
         }
         let (source, filesystem) = provisioned.unzip();
+        // A parked run's credentials, kept since it was first sealed: whatever
+        // fails before it is attached again, nothing it exports shows them.
+        let scrubber = match identity_store::load(&paths.run_dir) {
+            Ok(identity) => Scrubber::new(&identity.map(|i| i.credentials).unwrap_or_default()),
+            Err(error) => {
+                tracing::warn!(run_id = %run.run_id, error = %crate::error_chain(&error),
+                    "the run's kept credentials cannot be read");
+                Scrubber::default()
+            }
+        };
         Self {
             runner,
             run,
@@ -114,7 +124,7 @@ impl Workspace {
             started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
             cancel_grace: options.cancel_grace,
-            scrubber: Scrubber::default(),
+            scrubber,
             services: Services::default(),
             checked: None,
             concluded: false,
@@ -478,6 +488,7 @@ impl Workspace {
     fn let_go_of_capacity(&mut self) {
         if let Some(grant) = self.reservation.take()
             && self.sandbox_holds_capacity()
+            && self.paths.run_dir.join(CAPACITY_HELD_FILE).exists()
         {
             grant.leave();
         }
@@ -584,7 +595,10 @@ impl Workspace {
 
     /// Lets go of the sealed run without stopping anything: it is parked in
     /// `Detached`, its sandbox stays live (what its commands left running goes
-    /// on), the capacity and leases are given back and the journal is released.
+    /// on), the leases are given back and the journal is released. Its capacity
+    /// stays held by the sandbox when the process boundary
+    /// [`holds_capacity`](crate::boundary::ProcessCapabilities::holds_capacity)
+    /// and the admission control is a host-wide pool; otherwise it is given back.
     /// [`Runner::resume`] (in this process or another) attaches to it again;
     /// crash recovery leaves a detached run alone. This is how a workspace lives
     /// across separate processes (`create`, then `exec`, `exec`, `promote`).
@@ -619,8 +633,9 @@ impl Workspace {
 
     /// Suspends the run and parks it in `Suspended`: its processes are frozen
     /// in place (or, where the process boundary cannot freeze, stopped), the
-    /// checkout and the evidence stay, the capacity is given back, the journal
-    /// is released. [`Runner::resume`] (in this process or another) re-verifies
+    /// checkout and the evidence stay, the capacity is kept by the frozen
+    /// sandbox as by a detached one (given back when its processes were
+    /// stopped), the journal is released. [`Runner::resume`] (in this process or another) re-verifies
     /// the checkout and thaws the processes; crash recovery leaves a suspended
     /// run alone.
     ///

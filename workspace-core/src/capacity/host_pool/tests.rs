@@ -181,3 +181,37 @@ async fn wait_for(mut condition: impl FnMut() -> bool) {
     }
     panic!("condition never held");
 }
+
+#[tokio::test]
+async fn a_grant_whose_descriptor_was_handed_out_is_held_until_every_copy_closes() {
+    for leave in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = HostPool::open(dir.path(), slots(1));
+        let grant = pool.admit("live", one()).await.unwrap();
+        // What a sandbox keeps open for its life.
+        let copy = grant
+            .descriptor()
+            .expect("a host pool grant has one")
+            .unwrap();
+        if leave {
+            grant.leave();
+        } else {
+            // Dropped on a path that did not leave on purpose: still held.
+            drop(grant);
+        }
+        let snapshot = pool.snapshot().unwrap();
+        assert_eq!(snapshot.in_use.slots, 1, "leave = {leave}");
+        assert_eq!(snapshot.holders[0].label, "live");
+        let waited = tokio::time::timeout(Duration::from_millis(300), pool.admit("next", one()));
+        assert!(
+            waited.await.is_err(),
+            "admitted while the copy holds the slot"
+        );
+        // The last copy closed (the sandbox ended): the capacity is back, and
+        // the stale ticket goes with the next scan.
+        drop(copy);
+        assert_eq!(pool.snapshot().unwrap().in_use, Resources::ZERO);
+        assert!(ticket_files(dir.path()).unwrap().is_empty());
+        drop(pool.admit("next", one()).await.unwrap());
+    }
+}

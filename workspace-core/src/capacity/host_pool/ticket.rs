@@ -4,6 +4,7 @@
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,10 @@ pub(super) struct Ticket {
     pub(super) record: TicketRecord,
     /// `None` once left to another holder of its descriptor.
     lock: Option<LockFile>,
+    /// Whether a descriptor of the lock was handed out: from then on the
+    /// kernel decides when the capacity is back (when the last copy closes),
+    /// so this ticket never unlocks or removes it, even when dropped.
+    shared: AtomicBool,
 }
 
 impl Ticket {
@@ -79,6 +84,7 @@ impl Ticket {
             seq,
             record,
             lock: Some(lock),
+            shared: AtomicBool::new(false),
         };
         ticket.write()?;
         Ok(ticket)
@@ -103,12 +109,21 @@ impl Ticket {
 
 impl Held for Ticket {
     fn descriptor(&self) -> Option<io::Result<OwnedFd>> {
-        self.lock.as_ref().map(LockFile::descriptor)
+        let lock = self.lock.as_ref()?;
+        self.shared.store(true, Ordering::SeqCst);
+        Some(lock.descriptor())
     }
 
     fn leave(mut self: Box<Self>) {
-        // The file and its record stay for as long as the lock is held elsewhere;
-        // then the next scan finds the file unlocked and removes it as stale.
+        self.let_go();
+    }
+}
+
+impl Ticket {
+    /// Closes this process's descriptor only. The file and its record stay for
+    /// as long as the lock is held elsewhere; then the next scan finds the file
+    /// unlocked and removes it as stale.
+    fn let_go(&mut self) {
         if let Some(lock) = self.lock.take() {
             lock.leave();
         }
@@ -117,6 +132,12 @@ impl Held for Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        if self.shared.load(Ordering::SeqCst) {
+            // Unlocking would release every copy of the lock (it belongs to the
+            // open file), the one a live sandbox holds too.
+            self.let_go();
+            return;
+        }
         let Some(lock) = &self.lock else { return };
         // Remove while still locked; the lock file's own drop then unlocks.
         match std::fs::remove_file(lock.path()) {
