@@ -97,7 +97,7 @@
 //!   stdio and sets [`SpawnRequest::controlling_terminal`] (the process boundary
 //!   does, for `tty = true`); no network other than `lo`;
 //! * the overlay step (layered checkouts) is covered through `NamespaceProcess` in
-//!   `tests/layered.rs`; a lower layer not owned by `host_uid`/`host_gid` is shown
+//!   the root `tests/namespace_layered.rs`; a lower layer not owned by `host_uid`/`host_gid` is shown
 //!   through an idmapped mount (see [the lower layer](#the-lower-layer-of-an-overlay)),
 //!   which needs kernel ≥ 5.19 and a file system with idmapped mounts;
 //! * what the plan creates in the new tmpfs mounts (mount points, `/etc` files) is

@@ -4,6 +4,9 @@
 //! the workspace. Run as root, with real namespaces and cgroups.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
 
+// The namespace backend's own run helpers: these tests need a real worktree
+// checkout too, so they live here, where every backend is a dependency.
+#[path = "../backend-namespace/tests/runs/mod.rs"]
 mod runs;
 
 use std::os::unix::fs::MetadataExt;
