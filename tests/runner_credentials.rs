@@ -149,7 +149,8 @@ async fn a_value_split_between_a_command_and_its_late_output_is_still_redacted()
     let report = ws.finish().await.unwrap();
     assert!(report.cleaned, "{:?}", report.cleanup_errors);
     let read = |name: &str| {
-        std::fs::read_to_string(report.evidence.join("commands/0001").join(name)).unwrap_or_default()
+        std::fs::read_to_string(report.evidence.join("commands/0001").join(name))
+            .unwrap_or_default()
     };
     let (stdout, late) = (read("stdout"), read("late.stdout"));
     assert_eq!(stdout, "before ", "{stdout:?} {late:?}");

@@ -1,4 +1,8 @@
 //! Journal tests. The crash test (a writer SIGKILLed mid-stream) is in `tests/journal_crash.rs`.
+use std::io;
+
+use serde::Deserialize;
+
 use super::*;
 use tempfile::TempDir;
 
