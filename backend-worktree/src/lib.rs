@@ -112,6 +112,10 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+/// The git library this crate's API speaks ([`source::open_source_repo`]
+/// returns its `Repository`), so a caller names the same version.
+pub use gix;
+
 pub mod changes;
 pub mod filesystem;
 pub mod layered;

@@ -112,9 +112,14 @@ impl ContractArgs {
         if let Some(rev) = &self.rev {
             contract.source.revision = rev.clone();
         }
-        let repo = check_repository(Path::new(&contract.source.repo), self.repo.is_some())?;
+        let (repo, opened) =
+            check_repository(Path::new(&contract.source.repo), self.repo.is_some())?;
         contract.source.repo = repo.to_string_lossy().into_owned();
-        check_revision(&repo, &contract.source.revision, self.rev.is_some())?;
+        check_revision(
+            (&repo, &opened),
+            &contract.source.revision,
+            self.rev.is_some(),
+        )?;
         if let Some(network) = self.network {
             contract.environment.network.mode = match network {
                 Network::Deny => NetworkMode::Deny,
@@ -222,8 +227,11 @@ impl ContractArgs {
     }
 }
 
-/// The repository as an absolute path, or why it is not one.
-fn check_repository(repo: &Path, from_flag: bool) -> Result<PathBuf, BadInput> {
+/// The repository as an absolute path, opened, or why it is not one.
+fn check_repository(
+    repo: &Path,
+    from_flag: bool,
+) -> Result<(PathBuf, backend_worktree::gix::Repository), BadInput> {
     let named = if from_flag { "--repo" } else { "source.repo" };
     let shown = repo.to_string_lossy();
     if shown.contains("://") || shown.starts_with("git@") {
@@ -238,25 +246,28 @@ fn check_repository(repo: &Path, from_flag: bool) -> Result<PathBuf, BadInput> {
         .ancestors()
         .find(|dir| dir.join(".git").exists())
         .map_or(named_dir.clone(), Path::to_path_buf);
-    backend_worktree::source::open_source_repo(&absolute).map_err(|e| {
+    let opened = backend_worktree::source::open_source_repo(&absolute).map_err(|e| {
         BadInput(format!(
             "{named} {}: not a git repository ({})",
             repo.display(),
             one_line(&workspace_core::error_chain(&e))
         ))
     })?;
-    Ok(absolute)
+    Ok((absolute, opened))
 }
 
-fn check_revision(repo: &Path, rev: &str, from_flag: bool) -> Result<(), BadInput> {
+/// `rev` must name a commit of the repository (`repo` opened as `opened`).
+fn check_revision(
+    (repo, opened): (&Path, &backend_worktree::gix::Repository),
+    rev: &str,
+    from_flag: bool,
+) -> Result<(), BadInput> {
     let named = if from_flag {
         "--rev"
     } else {
         "source.revision"
     };
-    let opened = backend_worktree::source::open_source_repo(repo)
-        .map_err(|e| BadInput(one_line(&workspace_core::error_chain(&e))))?;
-    let commit = backend_worktree::source::resolve_revision(&opened, rev).map_err(|e| {
+    let commit = backend_worktree::source::resolve_revision(opened, rev).map_err(|e| {
         BadInput(format!(
             "{named} {rev}: not a commit of {} ({})",
             repo.display(),
@@ -264,7 +275,7 @@ fn check_revision(repo: &Path, rev: &str, from_flag: bool) -> Result<(), BadInpu
         ))
     })?;
     let head = opened.head_id().ok().map(|id| id.detach());
-    if head == Some(commit) && backend_worktree::source::has_uncommitted_changes(&opened) {
+    if head == Some(commit) && backend_worktree::source::has_uncommitted_changes(opened) {
         eprintln!(
             "agent-workspace: {} has uncommitted changes; the run gets {rev} as committed, without them",
             repo.display()
