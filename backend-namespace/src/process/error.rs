@@ -22,6 +22,9 @@ pub enum ProcessError {
         /// The error.
         source: std::io::Error,
     },
+    /// The host's base system could not be looked at.
+    #[error("the host's base system")]
+    HostLayout(#[from] workspace_core::mount_plan::HostLayoutError),
     /// A cgroup step failed.
     #[error("{step}")]
     Cgroup {

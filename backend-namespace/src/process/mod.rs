@@ -96,7 +96,6 @@ mod egress;
 mod error;
 mod execution;
 mod handover;
-mod host;
 mod in_sandbox;
 mod network;
 pub mod observe;
@@ -126,7 +125,7 @@ use workspace_core::mount_plan::HostLayout;
 pub use error::ProcessError;
 pub use execution::NamespaceExecution;
 pub use handover::{HandoverOutcome, MAX_OPEN_DIRS, hand_over};
-pub use host::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
+pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
 pub use pty::PTY_WINDOW_SIZE;
 pub use workspace::{PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
 

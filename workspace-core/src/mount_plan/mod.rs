@@ -33,9 +33,11 @@
 //! what they must.
 
 mod build;
+mod host;
 mod types;
 
 pub use build::{HostLayout, PlanInputs, SystemEntry};
+pub use host::{ETC_PATHS, HostLayoutError, SYSTEM_PATHS, probe_host_layout, probe_under};
 pub use types::{MountAction, MountPlan, MountPoint, MountStep, Reason};
 
 #[cfg(test)]

@@ -1,10 +1,22 @@
-//! Probing the host's base system into a [`HostLayout`].
+//! Probing the host's base system into a [`HostLayout`]: what every backend's
+//! plan binds read-only of the host (the same facts for each).
 
 use std::path::{Path, PathBuf};
 
-use workspace_core::mount_plan::{HostLayout, SystemEntry};
+use super::{HostLayout, SystemEntry};
 
-use super::error::ProcessError;
+/// Why the host's base system could not be looked at.
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {}", path.display())]
+pub struct HostLayoutError {
+    /// What was being done.
+    pub step: &'static str,
+    /// The host path.
+    pub path: PathBuf,
+    /// Why it failed.
+    #[source]
+    pub source: std::io::Error,
+}
 
 /// The base-system paths looked at, in the order they are mounted.
 pub const SYSTEM_PATHS: [&str; 7] = [
@@ -32,13 +44,13 @@ pub const ETC_PATHS: [&str; 8] = [
 ///
 /// # Ambient authority
 /// Looks at the host's root directory.
-pub fn probe_host_layout() -> Result<HostLayout, ProcessError> {
+pub fn probe_host_layout() -> Result<HostLayout, HostLayoutError> {
     probe_under(Path::new("/"))
 }
 
 /// [`probe_host_layout`] with the host root at `root` (the paths recorded are still
 /// the absolute ones inside, e.g. `/usr`).
-pub(crate) fn probe_under(root: &Path) -> Result<HostLayout, ProcessError> {
+pub fn probe_under(root: &Path) -> Result<HostLayout, HostLayoutError> {
     let mut system = Vec::new();
     for path in SYSTEM_PATHS {
         let host = root.join(&path[1..]);
@@ -46,7 +58,7 @@ pub(crate) fn probe_under(root: &Path) -> Result<HostLayout, ProcessError> {
             Ok(meta) => meta,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => {
-                return Err(ProcessError::Io {
+                return Err(HostLayoutError {
                     step: "inspecting a system directory",
                     path: host,
                     source,
@@ -54,7 +66,7 @@ pub(crate) fn probe_under(root: &Path) -> Result<HostLayout, ProcessError> {
             }
         };
         if meta.file_type().is_symlink() {
-            let to = std::fs::read_link(&host).map_err(|source| ProcessError::Io {
+            let to = std::fs::read_link(&host).map_err(|source| HostLayoutError {
                 step: "reading a system symlink",
                 path: host.clone(),
                 source,
@@ -84,6 +96,8 @@ pub(crate) fn probe_under(root: &Path) -> Result<HostLayout, ProcessError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // panicking is how a test fails
+
     use super::*;
 
     #[test]
