@@ -1,9 +1,58 @@
 //! backend-container: the Process, Environment and Identity boundaries of
-//! agent-workspace through an OCI runtime (crun, runc or youki, driven by their CLI).
+//! agent-workspace through an OCI runtime (runc, crun or youki, driven by
+//! their command line).
 //!
-//! **Status: not implemented yet.** This crate holds no boundary implementation
-//! today; a stack cannot use it. It will generate an OCI bundle (with `oci-spec`
-//! types) from the same mount plan and limits the namespace backend applies, run the
-//! agent's commands with the runtime, and record the observed boundary the same way.
+//! **Status: the foundation, not a boundary yet.** What exists and is tested:
+//!
+//! * [`bundle`]: an OCI bundle (`config.json` built with `oci-spec` types, and
+//!   its root directory) from the same core [`MountPlan`] the namespace
+//!   backend applies, with the run's limits, ids (a user namespace mapping
+//!   them to unprivileged host ids), environment, no capability,
+//!   `no_new_privs` and a seccomp filter ([`seccomp`]);
+//! * [`runtime`]: the runtime found by name or on `PATH` and recorded with its
+//!   version (crun on this hybrid cgroup layout is refused, saying so), its
+//!   containers created, `exec`'d into, paused, resumed, killed and deleted,
+//!   their state read as `oci-spec`'s `State`.
+//!
+//! Not yet: the `ProcessBoundary` over them (one container per workspace:
+//! seal, exec per command, suspend, teardown with proof, recovery), the
+//! probe, images (`environment.runtime.image`), and `--backend container` on
+//! the command line, which still says the backend is not available.
+//!
+//! ```
+//! use backend_container::bundle::{self, BundleInputs, IdMaps};
+//! use workspace_core::boundary::ResolvedLimits;
+//! use workspace_core::mount_plan::{MountAction, MountPlan, MountStep, Reason};
+//!
+//! let plan = MountPlan {
+//!     root_size_bytes: 1 << 20,
+//!     steps: vec![MountStep {
+//!         target: "/usr".into(),
+//!         action: MountAction::Bind { source: "/usr".into(), read_only: true },
+//!         reason: Reason::System,
+//!     }],
+//!     workdir: "/".into(),
+//!     hostname: "run-1".into(),
+//! };
+//! let spec = bundle::spec(&BundleInputs {
+//!     plan: &plan,
+//!     argv: &["/usr/bin/true".into()],
+//!     env: &[],
+//!     ids: IdMaps { uid: 1000, gid: 1000, host_uid: 101_000, host_gid: 101_000, host_root: 100_000 },
+//!     limits: &ResolvedLimits::default(),
+//!     cgroups_path: "agent-workspace/run-1",
+//! })?;
+//! assert_eq!(spec.hostname().as_deref(), Some("run-1"));
+//! # Ok::<(), backend_container::ContainerError>(())
+//! ```
+//!
+//! [`MountPlan`]: workspace_core::mount_plan::MountPlan
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+pub mod bundle;
+pub mod error;
+pub mod runtime;
+pub mod seccomp;
+
+pub use error::ContainerError;

@@ -125,9 +125,9 @@ use workspace_core::mount_plan::HostLayout;
 pub use error::ProcessError;
 pub use execution::NamespaceExecution;
 pub use handover::{HandoverOutcome, MAX_OPEN_DIRS, hand_over};
-pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
 pub use pty::PTY_WINDOW_SIZE;
 pub use workspace::{PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
+pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
 
 use crate::cgroup::{CgroupLayout, RunCgroup, leaked_paths};
 use crate::spawn::Sandbox;
