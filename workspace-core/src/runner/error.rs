@@ -86,6 +86,18 @@ pub enum RunErrorKind {
         /// What needed it.
         step: &'static str,
     },
+    /// A step needs a sealed run (no command running) and the run is not one.
+    #[error("{step} needs a sealed run, not one {state}")]
+    NotSealed {
+        /// What needed it.
+        step: &'static str,
+        /// The run's state.
+        state: crate::lifecycle::StateName,
+    },
+    /// A sandbox found gone left something its teardown could not remove, so
+    /// the run cannot be sealed again.
+    #[error("the lost sandbox left {0:?}; it cannot be sealed again")]
+    LostSandboxLeft(crate::boundary::LeakReport),
 }
 
 impl RunErrorKind {

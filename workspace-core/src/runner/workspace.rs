@@ -276,9 +276,7 @@ impl Workspace {
     async fn clear_lost_sandbox(&mut self) -> Result<(), RunErrorKind> {
         let leaks = self.runner.stack().process.teardown(&self.run).await?;
         if !leaks.is_clean() {
-            return Err(RunErrorKind::Failed(FailureCause::Runner {
-                message: format!("the lost sandbox left {leaks:?}; it cannot be sealed again"),
-            }));
+            return Err(RunErrorKind::LostSandboxLeft(leaks));
         }
         self.sealing = false;
         Ok(())
@@ -607,12 +605,12 @@ impl Workspace {
     /// boundary cannot detach is failed and concluded instead.
     pub async fn detach(mut self) -> Result<DetachedRun, RunError> {
         if self.life.state() != &State::Sealed {
+            let state = self.life.state().name();
             let refused = self.life.detach().map(drop).map_err(RunErrorKind::from);
-            return Err(self.error(refused.err().unwrap_or(RunErrorKind::Failed(
-                FailureCause::Runner {
-                    message: "only a sealed run can be detached".into(),
-                },
-            ))));
+            return Err(self.error(refused.err().unwrap_or(RunErrorKind::NotSealed {
+                step: "detaching",
+                state,
+            })));
         }
         let stack = self.runner.stack().clone();
         self.services.release();
@@ -644,23 +642,20 @@ impl Workspace {
     /// concluded instead.
     pub async fn suspend(mut self) -> Result<SuspendedRun, RunError> {
         if self.life.state() != &State::Sealed {
+            let state = self.life.state().name();
             let refused = self.life.suspend().map(drop).map_err(RunErrorKind::from);
-            return Err(self.error(refused.err().unwrap_or(RunErrorKind::Failed(
-                FailureCause::Runner {
-                    message: "only a sealed run can be suspended".into(),
-                },
-            ))));
+            return Err(self.error(refused.err().unwrap_or(RunErrorKind::NotSealed {
+                step: "suspending",
+                state,
+            })));
         }
         let stack = self.runner.stack().clone();
         self.services.release();
         let suspension = match stack.process.suspend(&self.run).await {
             Ok(suspension) => suspension,
-            Err(e) => {
-                let kind = RunErrorKind::Failed(FailureCause::Runner {
-                    message: format!("suspend: {}", crate::error_chain(&e)),
-                });
-                return Err(self.abort(kind).await);
-            }
+            // The boundary's own error (it names the operation), as any
+            // boundary's failure.
+            Err(e) => return Err(self.abort(e.into()).await),
         };
         self.sealing = false;
         self.journal(|life| life.suspend().map(drop))?;
@@ -710,9 +705,10 @@ impl Workspace {
     pub async fn start_background(&mut self, command: &CommandSpec) -> Result<String, RunError> {
         if self.life.state() != &State::Sealed {
             let state = self.life.state().name();
-            return Err(self.error(RunErrorKind::Failed(FailureCause::Runner {
-                message: format!("a background command needs a sealed run, not one {state}"),
-            })));
+            return Err(self.error(RunErrorKind::NotSealed {
+                step: "a background command",
+                state,
+            }));
         }
         let process = self.runner.stack().process.clone();
         let started = self
@@ -788,9 +784,10 @@ impl Workspace {
     pub async fn check(&mut self) -> Result<Vec<crate::boundary::CheckResult>, RunError> {
         if self.life.state() != &State::Sealed {
             let state = self.life.state().name();
-            return Err(self.error(RunErrorKind::Failed(FailureCause::Runner {
-                message: format!("the checks need a sealed run, not one {state}"),
-            })));
+            return Err(self.error(RunErrorKind::NotSealed {
+                step: "the checks",
+                state,
+            }));
         }
         let verified = self.run_required_checks().await?;
         let results = verified.checks.clone();
