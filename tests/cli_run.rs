@@ -606,10 +606,15 @@ fn exec_says_how_its_command_ended_a_busy_run_names_its_holder_and_an_ended_one_
         stderr.contains("not found: no-such-program-here"),
         "{stderr}"
     );
+    // A file that is there but not a program: 126, as a shell says.
+    let out = fixture.agent_workspace(&["exec", &run, "--", "/etc/passwd"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{stderr}");
+    assert!(stderr.contains("not executable: /etc/passwd"), "{stderr}");
     let out = fixture.agent_workspace(&["exec", &run, "--timeout", "1", "--", "sleep", "30"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(124), "{stderr}");
-    assert!(stderr.contains("command 2: timed out after 1."), "{stderr}");
+    assert!(stderr.contains("command 3: timed out after 1."), "{stderr}");
 
     // While one exec holds the run, another says who.
     let mut holder = fixture

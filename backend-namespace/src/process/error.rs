@@ -35,13 +35,8 @@ pub enum ProcessError {
     },
     /// The command's program is not in the run (or not executable there):
     /// `execve` said so.
-    #[error("{reason}: {program}")]
-    ProgramNotRun {
-        /// The program as the command named it.
-        program: String,
-        /// `not found` or `not executable`.
-        reason: &'static str,
-    },
+    #[error(transparent)]
+    ProgramNotRun(workspace_core::boundary::ProgramNotRun),
     /// Starting a command in its namespaces failed.
     #[error("{step}")]
     Spawn {
@@ -193,6 +188,10 @@ pub enum ProcessError {
 impl ProcessError {
     /// Wraps the error as the Process boundary's, naming `operation` and a path.
     pub fn into_boundary(self, operation: &str) -> BoundaryError {
+        // The runner reads this one back (`BoundaryError::program_not_run`).
+        if let Self::ProgramNotRun(not_run) = self {
+            return BoundaryError::new(BoundaryKind::Process, operation, not_run);
+        }
         let path = match &self {
             Self::Io { path, .. }
             | Self::Handover { path, .. }
@@ -213,23 +212,24 @@ impl ProcessError {
     pub(crate) fn not_run(program: String, source: crate::spawn::SpawnError) -> Self {
         use crate::spawn::{ChildStage, SpawnError};
         use nix::errno::Errno;
+        use workspace_core::boundary::{NotRunReason, ProgramNotRun};
         match &source {
             SpawnError::Child {
                 stage: ChildStage::Exec,
                 errno: Errno::ENOENT | Errno::ENOTDIR,
                 ..
-            } => Self::ProgramNotRun {
+            } => Self::ProgramNotRun(ProgramNotRun {
                 program,
-                reason: "not found",
-            },
+                reason: NotRunReason::NotFound,
+            }),
             SpawnError::Child {
                 stage: ChildStage::Exec,
                 errno: Errno::EACCES,
                 ..
-            } => Self::ProgramNotRun {
+            } => Self::ProgramNotRun(ProgramNotRun {
                 program,
-                reason: "not executable",
-            },
+                reason: NotRunReason::NotExecutable,
+            }),
             _ => Self::Spawn {
                 step: "starting the command",
                 source,

@@ -67,9 +67,46 @@ impl BoundaryError {
         }
     }
 
+    /// The program the kernel would not run, when that is what failed (a
+    /// backend's spawn error), so the runner reports it as a shell does.
+    pub fn program_not_run(&self) -> Option<&ProgramNotRun> {
+        self.source.downcast_ref()
+    }
+
     /// Names the path the operation was about.
     pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.path = Some(path.into());
         self
+    }
+}
+
+/// A command's program the kernel would not run (`execve` said why): a
+/// boundary's spawn error, reported as a shell reports it (exit 127 when not
+/// found, 126 when not executable).
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}: {program}")]
+pub struct ProgramNotRun {
+    /// The program as the command named it.
+    pub program: String,
+    /// Why it did not run.
+    pub reason: NotRunReason,
+}
+
+/// Why a command's program did not run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotRunReason {
+    /// No such file (or a directory on the way is missing).
+    NotFound,
+    /// Found, but not executable (no execute permission, not a program).
+    NotExecutable,
+}
+
+impl std::fmt::Display for NotRunReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::NotFound => "not found",
+            Self::NotExecutable => "not executable",
+        })
     }
 }

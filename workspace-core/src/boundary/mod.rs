@@ -38,7 +38,7 @@ pub use capabilities::{
 };
 pub use context::RunContext;
 pub use environment::{EnvironmentBoundary, EnvironmentPlan, ResolvedLimits};
-pub use error::{BoundaryError, BoundaryKind};
+pub use error::{BoundaryError, BoundaryKind, NotRunReason, ProgramNotRun};
 pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
 pub use identity::{CredentialSource, IdentityBoundary, IdentityPlan, IssuedCredential};
 pub use process::{

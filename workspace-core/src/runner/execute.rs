@@ -100,6 +100,7 @@ pub(super) async fn execute(
         duration_ms: millis(started.elapsed()),
         error,
         check: None,
+        not_run: None,
     };
     let spawned = tokio::select! {
         spawned = process.spawn(run, spec) => Some(spawned),
@@ -119,7 +120,10 @@ pub(super) async fn execute(
                 status: ExitStatusRecord::NotStarted,
                 killed: None,
             };
-            return Ok(outcome(exit, Some(message)));
+            return Ok(CommandOutcome {
+                not_run: error.program_not_run().map(|program| program.reason),
+                ..outcome(exit, Some(message))
+            });
         }
         None => {
             let end = CommandEnd {

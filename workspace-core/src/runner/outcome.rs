@@ -26,11 +26,15 @@ pub struct CommandOutcome {
     /// The required check it ran for, if it was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<String>,
+    /// Why its program did not run, when the kernel would not run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<crate::boundary::NotRunReason>,
 }
 
 impl CommandOutcome {
     /// The exit status a shell reports for this command: the exit code; 124 after a
-    /// timeout (as `timeout(1)`); 128 + N after signal N; 127 when it never started.
+    /// timeout (as `timeout(1)`); 128 + N after signal N; 126 when its program is
+    /// not executable, 127 when it never started otherwise.
     pub fn shell_status(&self) -> i32 {
         if self.exit.killed == Some(KillCause::Timeout) {
             return 124;
@@ -38,6 +42,11 @@ impl CommandOutcome {
         match self.exit.status {
             ExitStatusRecord::Code(code) => code,
             ExitStatusRecord::Signal(signal) => 128 + signal,
+            ExitStatusRecord::NotStarted
+                if self.not_run == Some(crate::boundary::NotRunReason::NotExecutable) =>
+            {
+                126
+            }
             ExitStatusRecord::NotStarted => 127,
             ExitStatusRecord::Unknown => 125,
         }

@@ -147,6 +147,7 @@ pub(super) fn previous_commands(
                 .map_or(0, |end| end.saturating_sub(record.started_unix_ms)),
             error: record.cause.clone(),
             check: None,
+            not_run: None,
         };
         commands.push((record, outcome));
     }
