@@ -189,8 +189,8 @@ impl Execution for HostExecution {
             (None, None) => ExitStatusRecord::Unknown,
         };
         Ok(ExitRecord {
-            status,
             killed: self.killed.clone(),
+            ..ExitRecord::ended(status)
         })
     }
 

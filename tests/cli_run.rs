@@ -92,6 +92,26 @@ fn exit_137_after_sigkill() {
 }
 
 #[test]
+fn a_command_the_pids_limit_held_back_says_so() {
+    // Wider than the limit: the shell cannot fork them all.
+    let outcome = expect_exit(
+        "pids",
+        &[
+            "--pids",
+            "16",
+            "--",
+            "/bin/sh",
+            "-c",
+            "for i in $(seq 40); do sleep 1 & done; wait",
+        ],
+        2,
+        "(the run's pids limit refused ",
+    );
+    let refused = outcome["commands"][0]["exit"]["forks_refused"].as_u64();
+    assert!(refused.is_some_and(|n| n > 0), "{outcome}");
+}
+
+#[test]
 fn stdout_and_stderr_pass_through_byte_for_byte() {
     let fixture = CliFixture::new("passthrough");
     let out = fixture.run(&[

@@ -157,6 +157,14 @@ pub(crate) fn command_line(run: &workspace_core::RunId, command: &CommandOutcome
 /// A command's end in words: `exit 0`, `timed out after 30.0 s (exit 124)`,
 /// `did not start: not found: NAME (exit 127)` (126 when it is not executable).
 fn status_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome) -> String {
+    let words = ended_words(status, killed, command);
+    match command.exit.forks_refused {
+        0 => words,
+        n => format!("{words} (the run's pids limit refused {n} new process(es))"),
+    }
+}
+
+fn ended_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome) -> String {
     if let Some(error) = &command.error {
         return format!("did not start: {error} (exit {status})");
     }

@@ -324,6 +324,15 @@ impl RunCgroup {
             })
     }
 
+    /// The pids controller's events file (`pids.events`, both layouts): how
+    /// many forks the limit refused in this group.
+    pub fn pids_events_file(&self) -> Option<PathBuf> {
+        self.dirs
+            .iter()
+            .find(|d| d.controllers.contains(&Controller::Pids))
+            .map(|d| d.path.join("pids.events"))
+    }
+
     /// Moves process `pid` (and the threads of it) into every directory of the run.
     ///
     /// The namespace backend calls this for the run's init before it execs.

@@ -16,32 +16,48 @@ use super::error::ProcessError;
 use crate::cgroup::RunCgroup;
 use crate::spawn::{ChildKiller, SpawnedChild};
 
-/// The run's OOM-kill counter (`oom_kill` in v2 `memory.events` or v1
-/// `memory.oom_control`) and its value when the command started.
+/// A counter of a cgroup's events file and its value when the command
+/// started: OOM kills (`oom_kill` in v2 `memory.events` or v1
+/// `memory.oom_control`), forks refused at the pids limit (`max` in
+/// `pids.events`, counted in the cgroup where the fork was tried: the command's).
 #[derive(Clone, Debug)]
-pub(crate) struct OomCounter {
+pub(crate) struct EventCounter {
     pub(crate) file: PathBuf,
+    pub(crate) key: &'static str,
     pub(crate) baseline: u64,
 }
 
-impl OomCounter {
-    /// The counter in `file` now.
-    pub(crate) fn start(file: PathBuf) -> Self {
-        let baseline = read_oom_kills(&file).unwrap_or(0);
-        Self { file, baseline }
+impl EventCounter {
+    /// The run's OOM kills, from now on.
+    pub(crate) fn oom_kills(file: PathBuf) -> Self {
+        Self::start(file, "oom_kill")
     }
 
-    /// Whether the kernel OOM-killed a process of the run since [`Self::start`].
-    fn fired(&self) -> bool {
-        read_oom_kills(&self.file).is_some_and(|now| now > self.baseline)
+    /// The forks refused in the command's cgroup, from now on.
+    pub(crate) fn forks_refused(file: PathBuf) -> Self {
+        Self::start(file, "max")
+    }
+
+    fn start(file: PathBuf, key: &'static str) -> Self {
+        let baseline = read_event(&file, key).unwrap_or(0);
+        Self {
+            file,
+            key,
+            baseline,
+        }
+    }
+
+    /// How many events since the start.
+    pub(crate) fn since_start(&self) -> u64 {
+        read_event(&self.file, self.key).map_or(0, |now| now.saturating_sub(self.baseline))
     }
 }
 
-fn read_oom_kills(file: &std::path::Path) -> Option<u64> {
+fn read_event(file: &std::path::Path, key: &str) -> Option<u64> {
     let text = std::fs::read_to_string(file).ok()?;
     text.lines().find_map(|line| {
-        let (key, value) = line.split_once(' ')?;
-        (key == "oom_kill").then(|| value.trim().parse().ok())?
+        let (name, value) = line.split_once(' ')?;
+        (name == key).then(|| value.trim().parse().ok())?
     })
 }
 
@@ -69,7 +85,8 @@ pub struct NamespaceExecution {
     /// reaped without blocking). Kept here, so `wait` is cancel-safe.
     ended: Option<AsyncFd<std::os::fd::OwnedFd>>,
     killed: Option<KillCause>,
-    oom: Option<OomCounter>,
+    oom: Option<EventCounter>,
+    forks: Option<EventCounter>,
     exit: Option<ExitRecord>,
     /// Signals the command's supervisor, which passes the signal on.
     killer: ChildKiller,
@@ -98,7 +115,8 @@ pub(crate) struct Parts {
     pub(crate) stdout: OutputStream,
     pub(crate) stderr: OutputStream,
     pub(crate) timeout: Option<Duration>,
-    pub(crate) oom: Option<OomCounter>,
+    pub(crate) oom: Option<EventCounter>,
+    pub(crate) forks: Option<EventCounter>,
 }
 
 impl NamespaceExecution {
@@ -116,6 +134,7 @@ impl NamespaceExecution {
             ended: None,
             killed: None,
             oom: parts.oom,
+            forks: parts.forks,
             exit: None,
         }
     }
@@ -261,10 +280,15 @@ impl Execution for NamespaceExecution {
         }
         .map_err(|e| e.into_boundary(OP))?;
         let mut killed = self.killed.clone();
-        if killed.is_none() && self.oom.as_ref().is_some_and(OomCounter::fired) {
+        if killed.is_none() && self.oom.as_ref().is_some_and(|oom| oom.since_start() > 0) {
             killed = Some(KillCause::MemoryLimit);
         }
-        let exit = ExitRecord { status, killed };
+        let forks_refused = self.forks.as_ref().map_or(0, EventCounter::since_start);
+        let exit = ExitRecord {
+            status,
+            killed,
+            forks_refused,
+        };
         tracing::debug!(run_id = %self.run_id, ?exit, "command ended");
         self.exit = Some(exit.clone());
         Ok(exit)
@@ -360,19 +384,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn oom_kills_are_read_from_v1_and_v2_files() {
+    fn oom_kills_and_refused_forks_are_counted_from_the_start() {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let v2 = tmp.path().join("memory.events");
         std::fs::write(&v2, "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(read_oom_kills(&v2), Some(1));
+        assert_eq!(read_event(&v2, "oom_kill"), Some(1));
         let v1 = tmp.path().join("memory.oom_control");
         std::fs::write(&v1, "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
             .unwrap_or_else(|e| panic!("{e}"));
-        let counter = OomCounter::start(v1.clone());
-        assert!(!counter.fired());
+        let counter = EventCounter::oom_kills(v1.clone());
+        assert_eq!(counter.since_start(), 0);
         std::fs::write(&v1, "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(counter.fired());
+        assert_eq!(counter.since_start(), 2);
+        let pids = tmp.path().join("pids.events");
+        std::fs::write(&pids, "max 4\n").unwrap_or_else(|e| panic!("{e}"));
+        let forks = EventCounter::forks_refused(pids.clone());
+        std::fs::write(&pids, "max 7\n").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(forks.since_start(), 3);
     }
 }

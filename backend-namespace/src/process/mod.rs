@@ -131,7 +131,7 @@ pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout}
 
 use crate::cgroup::{CgroupLayout, RunCgroup, leaked_paths};
 use crate::spawn::Sandbox;
-use execution::{OomCounter, Parts};
+use execution::{EventCounter, Parts};
 use output::OutputFiles;
 use pty::{Pty, PtyReader, PtyWriter};
 use seal::{RunSpec, Sealed};
@@ -678,7 +678,8 @@ async fn spawn_command(
             (Streams::Stdin(stdin_write), Some((stdout.1, stderr.1)))
         }
     };
-    let oom = tree.oom_file().map(OomCounter::start);
+    let oom = tree.oom_file().map(EventCounter::oom_kills);
+    let forks = tree.pids_events_file().map(EventCounter::forks_refused);
     let program = command.argv.first().cloned().unwrap_or_default();
     let child = blocking("starting the command", move || {
         let child = crate::spawn::join(&sandbox, &request);
@@ -722,6 +723,7 @@ async fn spawn_command(
         stderr,
         timeout: timeout.map(Duration::from_millis),
         oom,
+        forks,
     })))
 }
 

@@ -312,6 +312,25 @@ pub struct ExitRecord {
     pub status: crate::evidence::ExitStatusRecord,
     /// Why it was killed, if it was.
     pub killed: Option<KillCause>,
+    /// How many new processes its tree was refused at the run's `pids` limit
+    /// (a fork bomb, or a build wider than the limit): why it may have failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forks_refused: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl ExitRecord {
+    /// An end with `status`, not killed, nothing refused.
+    pub fn ended(status: crate::evidence::ExitStatusRecord) -> Self {
+        Self {
+            status,
+            killed: None,
+            forks_refused: 0,
+        }
+    }
 }
 
 /// Why a command's tree was killed.

@@ -116,10 +116,7 @@ pub(super) async fn execute(
                 ..CommandEnd::now(ExitStatusRecord::NotStarted)
             };
             recorder.finish(end)?;
-            let exit = ExitRecord {
-                status: ExitStatusRecord::NotStarted,
-                killed: None,
-            };
+            let exit = ExitRecord::ended(ExitStatusRecord::NotStarted);
             return Ok(CommandOutcome {
                 not_run: error.program_not_run().map(|program| program.reason),
                 ..outcome(exit, Some(message))
@@ -132,8 +129,8 @@ pub(super) async fn execute(
             };
             recorder.finish(end)?;
             let exit = ExitRecord {
-                status: ExitStatusRecord::NotStarted,
                 killed: Some(KillCause::Cancelled),
+                ..ExitRecord::ended(ExitStatusRecord::NotStarted)
             };
             return Ok(outcome(exit, None));
         }
@@ -219,14 +216,14 @@ pub(super) async fn execute(
     let (exit, error) = match waited {
         Ok(exit) => (exit, None),
         Err(error) => (
-            ExitRecord {
-                status: ExitStatusRecord::Unknown,
-                killed: None,
-            },
+            ExitRecord::ended(ExitStatusRecord::Unknown),
             Some(crate::error_chain(&error)),
         ),
     };
     let mut causes: Vec<String> = exit.killed.iter().map(describe_kill).collect();
+    if exit.forks_refused > 0 {
+        causes.push(describe_forks_refused(exit.forks_refused));
+    }
     causes.extend(error.iter().cloned());
     causes.extend(output_errors);
     let end = CommandEnd {
@@ -288,6 +285,11 @@ async fn tee(
     }
     file.sync_all().await?;
     Ok(carried)
+}
+
+/// Why a command may have failed though nothing killed it.
+pub(super) fn describe_forks_refused(count: u64) -> String {
+    format!("the run's pids limit refused {count} new process(es)")
 }
 
 pub(super) fn describe_kill(cause: &KillCause) -> String {

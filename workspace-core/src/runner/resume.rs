@@ -138,10 +138,7 @@ pub(super) fn previous_commands(
         let outcome = CommandOutcome {
             seq: record.seq,
             argv: record.argv.clone(),
-            exit: ExitRecord {
-                status: record.exit,
-                killed: None,
-            },
+            exit: ExitRecord::ended(record.exit),
             duration_ms: record
                 .finished_unix_ms
                 .map_or(0, |end| end.saturating_sub(record.started_unix_ms)),
