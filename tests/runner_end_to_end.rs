@@ -463,7 +463,14 @@ async fn the_probe_reads_back_namespaces_cgroups_read_only_mounts_and_hidden_pat
     let fx = Fixture::new("probe-readback");
     let mut contract = fx.contract();
     contract.filesystem.excluded = vec!["src".into()];
-    let report = run_shell(&fx, contract, "ls src | wc -l", "probe-readback").await;
+    // Nor does the repository's history show it: its object store stays out.
+    let report = run_shell(
+        &fx,
+        contract,
+        "ls src | wc -l; git cat-file -p HEAD:src/lib.txt 2>/dev/null && echo HISTORY-SHOWS-IT; true",
+        "probe-readback",
+    )
+    .await;
     assert_concluded(&fx, &report, &[]);
     let observed = read_json(&report.evidence, "observed.json");
     let probe = &observed["probe"];
@@ -483,7 +490,7 @@ async fn the_probe_reads_back_namespaces_cgroups_read_only_mounts_and_hidden_pat
     assert_eq!(facts["writes"]["/usr"], "refused", "{observed}");
     assert_eq!(facts["masked"]["/workspace/src"], "hidden", "{observed}");
     let listed = std::fs::read_to_string(report.evidence.join("commands/0001/stdout")).unwrap();
-    assert_eq!(listed.trim(), "0");
+    assert_eq!(listed.trim(), "0", "{listed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

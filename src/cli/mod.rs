@@ -81,7 +81,7 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// List the runs under the runtime directory that are not cleaned up.
     Ls(ls::LsArgs),
-    /// Freeze a live workspace's processes in place and give its capacity back.
+    /// Freeze a live workspace's processes in place (the frozen workspace keeps its capacity).
     Suspend(suspend::SuspendArgs),
     /// Thaw a suspended workspace (its checkout re-verified) and keep it live.
     Resume(suspend::SuspendArgs),

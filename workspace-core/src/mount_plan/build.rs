@@ -221,7 +221,14 @@ impl Builder {
         }
     }
 
+    /// The source's object store, which the checkout's git reads its history
+    /// from. Not when the checkout holds an excluded path: every committed file
+    /// is in that store, so it would show what the exclusion hides (git in the
+    /// run then has no history; the exclusion wins).
     fn source_objects(&mut self, inputs: &PlanInputs<'_>) {
+        if !inputs.excluded.is_empty() {
+            return;
+        }
         if let Some(objects) = inputs.source_objects {
             self.add(
                 "source.repo",
