@@ -134,7 +134,12 @@ fn a_second_run_waits_for_the_first_and_ls_shows_both() {
         .collect();
     assert_eq!(waited.len(), 1, "{stderr}");
     assert!(waited[0].contains(first_id.as_str().unwrap()), "{stderr}");
-    assert!(waited[0].contains("needs 0.5 cpu, 512 MiB"), "{stderr}");
+    assert!(
+        waited[0].contains("needs 0.5 cpu, 512 MiB, 1 run"),
+        "{stderr}"
+    );
+    // The slot it waits for is named: one run at once, held by the first.
+    assert!(waited[0].contains(", 1 run in use of "), "{stderr}");
     let summary: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
     let second = PathBuf::from(summary["evidence"].as_str().expect("evidence"));
     let (first_started, first_finished) = command_times(&first);

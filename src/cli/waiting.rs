@@ -41,7 +41,7 @@ pub(crate) fn observer(
     })
 }
 
-/// `run R waits for capacity: needs 0.5 cpu, 512 MiB; N in use of M; behind A, B`.
+/// `run R waits for capacity: needs 0.5 cpu, 512 MiB, 1 run; N in use of M; behind A, B`.
 fn line(run: &str, snapshot: &CapacitySnapshot) -> String {
     let needs = snapshot
         .waiters
@@ -69,11 +69,14 @@ fn line(run: &str, snapshot: &CapacitySnapshot) -> String {
     )
 }
 
-/// `1.5 cpu, 512 MiB`.
+/// `1.5 cpu, 512 MiB, 1 run`: each dimension a run can wait for (the runs at
+/// once, `AGENT_WORKSPACE_CAPACITY_SLOTS`, too).
 fn amounts(r: &Resources) -> String {
     format!(
-        "{:.1} cpu, {} MiB",
+        "{:.1} cpu, {} MiB, {} run{}",
         r.cpu_millis as f64 / 1000.0,
-        r.memory_bytes >> 20
+        r.memory_bytes >> 20,
+        r.slots,
+        if r.slots == 1 { "" } else { "s" }
     )
 }
