@@ -42,6 +42,11 @@ fn verify_accepts_a_real_bundle_and_names_every_tampered_file() {
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     assert!(stdout.starts_with(&format!("{dir}: intact (")), "{stdout}");
     assert!(stdout.trim_end().ends_with(" files)"), "{stdout}");
+    let out = fixture.agent_workspace(&["verify", "--json", dir]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["intact"], true, "{report}");
+    assert!(report["files_checked"].as_u64().unwrap() > 5, "{report}");
 
     // Change one file, remove another, add a third.
     let mut patch = std::fs::read(evidence.join("diff.patch")).expect("diff.patch");
@@ -66,6 +71,15 @@ fn verify_accepts_a_real_bundle_and_names_every_tampered_file() {
             "{file} not reported as {says}: {stdout}"
         );
     }
+    let out = fixture.agent_workspace(&["verify", "--json", dir]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["intact"], false, "{report}");
+    assert_eq!(
+        report["problems"].as_array().map(Vec::len),
+        Some(3),
+        "{report}"
+    );
 
     let missing = fixture.path().join("no-such-bundle");
     let out = fixture.agent_workspace(&["verify", missing.to_str().unwrap()]);
@@ -308,6 +322,11 @@ fn conformance_prints_one_line_per_case_and_fails_the_stack_without_isolation() 
 
     let out = fixture.agent_workspace(&["conformance", "--backend", "host"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("conformance of the reference stack without isolation: 3 passed, 7 failed, 0 unsupported (its failures are expected"),
+        "{}",
+        text(&out.stderr)
+    );
     let stdout = text(&out.stdout);
     assert_eq!(stdout.lines().count(), 10, "{stdout}");
     for case in [

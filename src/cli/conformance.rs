@@ -45,15 +45,17 @@ pub(crate) fn run(args: &ConformanceArgs, host: &HostArgs) -> ExitCode {
         KitBackend::DangerHost => Kit::new(|_| Ok(agent_workspace::danger_no_isolation_stack())),
     };
     let json = args.json;
-    let code = block_on(async move { report(&kit.run_all().await, json) });
+    let backend = args.backend;
+    let code = block_on(async move { report(&kit.run_all().await, json, backend) });
     if args.backend == KitBackend::Namespace {
         remove_cgroup_parent(&parent);
     }
     code
 }
 
-/// Prints `results` and returns the exit status: 1 when a case failed.
-fn report(results: &[CaseResult], json: bool) -> ExitCode {
+/// Prints `results` (one line per case on stdout, a summary naming the
+/// backend on stderr) and returns the exit status: 1 when a case failed.
+fn report(results: &[CaseResult], json: bool, backend: KitBackend) -> ExitCode {
     if json {
         match serde_json::to_string(results) {
             Ok(text) => println!("{text}"),
@@ -70,10 +72,21 @@ fn report(results: &[CaseResult], json: bool) -> ExitCode {
             }
         }
     }
-    let failed = results
-        .iter()
-        .any(|r| matches!(r.verdict, Verdict::Failed { .. }));
-    if failed {
+    let count = |want: fn(&Verdict) -> bool| results.iter().filter(|r| want(&r.verdict)).count();
+    let failed = count(|v| matches!(v, Verdict::Failed { .. }));
+    let (name, note) = match backend {
+        KitBackend::Namespace => ("the namespace backend", ""),
+        KitBackend::DangerHost => (
+            "the reference stack without isolation",
+            " (its failures are expected: they show the kit can fail)",
+        ),
+    };
+    eprintln!(
+        "agent-workspace: conformance of {name}: {} passed, {failed} failed, {} unsupported{note}",
+        count(|v| matches!(v, Verdict::Passed)),
+        count(|v| matches!(v, Verdict::Unsupported { .. })),
+    );
+    if failed > 0 {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

@@ -14,6 +14,10 @@ pub(crate) struct VerifyArgs {
     /// The evidence bundle (`<evidence>/<run-id>/`).
     #[arg(value_name = "DIR")]
     dir: PathBuf,
+    /// Print the report as JSON on stdout (`dir`, `intact`, `files_checked`,
+    /// `problems`, or `error` when the bundle cannot be checked at all).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Re-hashes every file of the bundle and compares it with `manifest.json`.
@@ -40,7 +44,28 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     }
-    match evidence::verify(dir) {
+    let verified = evidence::verify(dir);
+    if args.json {
+        let value = match &verified {
+            Ok(report) => serde_json::json!({
+                "dir": dir,
+                "intact": report.is_intact(),
+                "files_checked": report.files_checked,
+                "problems": report.problems,
+            }),
+            Err(err) => serde_json::json!({
+                "dir": dir,
+                "intact": false,
+                "error": one_line(&workspace_core::error_chain(err)),
+            }),
+        };
+        println!("{value}");
+        return match verified {
+            Ok(report) if report.is_intact() => ExitCode::SUCCESS,
+            _ => ExitCode::FAILURE,
+        };
+    }
+    match verified {
         Ok(report) if report.is_intact() => {
             let files = match report.files_checked {
                 1 => "1 file".to_owned(),
