@@ -160,6 +160,13 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
         "{}",
         text(&out.stderr)
     );
+    // What the commands left running (the server, the setsid sleeper) is
+    // recorded as stopped with the workspace.
+    assert!(
+        text(&out.stderr).contains("process(es) still running were stopped with the workspace"),
+        "{}",
+        text(&out.stderr)
+    );
     for marker in [&server, &sleeper, &background] {
         assert_eq!(
             wait_until_gone(marker, Duration::from_secs(5)),

@@ -16,6 +16,10 @@ use workspace_core::runner::{
 use super::session::interrupted_status;
 use super::{EXIT_BAD_INPUT, EXIT_BUSY, EXIT_RUNNER_FAILED};
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
@@ -42,6 +46,9 @@ pub(crate) struct Summary {
     pub late_output: Vec<LateOutput>,
     pub duration_ms: u64,
     pub cleaned: bool,
+    /// Processes still running at the end, stopped with the workspace.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stopped: u32,
     /// The command the line is about (not printed in JSON).
     #[serde(skip)]
     pub command: Option<CommandOutcome>,
@@ -65,6 +72,7 @@ impl Summary {
             late_output: report.outcome.late_output.clone(),
             duration_ms: report.duration_ms,
             cleaned: report.cleaned,
+            stopped: report.outcome.stopped,
             command: command.cloned(),
         }
     }
@@ -130,6 +138,12 @@ impl Summary {
             line.push_str(&format!(
                 "; changed after its checks, not in the patch: {}",
                 self.changed_after_checks.join(", ")
+            ));
+        }
+        if self.stopped > 0 {
+            line.push_str(&format!(
+                "; {} process(es) still running were stopped with the workspace",
+                self.stopped
             ));
         }
         if !self.cleaned {

@@ -280,6 +280,7 @@ impl ChildRun {
             failure: None,
             commands: Vec::new(),
             late_output: Vec::new(),
+            stopped: 0,
             leaks: Some(LeakReport::default()),
             patch_sha256: Some(patch.patch_sha256.clone()),
             changed_paths: patch.changes.len(),

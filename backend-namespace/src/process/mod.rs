@@ -407,7 +407,21 @@ impl ProcessBoundary for NamespaceProcess {
                 }
             };
             let mut processes = Vec::new();
+            let mut stopped = 0;
             if let Some(cgroup) = cgroup {
+                // What still runs besides the sandbox's pid 1 and the egress
+                // proxy (each in a cgroup of its own).
+                let own: Vec<u32> = [seal::INIT_CGROUP, egress::EGRESS_CGROUP]
+                    .into_iter()
+                    .filter_map(|name| cgroup.child(name))
+                    .flat_map(|child| child.pids().unwrap_or_default())
+                    .collect();
+                stopped = cgroup
+                    .pids()
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|pid| !own.contains(pid))
+                    .count();
                 // Its pid 1 first, when this instance holds it: the kernel kills
                 // everything in its pid namespace with it, and its reaping is the
                 // moment they are all gone (no polling the cgroups meanwhile). A
@@ -447,6 +461,7 @@ impl ProcessBoundary for NamespaceProcess {
                 processes,
                 mounts: Vec::new(),
                 cgroups,
+                stopped: u32::try_from(stopped).unwrap_or(u32::MAX),
             })
         })
         .await

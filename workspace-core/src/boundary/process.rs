@@ -378,6 +378,15 @@ pub struct LeakReport {
     pub mounts: Vec<PathBuf>,
     /// Control groups still present.
     pub cgroups: Vec<PathBuf>,
+    /// Processes still running when the teardown began (what commands left in
+    /// the background, the sandbox itself aside), which it killed: not a leak,
+    /// a record of what ended with the workspace.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub stopped: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 impl LeakReport {

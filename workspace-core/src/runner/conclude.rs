@@ -91,11 +91,13 @@ impl Workspace {
         // while its patch is taken, and nothing may be running when it is removed.
         // The preview is asked first, while everything still runs; services are
         // stopped gently before the rest is killed.
+        let mut stopped_at_drain = 0;
         if self.sealing {
             self.export_preview(failure.is_none()).await;
             let services = self.run.contract.environment.services.clone();
             let mut errors = Vec::new();
-            self.services
+            stopped_at_drain = self
+                .services
                 .stop_all(stack.process.as_ref(), &self.run, &services, &mut errors)
                 .await;
             self.errors.extend(errors);
@@ -135,6 +137,7 @@ impl Workspace {
             failure,
             commands: self.commands.clone(),
             late_output,
+            stopped: stopped_at_drain + leaks.as_ref().map_or(0, |leaks| leaks.stopped),
             leaks: leaks.clone(),
             patch_sha256: None,
             changed_paths: 0,

@@ -9,6 +9,10 @@ use crate::boundary::{ExitRecord, KillCause, LeakReport};
 use crate::evidence::ExitStatusRecord;
 use crate::lifecycle::{FailureCause, StateName};
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// How one command ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandOutcome {
@@ -76,6 +80,11 @@ pub struct Outcome {
     /// (kept as `commands/NNNN/late.stdout` and `late.stderr`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub late_output: Vec<super::LateOutput>,
+    /// Processes still running when the run ended (what its commands left in
+    /// the background; services a runner of another process started), which
+    /// ended with it: not a leak, a record of what the workspace ran.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stopped: u32,
     /// What the process boundary's teardown found still alive (empty when clean),
     /// or `None` when teardown itself failed (see `errors`).
     pub leaks: Option<LeakReport>,

@@ -111,6 +111,7 @@ impl RecoveryHooks for StackRecovery {
             .map(|found| found.into_iter().map(|(_, outcome)| outcome).collect())
             .unwrap_or_default(),
             late_output: Vec::new(),
+            stopped: 0,
             leaks: None,
             patch_sha256: None,
             changed_paths: 0,

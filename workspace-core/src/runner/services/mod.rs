@@ -309,14 +309,15 @@ impl Services {
 
     /// Stops the services: each one this runner holds with `SIGTERM` and its
     /// grace period (the last started first), then everything else the run left
-    /// running, through the process boundary.
+    /// running, through the process boundary. Returns how many processes that
+    /// stopped besides the services this runner holds (0 when it held them all).
     pub(super) async fn stop_all(
         &mut self,
         process: &dyn ProcessBoundary,
         run: &RunContext,
         services: &[Service],
         errors: &mut Vec<String>,
-    ) {
+    ) -> u32 {
         let grace_of = |name: &str| {
             services
                 .iter()
@@ -348,17 +349,21 @@ impl Services {
         }
         let longest = services.iter().map(|s| s.stop_grace.as_duration()).max();
         let unstopped = self.records.iter().any(|r| r.ended.is_none());
+        let mut signalled = 0;
         if unstopped {
             // Started by another runner (the run was detached and attached again):
             // stopped with everything else the run left running.
             let grace = longest.unwrap_or(Duration::from_secs(5));
             let ended = match process.terminate(run, grace).await {
-                Ok(report) => format!(
-                    "stopped with the run's other processes (SIGTERM to {}, {} killed after {} ms)",
-                    report.signalled,
-                    report.killed,
-                    grace.as_millis()
-                ),
+                Ok(report) => {
+                    signalled = report.signalled;
+                    format!(
+                        "stopped with the run's other processes (SIGTERM to {}, {} killed after {} ms)",
+                        report.signalled,
+                        report.killed,
+                        grace.as_millis()
+                    )
+                }
                 Err(e) => {
                     errors.push(format!(
                         "stopping the run's processes: {}",
@@ -377,6 +382,7 @@ impl Services {
                 crate::error_chain(&e)
             ));
         }
+        signalled
     }
 
     /// Lets the services run on without this runner (the run is detached).
