@@ -389,7 +389,7 @@ fn plan_mismatches(facts: &BTreeMap<String, Value>, points: &[MountPoint]) -> Ve
         }
         if point.read_only {
             match answer("writes", target).as_deref() {
-                Some("refused" | "device") => {}
+                Some("refused" | "discarded" | "device") => {}
                 Some("accepted") => mismatches.push(format!(
                     "{target} accepts a write, the plan makes it read-only"
                 )),
@@ -687,7 +687,7 @@ rustc 1.95.0 (59807616e 2026-11-20)
                 "writes".to_owned(),
                 json!({"/workspace/migrations": "refused", "/usr": "accepted",
                        "/workspace/.env": "refused", "/workspace/keys": "refused",
-                       "/dev/null": "device"}),
+                       "/dev/null": "discarded"}),
             ),
             (
                 "masked".to_owned(),

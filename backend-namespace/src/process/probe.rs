@@ -217,16 +217,18 @@ fn open_inside(root: BorrowedFd<'_>, target: &str) -> nix::Result<OwnedFd> {
 }
 
 /// `refused` when a write to `file` is refused for its mount (`EROFS`),
-/// `accepted` when it would be allowed, `device` for a device or other special
-/// file (whose writes no mount flag refuses).
+/// `accepted` when it would be allowed; `discarded` for the null device (a
+/// masked file: a write succeeds and nothing is kept), `device` for another
+/// device or special file (whose writes no mount flag refuses).
 fn write_answer(file: &OwnedFd) -> nix::Result<&'static str> {
     use nix::sys::stat::{SFlag, fstat};
     use nix::unistd::{AccessFlags, faccessat};
-    let special = fstat(file).map(|st| {
-        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-        !(kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR)
-    });
-    if special? {
+    let st = fstat(file)?;
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if kind == SFlag::S_IFCHR && st.st_rdev == nix::sys::stat::makedev(1, 3) {
+        return Ok("discarded");
+    }
+    if !(kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR) {
         return Ok("device");
     }
     match faccessat(
