@@ -97,19 +97,19 @@ async fn finish(workspace: Workspace) -> Result<RunReport, String> {
 
 /// One run of `script` on the fixture's `HEAD`: its report and its command.
 async fn one_run(fixture: &Fixture, script: &str) -> Result<(RunReport, CommandOutcome), String> {
-    one_run_at(fixture, "HEAD", script).await
+    one_run_under(fixture, fixture.contract("HEAD"), script).await
 }
 
-/// One run of `script` on `revision`: its report and its command.
-async fn one_run_at(
+/// One run of `script` under `contract`: its report and its command.
+async fn one_run_under(
     fixture: &Fixture,
-    revision: &str,
+    contract: crate::contract::Contract,
     script: &str,
 ) -> Result<(RunReport, CommandOutcome), String> {
     let report = fixture
         .runner
         .run(
-            fixture.contract(revision),
+            contract,
             &shell(script),
             CommandIo::captured(),
             CreateOptions::default(),
@@ -427,9 +427,9 @@ async fn escape_symlink(fixture: &Fixture) -> Result<Verdict, String> {
     }
     let (target, content) = fixture.host_file("planted-target")?;
     let commit = fixture.commit_symlink("planted", &target).await?;
-    let (report, command) = one_run_at(
+    let (report, command) = one_run_under(
         fixture,
-        &commit,
+        fixture.contract(&commit),
         "cat planted; echo breach >> planted; exit 0",
     )
     .await?;
@@ -491,20 +491,7 @@ async fn escape_hardlink(fixture: &Fixture) -> Result<Verdict, String> {
         "ln '{granted}/{name}' linked || ln '{}' linked; cat linked; echo breach >> linked; exit 0",
         target.display()
     );
-    let report = fixture
-        .runner
-        .run(
-            contract,
-            &shell(&script),
-            CommandIo::captured(),
-            CreateOptions::default(),
-        )
-        .await
-        .map_err(|e| format!("the run failed: {}", crate::error_chain(&e)))?;
-    let command = report
-        .last_command()
-        .cloned()
-        .ok_or_else(|| "the run ran no command".to_owned())?;
+    let (report, command) = one_run_under(fixture, contract, &script).await?;
     host_file_breach(
         &report,
         &command,
