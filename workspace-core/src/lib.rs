@@ -70,6 +70,7 @@ pub mod journal;
 pub mod lease;
 pub mod lifecycle;
 pub mod mount_plan;
+pub mod observation;
 pub mod recovery;
 mod run_id;
 pub mod runner;

@@ -98,7 +98,6 @@ mod execution;
 mod handover;
 mod in_sandbox;
 mod network;
-pub mod observe;
 mod output;
 mod probe;
 mod pty;
@@ -272,7 +271,7 @@ impl ProcessBoundary for NamespaceProcess {
         let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
         let result = blocking("sealing the run", move || {
             let sealed = seal::prepare(&run_c, &plan_c, &options)?;
-            let expected = observe::Expected {
+            let expected = workspace_core::observation::Expected {
                 mount_points: sealed.mount_points.clone(),
                 host_ids: seal::host_ids(&plan_c, &options).ok(),
                 ..expected

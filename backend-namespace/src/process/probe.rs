@@ -24,23 +24,9 @@ use workspace_core::boundary::ObservedBoundary;
 
 use super::error::ProcessError;
 use super::in_sandbox;
-use super::observe::{self, Expected};
 use super::seal::{Sealed, pipe};
 use crate::spawn::{Sandbox, SpawnError, SpawnedChild, join};
-
-/// The namespaces a run must have of its own.
-const NAMESPACES: [&str; 7] = ["user", "mnt", "pid", "net", "uts", "ipc", "cgroup"];
-
-/// The keys of `/proc/<pid>/status` the observation keeps.
-const STATUS_KEYS: [&str; 7] = [
-    "Uid:",
-    "Gid:",
-    "CapEff:",
-    "CapPrm:",
-    "CapBnd:",
-    "NoNewPrivs:",
-    "Seccomp:",
-];
+use workspace_core::observation::{self as observe, Expected};
 
 /// Runs the probe in the run and compares what it saw (blocking). The probe's
 /// setup, observation and exit together get `timeout` (the options'
@@ -112,7 +98,7 @@ pub(crate) fn probe(
             });
         }
     };
-    text.push_str(&toolchain_section(&output));
+    text.push_str(&observe::toolchain_section(&output));
     text.push_str("@@end\n");
     if !wait_pidfd(child.pidfd(), deadline) {
         return Err(kill_probe(child, after_ms));
@@ -299,16 +285,7 @@ fn from_host(pid: u32, sandbox: &Sandbox) -> String {
     let (uid_map, gid_map) = (text("uid_map"), text("gid_map"));
     sections.insert(
         "status",
-        text("status")
-            .lines()
-            .filter(|line| STATUS_KEYS.iter().any(|key| line.starts_with(key)))
-            .map(|line| match line.split_once(':') {
-                // The host sees the ids as mapped; the run sees its own.
-                Some(("Uid", ids)) => format!("Uid:\t{}\n", inside(ids, &uid_map)),
-                Some(("Gid", ids)) => format!("Gid:\t{}\n", inside(ids, &gid_map)),
-                _ => format!("{line}\n"),
-            })
-            .collect(),
+        observe::status_section(&text("status"), &uid_map, &gid_map),
     );
     sections.insert("uid_map", uid_map);
     sections.insert("gid_map", gid_map);
@@ -317,7 +294,7 @@ fn from_host(pid: u32, sandbox: &Sandbox) -> String {
     // Each namespace of the run beside the runner's own: `KIND RUN HOST`.
     sections.insert(
         "namespaces",
-        NAMESPACES
+        observe::NAMESPACES
             .iter()
             .map(|kind| {
                 let link = |path: String| {
@@ -375,48 +352,6 @@ fn from_host(pid: u32, sandbox: &Sandbox) -> String {
         }
     }
     out
-}
-
-/// The toolchain section of the shell's output: its header and the first line
-/// after it, nothing else. A program of the run could write more to the shell's
-/// stdout (it is the same user), but never another section: the facts read from
-/// the host stay as read.
-fn toolchain_section(output: &str) -> String {
-    let mut lines = output.lines();
-    match (lines.next(), lines.next()) {
-        (Some("@@toolchain"), Some(version)) if !version.starts_with("@@") => {
-            format!("@@toolchain\n{version}\n")
-        }
-        (Some("@@toolchain"), _) => "@@toolchain\n".into(),
-        _ => String::new(),
-    }
-}
-
-/// Host ids (as `/proc/<pid>/status` shows them to the host) as the process
-/// sees them in its user namespace, through its `map` (`inside outside count`
-/// lines, `outside` in the host's terms): an id the map lacks is the overflow
-/// id 65534, as the kernel shows it inside.
-fn inside(ids: &str, map: &str) -> String {
-    let ranges: Vec<(u64, u64, u64)> = map
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
-            Some((fields.next()??, fields.next()??, fields.next()??))
-        })
-        .collect();
-    ids.split_whitespace()
-        .map(|id| {
-            let Ok(id) = id.parse::<u64>() else {
-                return id.to_owned();
-            };
-            ranges
-                .iter()
-                .find(|(_, outside, count)| (*outside..outside + count).contains(&id))
-                .map_or(65534, |(inside, outside, _)| inside + (id - outside))
-                .to_string()
-        })
-        .collect::<Vec<_>>()
-        .join("\t")
 }
 
 /// Kills the probe's pid namespace and reaps it; the timeout error.
@@ -493,36 +428,6 @@ fn poll_in(fd: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_shell_adds_one_toolchain_line_and_no_other_section() {
-        assert_eq!(
-            toolchain_section("@@toolchain\nrustc 1.95.0\n"),
-            "@@toolchain\nrustc 1.95.0\n"
-        );
-        assert_eq!(
-            toolchain_section("@@toolchain\nrustc 1.95.0\n@@status\nCapEff:\t0\n"),
-            "@@toolchain\nrustc 1.95.0\n"
-        );
-        assert_eq!(
-            toolchain_section("@@toolchain\n@@status\n"),
-            "@@toolchain\n"
-        );
-        assert_eq!(toolchain_section("@@status\nSeccomp:\t2\n"), "");
-        assert_eq!(toolchain_section(""), "");
-    }
-
-    #[test]
-    fn host_ids_are_shown_as_the_run_sees_them() {
-        let map = "      1000     101000          1\n";
-        assert_eq!(
-            inside("\t101000\t101000\t101000\t101000", map),
-            "1000\t1000\t1000\t1000"
-        );
-        assert_eq!(inside("0 101000", map), "65534\t1000");
-        assert_eq!(inside("5", "0 100000 65536\n"), "65534");
-        assert_eq!(inside("100005", "0 100000 65536\n"), "5");
-    }
 
     #[test]
     fn a_pipe_that_never_ends_times_out() {

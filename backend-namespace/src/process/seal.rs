@@ -16,12 +16,12 @@ use workspace_core::mount_plan::{MountPlan, PlanInputs};
 use super::egress::{self, EgressProxy};
 use super::error::ProcessError;
 use super::handover::{HandoverOutcome, hand_over};
-use super::observe::Expected;
 use super::{ProcessOptions, state, workspace};
 use crate::cgroup::{CgroupLayout, RunCgroup};
 use crate::spawn::{
     JoinRequest, Pid1, Published, ResourceLimits, Sandbox, SpawnRequest, SpawnedChild, spawn,
 };
+use workspace_core::observation::Expected;
 
 /// What every command of a sealed run starts from.
 pub(crate) struct RunSpec {

@@ -1,12 +1,36 @@
-//! What the boundary probe saw (`@@section` headers, one per fact, as
-//! `probe.rs` assembles them), its parser, and the comparison with what the
-//! contract and the plan ask for.
+//! What a boundary probe saw, and its comparison with what the contract and the
+//! plan ask for: the shared part of every backend's probe.
+//!
+//! A backend observes one process of its sealed sandbox from the host (its
+//! `/proc/<pid>` files, its mount table, what the kernel answers for each mount
+//! point) and writes what it read as `@@section` headers, one per fact, each
+//! followed by its lines; [`observe`] parses that text and compares it with
+//! [`Expected`]. How a backend reads the facts is its own (that code is
+//! Linux-only and lives in the backend); what the facts must show is the same
+//! for every backend, so a run is held to one standard whichever backend sealed
+//! it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
-use workspace_core::boundary::ObservedBoundary;
-use workspace_core::mount_plan::MountPoint;
+
+use crate::boundary::ObservedBoundary;
+use crate::mount_plan::MountPoint;
+
+/// The namespaces a run must have of its own (`/proc/<pid>/ns/KIND`), in the
+/// `@@namespaces` section as `KIND RUN HOST` lines.
+pub const NAMESPACES: [&str; 7] = ["user", "mnt", "pid", "net", "uts", "ipc", "cgroup"];
+
+/// The keys of `/proc/<pid>/status` the `@@status` section keeps.
+pub const STATUS_KEYS: [&str; 7] = [
+    "Uid:",
+    "Gid:",
+    "CapEff:",
+    "CapPrm:",
+    "CapBnd:",
+    "NoNewPrivs:",
+    "Seccomp:",
+];
 
 /// The line the probe's shell runs for a declared toolchain: the version line of
 /// its program (the first word of `environment.runtime.toolchain`, e.g. `rustc
@@ -42,7 +66,7 @@ pub struct Expected {
     /// version line the probe records.
     pub toolchain: Option<String>,
     /// Every mount point of the applied plan, with whether it must be read-only
-    /// ([`MountPlan::mount_points`](workspace_core::mount_plan::MountPlan::mount_points)).
+    /// ([`MountPlan::mount_points`](crate::mount_plan::MountPlan::mount_points)).
     pub mount_points: Vec<MountPoint>,
     /// The host uid and gid the run's ids map to: its `uid_map` and `gid_map`
     /// must be exactly that one id each.
@@ -438,7 +462,7 @@ fn toolchain_mismatch(facts: &BTreeMap<String, Value>, declared: Option<&str>) -
 
 /// `text` as one word of a line of the probe's output: a backslash and a
 /// newline escaped, so a path cannot end its line and forge the next.
-pub(crate) fn line_word(text: &str) -> std::borrow::Cow<'_, str> {
+pub fn line_word(text: &str) -> std::borrow::Cow<'_, str> {
     if text.contains(['\\', '\n']) {
         text.replace('\\', "\\\\").replace('\n', "\\n").into()
     } else {
@@ -457,6 +481,64 @@ pub fn observe(output: &str, expected: &Expected) -> ObservedBoundary {
     }
 }
 
+/// The toolchain section of the probe shell's output: its header and the first
+/// line after it, nothing else. A program of the run could write more to the
+/// shell's stdout (it is the same user), but never another section: the facts
+/// read from the host stay as read.
+pub fn toolchain_section(output: &str) -> String {
+    let mut lines = output.lines();
+    match (lines.next(), lines.next()) {
+        (Some("@@toolchain"), Some(version)) if !version.starts_with("@@") => {
+            format!("@@toolchain\n{version}\n")
+        }
+        (Some("@@toolchain"), _) => "@@toolchain\n".into(),
+        _ => String::new(),
+    }
+}
+
+/// Host ids (as `/proc/<pid>/status` shows them to the host) as the process
+/// sees them in its user namespace, through its `map` (`inside outside count`
+/// lines, `outside` in the host's terms): an id the map lacks is the overflow
+/// id 65534, as the kernel shows it inside.
+pub fn ids_inside(ids: &str, map: &str) -> String {
+    let ranges: Vec<(u64, u64, u64)> = map
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
+            Some((fields.next()??, fields.next()??, fields.next()??))
+        })
+        .collect();
+    ids.split_whitespace()
+        .map(|id| {
+            let Ok(id) = id.parse::<u64>() else {
+                return id.to_owned();
+            };
+            ranges
+                .iter()
+                .find(|(_, outside, count)| (*outside..outside + count).contains(&id))
+                .map_or(65534, |(inside, outside, _)| inside + (id - outside))
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\t")
+}
+
+/// The `@@status` section from the text of `/proc/<pid>/status` as the host
+/// reads it: the [`STATUS_KEYS`] lines, the ids shown as the process sees them
+/// through its `uid_map` and `gid_map`.
+pub fn status_section(status: &str, uid_map: &str, gid_map: &str) -> String {
+    status
+        .lines()
+        .filter(|line| STATUS_KEYS.iter().any(|key| line.starts_with(key)))
+        .map(|line| match line.split_once(':') {
+            // The host sees the ids as mapped; the run sees its own.
+            Some(("Uid", ids)) => format!("Uid:\t{}\n", ids_inside(ids, uid_map)),
+            Some(("Gid", ids)) => format!("Gid:\t{}\n", ids_inside(ids, gid_map)),
+            _ => format!("{line}\n"),
+        })
+        .collect()
+}
+
 fn show(value: Option<&Value>) -> String {
     value.map_or_else(|| "unknown".to_owned(), Value::to_string)
 }
@@ -464,6 +546,36 @@ fn show(value: Option<&Value>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shell_adds_one_toolchain_line_and_no_other_section() {
+        assert_eq!(
+            toolchain_section("@@toolchain\nrustc 1.95.0\n"),
+            "@@toolchain\nrustc 1.95.0\n"
+        );
+        assert_eq!(
+            toolchain_section("@@toolchain\nrustc 1.95.0\n@@status\nCapEff:\t0\n"),
+            "@@toolchain\nrustc 1.95.0\n"
+        );
+        assert_eq!(
+            toolchain_section("@@toolchain\n@@status\n"),
+            "@@toolchain\n"
+        );
+        assert_eq!(toolchain_section("@@status\nSeccomp:\t2\n"), "");
+        assert_eq!(toolchain_section(""), "");
+    }
+
+    #[test]
+    fn host_ids_are_shown_as_the_run_sees_them() {
+        let map = "      1000     101000          1\n";
+        assert_eq!(
+            ids_inside("\t101000\t101000\t101000\t101000", map),
+            "1000\t1000\t1000\t1000"
+        );
+        assert_eq!(ids_inside("0 101000", map), "65534\t1000");
+        assert_eq!(ids_inside("5", "0 100000 65536\n"), "65534");
+        assert_eq!(ids_inside("100005", "0 100000 65536\n"), "5");
+    }
 
     const GOOD: &str = "@@status
 Uid:\t1000\t1000\t1000\t1000
