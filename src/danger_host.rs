@@ -67,6 +67,8 @@ impl ProcessBoundary for DangerNoIsolationProcess {
             service_templates: false,
             holds_capacity: false,
             output_files: false,
+            // Its ports are the host's own.
+            preview_ports: false,
         }
     }
 

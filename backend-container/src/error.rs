@@ -66,6 +66,58 @@ pub enum ContainerError {
         /// The end of what it wrote on its standard error.
         stderr: String,
     },
+    /// Processes of a command's cgroup were still there after it was killed.
+    #[error("processes {remaining:?} were still running after the kill")]
+    KillIncomplete {
+        /// Their host pids.
+        remaining: Vec<u32>,
+    },
+    /// A pipe or descriptor step failed.
+    #[error("{step}")]
+    Pipe {
+        /// What was being done.
+        step: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The run is not sealed (or attached) by this instance.
+    #[error("run {run_id} is not sealed by this container backend")]
+    NotSealed {
+        /// The run.
+        run_id: workspace_core::RunId,
+    },
+    /// The run was sealed already.
+    #[error("run {run_id} is sealed already")]
+    AlreadySealed {
+        /// The run.
+        run_id: workspace_core::RunId,
+    },
+    /// Something the container should have is not there.
+    #[error("{what}")]
+    Lost {
+        /// What, in one sentence.
+        what: String,
+    },
+    /// The boundary probe did not end in time; it was killed.
+    #[error("the boundary probe did not end within {after_ms} ms")]
+    ProbeTimeout {
+        /// Its time limit.
+        after_ms: u64,
+    },
+    /// The run's host ids would overflow.
+    #[error("host id base {base} + id {id} overflows")]
+    HostIdOverflow {
+        /// The base.
+        base: u32,
+        /// The id inside.
+        id: u32,
+    },
+    /// A blocking step's thread panicked.
+    #[error("{step}: its thread panicked")]
+    ThreadPanicked {
+        /// What was being done.
+        step: &'static str,
+    },
 }
 
 impl From<oci_spec::OciSpecError> for ContainerError {
@@ -78,6 +130,21 @@ impl From<oci_spec::OciSpecError> for ContainerError {
 }
 
 impl ContainerError {
+    /// Wraps the error as the Process boundary's, naming `operation` (and the
+    /// path, when there is one).
+    pub fn into_boundary(self, operation: &str) -> workspace_core::boundary::BoundaryError {
+        use workspace_core::boundary::{BoundaryError, BoundaryKind};
+        let path = match &self {
+            Self::Io { path, .. } => Some(path.clone()),
+            _ => None,
+        };
+        let error = BoundaryError::new(BoundaryKind::Process, operation, self);
+        match path {
+            Some(path) => error.with_path(path),
+            None => error,
+        }
+    }
+
     /// A host file system error at `path` while doing `step`.
     pub(crate) fn io(step: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.to_path_buf();

@@ -1,5 +1,6 @@
 //! [`ProcessError`]: why the namespace process boundary failed, naming the step.
 
+use workspace_core::mount_plan::CheckoutError;
 use std::path::PathBuf;
 
 use workspace_core::RunId;
@@ -45,20 +46,10 @@ pub enum ProcessError {
         /// The spawn error.
         source: SpawnError,
     },
-    /// A pattern of `filesystem.excluded` is not a valid glob.
-    #[error("filesystem.excluded: {pattern:?} is not a valid glob")]
-    Glob {
-        /// The pattern.
-        pattern: String,
-        /// The glob error.
-        source: globset::Error,
-    },
-    /// A workspace path matched an exclusion but is not UTF-8, so it cannot be masked.
-    #[error("filesystem.excluded: {path} matches but is not valid UTF-8")]
-    NonUtf8Excluded {
-        /// The host path.
-        path: PathBuf,
-    },
+    /// The checkout could not be read for the plan (an exclusion that is not a
+    /// glob, a path it matches that is not UTF-8, a directory unreadable).
+    #[error(transparent)]
+    Checkout(#[from] CheckoutError),
     /// The mount plan could not be built.
     #[error("building the mount plan: {problems}")]
     Plan {
@@ -195,7 +186,9 @@ impl ProcessError {
         let path = match &self {
             Self::Io { path, .. }
             | Self::Handover { path, .. }
-            | Self::NonUtf8Excluded { path } => Some(path.clone()),
+            | Self::Checkout(
+                CheckoutError::NonUtf8Excluded { path } | CheckoutError::Io { path, .. },
+            ) => Some(path.clone()),
             _ => None,
         };
         let error = BoundaryError::new(BoundaryKind::Process, operation, self);

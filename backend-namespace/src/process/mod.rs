@@ -104,7 +104,6 @@ mod pty;
 mod seal;
 mod state;
 mod terminate;
-mod workspace;
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -125,7 +124,6 @@ pub use error::ProcessError;
 pub use execution::NamespaceExecution;
 pub use handover::{HandoverOutcome, MAX_OPEN_DIRS, hand_over};
 pub use pty::PTY_WINDOW_SIZE;
-pub use workspace::{PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
 pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
 
 use crate::cgroup::{CgroupLayout, RunCgroup, leaked_paths};
@@ -247,6 +245,8 @@ impl ProcessBoundary for NamespaceProcess {
             // Pid 1 keeps the capacity ticket's lock open (`SealPlan::held_open`).
             holds_capacity: true,
             output_files: true,
+            // Pid 1 forwards each published port's host listener into the run.
+            preview_ports: true,
         }
     }
 

@@ -16,7 +16,7 @@ use workspace_core::mount_plan::{MountPlan, PlanInputs};
 use super::egress::{self, EgressProxy};
 use super::error::ProcessError;
 use super::handover::{HandoverOutcome, hand_over};
-use super::{ProcessOptions, state, workspace};
+use super::{ProcessOptions, state};
 use crate::cgroup::{CgroupLayout, RunCgroup};
 use crate::spawn::{
     JoinRequest, Pid1, Published, ResourceLimits, Sandbox, SpawnRequest, SpawnedChild, spawn,
@@ -220,8 +220,9 @@ pub(crate) fn prepare(
             plan.source.workspace.as_path(),
         ),
     };
-    let excluded = workspace::excluded_paths(&trees, &run.contract.filesystem.excluded)?;
-    let source_objects = workspace::source_objects(checkout);
+    let excluded =
+        workspace_core::mount_plan::excluded_paths(&trees, &run.contract.filesystem.excluded)?;
+    let source_objects = workspace_core::mount_plan::source_objects(checkout);
     let (contract, host_mounts) = resolve_host_mounts(&run.contract)?;
     let mount_plan = MountPlan::build(&PlanInputs {
         contract: &contract,

@@ -64,6 +64,12 @@ pub struct ProcessCapabilities {
     /// what its background processes write after it ended.
     #[serde(default)]
     pub output_files: bool,
+    /// Whether it publishes each `process.ports` entry of a run with a network
+    /// of its own as a preview endpoint on the host's loopback (forwarding into
+    /// the run). Without it, a private network's ports cannot be reached from
+    /// the host, and a contract that declares any is refused.
+    #[serde(default)]
+    pub preview_ports: bool,
 }
 
 /// A kind of resource or time cap.
@@ -210,7 +216,7 @@ impl ProcessCapabilities {
                 format!("isolation {:?}", section.isolation),
             );
         }
-        if section.preview_check.is_some() && !self.private_network {
+        if section.preview_check.is_some() && !(self.private_network && self.preview_ports) {
             // Without a network of its own a run publishes no preview endpoint
             // the check could go through.
             unsupported(
@@ -218,6 +224,16 @@ impl ProcessCapabilities {
                 "process.preview_check",
                 backend,
                 "a preview check (it publishes no preview endpoints)",
+            );
+        }
+        if !section.ports.is_empty() && self.private_network && !self.preview_ports {
+            // The ports live in the run's own network, which nothing on the
+            // host could reach.
+            unsupported(
+                problems,
+                "process.ports",
+                backend,
+                "ports of a private network (it publishes no preview endpoints)",
             );
         }
     }
@@ -382,8 +398,21 @@ mod tests {
             text.starts_with("process.preview_check: host cannot enforce a preview check"),
             "{text}"
         );
+        let unpublished = ProcessCapabilities {
+            private_network: true,
+            ..shared.clone()
+        };
+        let mut problems = Problems::new();
+        unpublished.check("container", &section, &mut problems);
+        let text = problems.to_string();
+        assert!(
+            text.contains("process.preview_check: container cannot enforce a preview check")
+                && text.contains("process.ports: container cannot enforce ports of a private network"),
+            "{text}"
+        );
         let private = ProcessCapabilities {
             private_network: true,
+            preview_ports: true,
             ..shared
         };
         let mut problems = Problems::new();

@@ -3,7 +3,7 @@
 //! It is built here, from the contract, the source record and the run's identity,
 //! and applied by an isolating backend (namespaces, or an OCI bundle), so both
 //! backends keep the same filesystem boundary and the evidence can record exactly
-//! the plan that was applied. Nothing here touches the file system: what the host
+//! the plan that was applied. Building the plan touches no file system: what the host
 //! offers (which system directories exist, which are symlinks, which `/etc` files
 //! to pass through, which workspace paths the `excluded` globs matched) comes in as
 //! [`HostLayout`] and [`PlanInputs`], probed by the backend.
@@ -33,10 +33,12 @@
 //! what they must.
 
 mod build;
+mod checkout;
 mod host;
 mod types;
 
 pub use build::{HostLayout, PlanInputs, SystemEntry};
+pub use checkout::{CheckoutError, PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
 pub use host::{ETC_PATHS, HostLayoutError, SYSTEM_PATHS, probe_host_layout, probe_under};
 pub use types::{MountAction, MountPlan, MountPoint, MountStep, Reason};
 

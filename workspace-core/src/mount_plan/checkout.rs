@@ -1,6 +1,7 @@
-//! What `seal` reads from the checkout: the paths `filesystem.excluded` matches
-//! and the source object store its alternates name. Nothing here follows a
-//! symlink found in the workspace.
+//! What a backend reads from the checkout before it builds the plan: the paths
+//! `filesystem.excluded` matches and the source object store its alternates
+//! name. Nothing here follows a symlink found in the workspace. (Unix: each
+//! component is opened with `O_NOFOLLOW`, through `/proc/self/fd` on Linux.)
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -9,10 +10,37 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use nix::libc;
-use workspace_core::contract::exclusion_glob;
+use crate::contract::exclusion_glob;
 
-use super::error::ProcessError;
+/// Why the checkout could not be read for the plan.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckoutError {
+    /// A pattern of `filesystem.excluded` is not a valid glob.
+    #[error("filesystem.excluded: {pattern:?} is not a valid glob")]
+    Glob {
+        /// The pattern.
+        pattern: String,
+        /// The glob error.
+        source: globset::Error,
+    },
+    /// A workspace path matched an exclusion but is not UTF-8, so it cannot be masked.
+    #[error("filesystem.excluded: {} matches but is not valid UTF-8", path.display())]
+    NonUtf8Excluded {
+        /// The host path.
+        path: PathBuf,
+    },
+    /// A directory of the checkout could not be read.
+    #[error("{step}: {}", path.display())]
+    Io {
+        /// What was being done.
+        step: &'static str,
+        /// The host path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
 
 /// Exclusions every run gets, whatever the contract says.
 pub const PROTECTED_EXCLUSIONS: [&str; 2] = ["**/.env", "**/.env.*"];
@@ -28,14 +56,14 @@ pub const PROTECTED_EXCLUSIONS: [&str; 2] = ["**/.env", "**/.env.*"];
 pub fn excluded_paths(
     trees: &[&Path],
     patterns: &[String],
-) -> Result<Vec<(String, bool)>, ProcessError> {
+) -> Result<Vec<(String, bool)>, CheckoutError> {
     let mut matchers = Vec::new();
     for pattern in patterns
         .iter()
         .map(String::as_str)
         .chain(PROTECTED_EXCLUSIONS)
     {
-        let glob = exclusion_glob(pattern).map_err(|source| ProcessError::Glob {
+        let glob = exclusion_glob(pattern).map_err(|source| CheckoutError::Glob {
             pattern: pattern.to_owned(),
             source,
         })?;
@@ -68,10 +96,10 @@ fn walk(
     prefix: &str,
     matches: &dyn Fn(&str) -> bool,
     found: &mut BTreeMap<String, Kind>,
-) -> Result<(), ProcessError> {
+) -> Result<(), CheckoutError> {
     let io = |step, path: &Path| {
         let path = path.to_path_buf();
-        move |source| ProcessError::Io { step, path, source }
+        move |source| CheckoutError::Io { step, path, source }
     };
     let entries = std::fs::read_dir(dir).map_err(io("listing a workspace directory", dir))?;
     for entry in entries {
@@ -96,7 +124,7 @@ fn walk(
         let matched = matches(&rel);
         if matched && !file_type.is_symlink() {
             if name.to_str().is_none() {
-                return Err(ProcessError::NonUtf8Excluded { path });
+                return Err(CheckoutError::NonUtf8Excluded { path });
             }
             let kind = if file_type.is_dir() {
                 Kind::Dir
