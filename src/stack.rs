@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use backend_container::process::{ContainerOptions, ContainerProcess};
 use backend_namespace::environment::NamespaceEnvironment;
 use backend_namespace::identity::NamespaceIdentity;
 use backend_namespace::process::{NamespaceProcess, ProcessError, ProcessOptions};
@@ -49,6 +50,33 @@ pub fn namespace_stack_layered(
         WorktreeSource::with_layered_cache(cache),
         cgroup_parent,
     )?)
+}
+
+/// The container stack: backend-worktree for source, filesystem and promotion
+/// (standalone checkouts), and one OCI container per workspace for its
+/// processes, driven by the runtime `runtime` (a name on `PATH` or a path;
+/// `None`: the first of runc, crun, youki found), which keeps its containers'
+/// state under `state_root`. The environment and identity plans are the
+/// namespace backend's (the same variables, limits and ids, applied by the
+/// container).
+///
+/// # Ambient authority
+/// Looks up the runtime on `PATH` and at the host's root directory.
+pub fn container_stack(
+    cgroup_parent: &str,
+    runtime: Option<&str>,
+    state_root: &Path,
+) -> Result<Stack, backend_container::ContainerError> {
+    let runtime = backend_container::runtime::Runtime::find(runtime, state_root)?;
+    let options = ContainerOptions::probe(runtime, cgroup_parent)?;
+    Ok(Stack {
+        source: Arc::new(WorktreeSource::new()),
+        filesystem: Arc::new(WorktreeFilesystem::new()),
+        process: Arc::new(ContainerProcess::new(options)),
+        environment: Arc::new(NamespaceEnvironment::from_host()),
+        identity: Arc::new(NamespaceIdentity::new()),
+        promotion: Arc::new(WorktreePromotion::new()),
+    })
 }
 
 /// Why a layered stack could not be made.

@@ -10,7 +10,7 @@
 //! | `Rebind` at a path under a bind | a `bind` of the same host path below that bind's source |
 //! | read-only `Rebind` in a kernel file system (`/proc/sys`) | `linux.readonlyPaths` |
 //! | `Tmpfs`, `Proc`, `Sysfs`, `Devpts` | a fresh mount of that type |
-//! | `Mask` | `linux.maskedPaths` |
+//! | `Mask` | `linux.maskedPaths` in `/proc`; elsewhere, a directory masked by an empty read-only tmpfs |
 //! | `RemountReadOnly` | `linux.readonlyPaths` |
 //! | `Symlink`, `File` | made in the root directory before the container starts |
 //! | `Overlay` | refused: this runtime has no idmapped mounts, which a layered checkout needs |
@@ -140,6 +140,16 @@ pub fn spec(inputs: &BundleInputs<'_>) -> Result<Spec, ContainerError> {
                     "mode=0620",
                 ],
             )?),
+            // A directory outside `/proc` (where the runtime allows no mount):
+            // an empty read-only tmpfs with every flag, rather than the
+            // runtime's own mask, which lacks `nosuid` and `nodev`.
+            MountAction::Mask { file: false } if !target.starts_with("/proc/") => {
+                mounts.push(fresh(
+                    target,
+                    "tmpfs",
+                    &["ro", "nosuid", "nodev", "noexec", "size=4k", "mode=0555"],
+                )?)
+            }
             MountAction::Mask { .. } => masked.push(target.to_owned()),
             MountAction::RemountReadOnly => read_only_paths.push(target.to_owned()),
             // Made in the root directory by `prepare_rootfs`.

@@ -52,6 +52,7 @@
 
 pub mod bundle;
 pub mod error;
+pub mod process;
 pub mod runtime;
 pub mod seccomp;
 

@@ -71,6 +71,10 @@ pub struct Expected {
     /// The host uid and gid the run's ids map to: its `uid_map` and `gid_map`
     /// must be exactly that one id each.
     pub host_ids: Option<(u32, u32)>,
+    /// The unprivileged host id the run's root (uid and gid 0) maps to, for a
+    /// runtime that sets its sandbox up as root inside (an OCI runtime): the
+    /// maps then hold that one line beside the run's own, and nothing else.
+    pub root_host_id: Option<u32>,
 }
 
 /// Parses the probe's output into facts (`uid`, `gid`, `cap_eff`, `cap_prm`,
@@ -183,6 +187,7 @@ fn mounts(lines: &[&str]) -> Vec<Value> {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let separator = fields.iter().position(|f| *f == "-")?;
             Some(json!({
+                "root": fields.get(3)?,
                 "target": fields.get(4)?,
                 "options": fields.get(5)?,
                 "fstype": fields.get(separator + 1)?,
@@ -191,9 +196,15 @@ fn mounts(lines: &[&str]) -> Vec<Value> {
         .collect()
 }
 
-/// What every mount of a run must carry: `nosuid` everywhere; `nodev` everywhere
-/// but the device nodes and the terminal instance; read-only `/`, `/sys` and
-/// `/proc/sys`. One sentence per mount that breaks it.
+/// The device nodes a runtime binds one by one from the host's `/dev` (the
+/// mount's root in `/proc/<pid>/mountinfo`): a character device cannot be
+/// executed, so `nosuid` changes nothing on such a mount.
+const DEVICE_NODES: [&str; 6] = ["/null", "/zero", "/full", "/random", "/urandom", "/tty"];
+
+/// What every mount of a run must carry: `nosuid` everywhere but a bind of one
+/// device node ([`DEVICE_NODES`]); `nodev` everywhere but the device nodes and
+/// the terminal instance; read-only `/`, `/sys` and `/proc/sys`. One sentence
+/// per mount that breaks it.
 fn mount_mismatches(facts: &BTreeMap<String, Value>) -> Vec<String> {
     let Some(mounts) = facts
         .get("mounts")
@@ -207,7 +218,8 @@ fn mount_mismatches(facts: &BTreeMap<String, Value>) -> Vec<String> {
         let field = |name: &str| mount.get(name).and_then(Value::as_str).unwrap_or("");
         let (target, fstype) = (field("target"), field("fstype"));
         let options: Vec<&str> = field("options").split(',').collect();
-        if !options.contains(&"nosuid") {
+        let device_node = fstype == "devtmpfs" && DEVICE_NODES.contains(&field("root"));
+        if !options.contains(&"nosuid") && !device_node {
             mismatches.push(format!("{target} ({fstype}) is mounted without nosuid"));
         }
         let devices = matches!(fstype, "devtmpfs" | "devpts");
@@ -260,7 +272,12 @@ pub fn compare(facts: &BTreeMap<String, Value>, expected: &Expected) -> Vec<Stri
             ("uid_map", expected.uid, host_uid),
             ("gid_map", expected.gid, host_gid),
         ] {
-            mismatches.extend(map_mismatch(facts, map, (inside, host)));
+            mismatches.extend(map_mismatch(
+                facts,
+                map,
+                (inside, host),
+                expected.root_host_id,
+            ));
         }
     }
     mismatches.extend(shared_namespaces(facts));
@@ -336,15 +353,22 @@ fn map_mismatch(
     facts: &BTreeMap<String, Value>,
     map: &str,
     (inside, host): (u32, u32),
+    root: Option<u32>,
 ) -> Option<String> {
-    let want = format!("{inside} {host} 1");
-    let lines: Vec<&str> = facts
+    let mut want = vec![format!("{inside} {host} 1")];
+    want.extend(root.map(|root| format!("0 {root} 1")));
+    want.sort();
+    let mut lines: Vec<&str> = facts
         .get(map)
         .and_then(Value::as_array)
         .map(|lines| lines.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    (lines != [want.as_str()]).then(|| {
-        format!("{map} is {lines:?}, the identity plan maps {inside} to host {host} alone")
+    lines.sort_unstable();
+    (lines != want).then(|| match root {
+        None => format!("{map} is {lines:?}, the identity plan maps {inside} to host {host} alone"),
+        Some(root) => format!(
+            "{map} is {lines:?}, the identity plan maps {inside} to host {host} and root to host {root} alone"
+        ),
     })
 }
 
@@ -406,7 +430,14 @@ fn plan_mismatches(facts: &BTreeMap<String, Value>, points: &[MountPoint]) -> Ve
         match mounts.iter().rev().find(|(at, _)| *at == target) {
             None if point.kernel_part && absent.contains(&target) => continue,
             None => mismatches.push(format!("{target} is not mounted, the plan mounts it")),
-            Some((_, options)) if point.read_only && !options.contains(&"ro") => {
+            // A masked file shown as the null device keeps nothing written
+            // to it, whatever its mount's flags: the write answer says so.
+            Some((_, options))
+                if point.read_only
+                    && !options.contains(&"ro")
+                    && !(point.masked
+                        && answer("writes", target).as_deref() == Some("discarded")) =>
+            {
                 mismatches.push(format!("{target} is writable, the plan makes it read-only"));
             }
             Some(_) => {}
@@ -619,6 +650,7 @@ rustc 1.95.0 (59807616e 2026-11-20)
             toolchain: None,
             mount_points: Vec::new(),
             host_ids: None,
+            root_host_id: None,
         }
     }
 
@@ -665,6 +697,47 @@ rustc 1.95.0 (59807616e 2026-11-20)
     }
 
     #[test]
+    fn a_runtimes_root_may_map_to_its_one_unprivileged_host_id_and_nothing_more() {
+        let with_root = GOOD
+            .replace(
+                "      1000     101000          1\n",
+                " 0 100000 1\n 1000 101000 1\n",
+            )
+            .replace(
+                "@@namespaces",
+                "@@gid_map\n 1000 101000 1\n 0 100000 1\n@@namespaces",
+            );
+        let runtime = Expected {
+            host_ids: Some((101_000, 101_000)),
+            root_host_id: Some(100_000),
+            ..expected()
+        };
+        assert_eq!(
+            observe(&with_root, &runtime).mismatches,
+            Vec::<String>::new()
+        );
+        let alone = Expected {
+            root_host_id: None,
+            ..runtime.clone()
+        };
+        let mismatches = observe(&with_root, &alone).mismatches;
+        assert_eq!(mismatches.len(), 2, "{mismatches:?}");
+        assert!(
+            mismatches[0].contains("maps 1000 to host 101000 alone"),
+            "{mismatches:?}"
+        );
+        let elsewhere = Expected {
+            root_host_id: Some(200_000),
+            ..runtime
+        };
+        assert!(
+            observe(&with_root, &elsewhere).mismatches[0].contains("and root to host 200000 alone"),
+            "{:?}",
+            observe(&with_root, &elsewhere).mismatches
+        );
+    }
+
+    #[test]
     fn the_id_maps_must_map_the_plans_ids_alone() {
         let with_gid = GOOD.replace("@@namespaces", "@@gid_map\n 1000 101000 1\n@@namespaces");
         let planned = Expected {
@@ -693,6 +766,23 @@ rustc 1.95.0 (59807616e 2026-11-20)
     }
 
     #[test]
+    fn a_bound_device_node_needs_no_nosuid_but_a_whole_dev_does() {
+        let node = GOOD.replace(
+            "804 801 0:6 /null /dev/null rw,nosuid,noexec,relatime - devtmpfs udev rw",
+            "804 801 0:6 /null /dev/null rw,relatime - devtmpfs udev rw",
+        );
+        assert_eq!(observe(&node, &expected()).mismatches, Vec::<String>::new());
+        let whole = GOOD.replace(
+            "804 801 0:6 /null /dev/null rw,nosuid,noexec,relatime - devtmpfs udev rw",
+            "804 801 0:6 / /dev rw,relatime - devtmpfs udev rw",
+        );
+        assert_eq!(
+            observe(&whole, &expected()).mismatches,
+            ["/dev (devtmpfs) is mounted without nosuid"]
+        );
+    }
+
+    #[test]
     fn a_sealed_observation_has_no_mismatches() {
         let observed = observe(GOOD, &expected());
         assert_eq!(observed.mismatches, Vec::<String>::new());
@@ -701,7 +791,7 @@ rustc 1.95.0 (59807616e 2026-11-20)
         assert_eq!(observed.facts["mounts"].as_array().map(Vec::len), Some(5));
         assert_eq!(
             observed.facts["mounts"][2],
-            json!({"target": "/workspace", "options": "rw,nosuid,nodev,relatime", "fstype": "overlay"})
+            json!({"root": "/", "target": "/workspace", "options": "rw,nosuid,nodev,relatime", "fstype": "overlay"})
         );
         assert_eq!(
             observed.facts["toolchain"],

@@ -73,8 +73,10 @@ impl ContainerCgroups {
                 let inherited = parent.join(file);
                 if parent.join("cgroup.clone_children").exists() && inherited.exists() {
                     let value = std::fs::read_to_string(&inherited).unwrap_or_default();
-                    std::fs::write(dir.join(file), value.trim())
-                        .map_err(ContainerError::io("setting a command cgroup's cpuset", &dir))?;
+                    std::fs::write(dir.join(file), value.trim()).map_err(ContainerError::io(
+                        "setting a command cgroup's cpuset",
+                        &dir,
+                    ))?;
                 }
             }
             dirs.push(dir);

@@ -14,7 +14,7 @@
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -88,11 +88,11 @@ impl ProcessTemplate {
     /// ids, no capability, `no_new_privs`, no core dumps.
     fn process(&self, argv: Vec<String>, cwd: &str) -> Result<Process, ContainerError> {
         let none = LinuxCapabilitiesBuilder::default()
-            .bounding(Vec::new())
-            .effective(Vec::new())
-            .permitted(Vec::new())
-            .inheritable(Vec::new())
-            .ambient(Vec::new())
+            .bounding(std::collections::HashSet::new())
+            .effective(std::collections::HashSet::new())
+            .permitted(std::collections::HashSet::new())
+            .inheritable(std::collections::HashSet::new())
+            .ambient(std::collections::HashSet::new())
             .build()?;
         let mut rlimits = vec![
             PosixRlimitBuilder::default()
@@ -157,7 +157,10 @@ impl ProcessTemplate {
         let spec_file = self.dir.join(format!("{name}.process.json"));
         let pid_file = self.dir.join(format!("{name}.pid"));
         let _ = std::fs::remove_file(&pid_file);
-        write_private(&spec_file, &serde_json::to_vec(&process).unwrap_or_default())?;
+        write_private(
+            &spec_file,
+            &serde_json::to_vec(&process).unwrap_or_default(),
+        )?;
         let (stdin_read, stdin_write) = pipe_pair("a process's stdin")?;
         let (stdout_read, stdout_write) = pipe_pair("a process's stdout")?;
         let (stderr_read, stderr_write) = pipe_pair("a process's stderr")?;
@@ -252,7 +255,10 @@ struct Counter {
 
 impl Counter {
     fn start(file: Option<PathBuf>, key: &'static str) -> Self {
-        let baseline = file.as_deref().and_then(|f| read_event(f, key)).unwrap_or(0);
+        let baseline = file
+            .as_deref()
+            .and_then(|f| read_event(f, key))
+            .unwrap_or(0);
         Self {
             file,
             key,
@@ -408,10 +414,7 @@ impl Execution for ContainerExecution {
         }
         // Unused ends close: a command reading its stdin sees EOF.
         drop(self.stdin.take());
-        loop {
-            let Some(status) = self.status.as_mut() else {
-                break;
-            };
+        while let Some(status) = self.status.as_mut() {
             let mut buf = [0u8; 32];
             // `read` is cancel-safe: a dropped wait loses nothing.
             let read = async { status.read(&mut buf).await };

@@ -96,7 +96,10 @@ fn from_host(pid: u32) -> String {
     );
     sections.insert("uid_map", uid_map);
     sections.insert("gid_map", gid_map);
-    sections.insert("hostname", format!("{}\n", hostname(pid).unwrap_or_default()));
+    sections.insert(
+        "hostname",
+        format!("{}\n", hostname(pid).unwrap_or_default()),
+    );
     let link = |path: String| {
         std::fs::read_link(path)
             .map(|l| l.to_string_lossy().into_owned())
@@ -126,7 +129,11 @@ fn from_host(pid: u32) -> String {
     let processes = std::fs::read_dir(format!("{proc}/root/proc")).map(|entries| {
         entries
             .flatten()
-            .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.parse::<u32>().is_ok())
+            })
             .count()
     });
     sections.insert(
@@ -248,7 +255,12 @@ fn write_answer(file: &OwnedFd) -> nix::Result<&'static str> {
     if !(kind == SFlag::S_IFREG || kind == SFlag::S_IFDIR) {
         return Ok("device");
     }
-    match faccessat(file, "", AccessFlags::W_OK, nix::fcntl::AtFlags::AT_EMPTY_PATH) {
+    match faccessat(
+        file,
+        "",
+        AccessFlags::W_OK,
+        nix::fcntl::AtFlags::AT_EMPTY_PATH,
+    ) {
         Err(Errno::EROFS) => Ok("refused"),
         Ok(()) => Ok("accepted"),
         Err(errno) => Err(errno),
@@ -279,13 +291,18 @@ fn shows(file: &OwnedFd) -> String {
     if kind != SFlag::S_IFDIR {
         return "not-a-directory".into();
     }
-    let entries = nix::dir::Dir::openat(file, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty())
-        .map(|mut dir| {
-            dir.iter()
-                .flatten()
-                .filter(|e| !matches!(e.file_name().to_bytes(), b"." | b".."))
-                .count()
-        });
+    let entries = nix::dir::Dir::openat(
+        file,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .map(|mut dir| {
+        dir.iter()
+            .flatten()
+            .filter(|e| !matches!(e.file_name().to_bytes(), b"." | b".."))
+            .count()
+    });
     match entries {
         Ok(0) => "hidden".into(),
         Ok(n) => format!("{n}-entries"),

@@ -1,7 +1,7 @@
 //! [`ProcessError`]: why the namespace process boundary failed, naming the step.
 
-use workspace_core::mount_plan::CheckoutError;
 use std::path::PathBuf;
+use workspace_core::mount_plan::CheckoutError;
 
 use workspace_core::RunId;
 use workspace_core::boundary::{BoundaryError, BoundaryKind};

@@ -458,6 +458,7 @@ pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
         // Known once the plan is built (`prepare`).
         mount_points: Vec::new(),
         host_ids: None,
+        root_host_id: None,
     }
 }
 

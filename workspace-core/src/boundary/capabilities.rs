@@ -407,7 +407,8 @@ mod tests {
         let text = problems.to_string();
         assert!(
             text.contains("process.preview_check: container cannot enforce a preview check")
-                && text.contains("process.ports: container cannot enforce ports of a private network"),
+                && text
+                    .contains("process.ports: container cannot enforce ports of a private network"),
             "{text}"
         );
         let private = ProcessCapabilities {

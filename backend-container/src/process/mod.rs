@@ -1,0 +1,516 @@
+//! [`ContainerProcess`]: the Process boundary through an OCI runtime, one live
+//! container per workspace.
+//!
+//! * **seal**: the checkout handed over to the run's host ids, the core mount
+//!   plan built and written as a bundle ([`crate::bundle`]), the container
+//!   created and started with a small reaper as its pid 1 (its own user,
+//!   mount, pid, network, UTS, IPC and cgroup namespaces; the run's limits on
+//!   its cgroup), then the boundary probe ([`probe`]): a shell in the
+//!   container observed from the host and held to core's
+//!   [`observation`](workspace_core::observation) standard. With
+//!   `environment.assurance = "required"` a mismatch fails closed (the
+//!   container is removed).
+//! * **spawn**: `exec --detach` into a cgroup of the command's own
+//!   (`cmd-<n>`), its streams this side's pipes, its status through a pipe of
+//!   its own ([`exec`]); what a command leaves in the background runs on in
+//!   the container. A timeout or a kill ends the command's cgroup, not the
+//!   container.
+//! * **detach / attach**: the container does not need its runner; a later
+//!   runner finds it by id in this backend's state directory. **suspend**
+//!   pauses it (the cgroup freezer), attaching resumes it.
+//! * **teardown**: every process killed, the command cgroups and the container
+//!   deleted, then proof: no runtime state, no cgroup directory, no process.
+//!
+//! Not kept (refused before anything is created, naming the field): preview
+//! ports (`process.ports`), service templates, terminals (`tty`), layered
+//! checkouts.
+
+mod cgroups;
+mod exec;
+mod probe;
+mod seal;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use nix::sys::signal::Signal;
+use workspace_core::RunId;
+use workspace_core::boundary::{
+    Attachment, BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary,
+    ProcessBoundary, ProcessCapabilities, RunContext, SealPlan, Suspension, TerminateReport,
+};
+use workspace_core::contract::{Assurance, IsolationLevel};
+use workspace_core::mount_plan::{HostLayout, probe_host_layout};
+
+use crate::error::ContainerError;
+use crate::runtime::Runtime;
+use cgroups::ContainerCgroups;
+use exec::ContainerExecution;
+use seal::Live;
+
+/// The host id the container's root maps to (id `n` of the run maps to base +
+/// `n`).
+pub const DEFAULT_HOST_ID_BASE: u32 = 100_000;
+/// How long the boundary probe may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a network connection into a run may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the processes of a killed container may take to go.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(5);
+
+/// How the container backend runs.
+#[derive(Clone, Debug)]
+pub struct ContainerOptions {
+    /// The OCI runtime, with this backend's state directory.
+    pub runtime: Runtime,
+    /// The cgroup directory (relative, e.g. `agent-workspace`) the containers'
+    /// cgroups are made in, in every hierarchy.
+    pub cgroup_parent: String,
+    /// The host id the container's root maps to (see [`DEFAULT_HOST_ID_BASE`]).
+    pub host_id_base: u32,
+    /// The host's base system and `/etc` files passed through.
+    pub host: HostLayout,
+    /// How long the boundary probe may take.
+    pub probe_timeout: Duration,
+}
+
+impl ContainerOptions {
+    /// Options for `runtime` with `cgroup_parent`, [`DEFAULT_HOST_ID_BASE`],
+    /// this host's layout and [`PROBE_TIMEOUT`].
+    ///
+    /// # Ambient authority
+    /// Looks at the host's root directory.
+    pub fn probe(
+        runtime: Runtime,
+        cgroup_parent: impl Into<String>,
+    ) -> Result<Self, ContainerError> {
+        let host = probe_host_layout().map_err(|e| ContainerError::Lost {
+            what: format!("looking at the host's base system: {e}"),
+        })?;
+        Ok(Self {
+            runtime,
+            cgroup_parent: cgroup_parent.into(),
+            host_id_base: DEFAULT_HOST_ID_BASE,
+            host,
+            probe_timeout: PROBE_TIMEOUT,
+        })
+    }
+}
+
+/// The Process boundary of the container backend (see the [module docs](self)).
+#[derive(Debug)]
+pub struct ContainerProcess {
+    options: Arc<ContainerOptions>,
+    runs: Mutex<HashMap<RunId, Arc<Live>>>,
+}
+
+impl ContainerProcess {
+    /// A boundary driving containers with `options`.
+    pub fn new(options: ContainerOptions) -> Self {
+        Self {
+            options: Arc::new(options),
+            runs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn runs(&self) -> MutexGuard<'_, HashMap<RunId, Arc<Live>>> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn live(&self, run: &RunId) -> Result<Arc<Live>, ContainerError> {
+        self.runs()
+            .get(run)
+            .cloned()
+            .ok_or_else(|| ContainerError::NotSealed {
+                run_id: run.clone(),
+            })
+    }
+}
+
+/// Runs `work` on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    step: &'static str,
+    work: impl FnOnce() -> Result<T, ContainerError> + Send + 'static,
+) -> Result<T, ContainerError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| ContainerError::ThreadPanicked { step })?
+}
+
+/// Kills, deletes and removes everything of container `id` (blocking); what
+/// is left afterwards.
+fn remove(
+    runtime: &Runtime,
+    id: &str,
+    cgroups_path: &str,
+    bundle: &Path,
+) -> Result<LeakReport, ContainerError> {
+    let cgroups = ContainerCgroups::of(cgroups_path);
+    // What ran besides the container's own pid 1 and its reaper's sleep:
+    // commands, services and what they left behind.
+    let stopped = cgroups
+        .children()
+        .iter()
+        .map(|name| cgroups.child(name).pids().len())
+        .sum::<usize>();
+    let state = runtime.state(id)?;
+    if let Some(status) = &state {
+        if status.paused {
+            runtime.resume(id)?;
+        }
+        // Already stopped (its pid 1 ended) is fine: delete follows.
+        let _ = runtime.kill_all(id, "KILL");
+        let deadline = Instant::now() + TEARDOWN_WAIT;
+        while !cgroups.pids().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let mut errors = cgroups.remove_children();
+    if state.is_some()
+        && let Err(e) = runtime.delete(id)
+    {
+        errors.push(e);
+    }
+    for error in &errors {
+        tracing::warn!(container = id, error = %error, "removing the container");
+    }
+    let processes = cgroups.pids();
+    let left = cgroups.existing();
+    if runtime.state(id)?.is_some() {
+        return Err(ContainerError::Lost {
+            what: format!(
+                "container {id} is still known to {} after delete",
+                runtime.name()
+            ),
+        });
+    }
+    let mut mounts = Vec::new();
+    if !seal::release_root(bundle) {
+        mounts.push(bundle.join(crate::bundle::ROOTFS_DIR));
+    } else if bundle.exists() {
+        std::fs::remove_dir_all(bundle)
+            .map_err(ContainerError::io("removing the bundle", bundle))?;
+    }
+    Ok(LeakReport {
+        processes,
+        mounts,
+        cgroups: left,
+        stopped: u32::try_from(stopped).unwrap_or(u32::MAX),
+    })
+}
+
+#[async_trait]
+impl ProcessBoundary for ContainerProcess {
+    fn capabilities(&self) -> ProcessCapabilities {
+        ProcessCapabilities {
+            isolation: vec![IsolationLevel::Task],
+            private_network: true,
+            service_templates: false,
+            holds_capacity: false,
+            output_files: false,
+            preview_ports: false,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "backend-container process"
+    }
+
+    async fn seal(
+        &self,
+        run: &RunContext,
+        plan: &SealPlan,
+    ) -> Result<ObservedBoundary, BoundaryError> {
+        const OP: &str = "seal";
+        if self.runs().contains_key(&run.run_id) {
+            return Err(ContainerError::AlreadySealed {
+                run_id: run.run_id.clone(),
+            }
+            .into_boundary(OP));
+        }
+        let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
+        let result = blocking("sealing the run", move || {
+            let prepared = match seal::prepare(&run_c, &plan_c, &options) {
+                Ok(prepared) => prepared,
+                Err(e) => {
+                    let _ = remove(
+                        &options.runtime,
+                        run_c.run_id.as_str(),
+                        &seal::cgroups_path(&options, &run_c),
+                        &run_c.run_dir.join(seal::BUNDLE_DIR),
+                    );
+                    return Err(e);
+                }
+            };
+            let observed = probe::probe(
+                &options.runtime,
+                &prepared.live.template,
+                &prepared.live.cgroups,
+                &prepared.live.workdir,
+                &prepared.expected,
+                options.probe_timeout,
+            );
+            match observed {
+                Ok(observed) => Ok((prepared, observed)),
+                Err(e) => {
+                    let _ = remove(
+                        &options.runtime,
+                        &prepared.live.id,
+                        &seal::cgroups_path(&options, &run_c),
+                        &prepared.live.bundle,
+                    );
+                    Err(e)
+                }
+            }
+        })
+        .await;
+        let (prepared, mut observed) = result.map_err(|e| e.into_boundary(OP))?;
+        let runtime = &self.options.runtime;
+        observed.facts.insert(
+            "runtime".into(),
+            serde_json::json!({ "name": runtime.name(), "version": runtime.version() }),
+        );
+        observed.facts.insert(
+            "mount_plan_sha256".into(),
+            serde_json::json!(prepared.mount_plan_sha256),
+        );
+        observed.facts.insert(
+            "handover".into(),
+            serde_json::json!({ "changed": prepared.handed_over }),
+        );
+        let live = Arc::new(prepared.live);
+        if !observed.mismatches.is_empty()
+            && run.contract.environment.assurance == Assurance::Required
+        {
+            tracing::warn!(run_id = %run.run_id, mismatches = ?observed.mismatches,
+                "the boundary probe failed; sealing fails closed");
+            let (options, cgroups_path) = (
+                Arc::clone(&self.options),
+                seal::cgroups_path(&self.options, run),
+            );
+            let live_c = Arc::clone(&live);
+            let _ = blocking("removing the container of a failed seal", move || {
+                remove(&options.runtime, &live_c.id, &cgroups_path, &live_c.bundle)
+            })
+            .await;
+            return Err(BoundaryError::new(
+                workspace_core::boundary::BoundaryKind::Process,
+                OP,
+                ContainerError::Lost {
+                    what: format!(
+                        "the boundary probe saw what the contract does not allow: {}",
+                        observed.mismatches.join("; ")
+                    ),
+                },
+            ));
+        }
+        tracing::info!(run_id = %run.run_id, runtime = runtime.name(), "container sealed");
+        self.runs().insert(run.run_id.clone(), live);
+        Ok(observed)
+    }
+
+    async fn spawn(
+        &self,
+        run: &RunContext,
+        command: &CommandSpec,
+    ) -> Result<Box<dyn Execution>, BoundaryError> {
+        const OP: &str = "spawn";
+        if command.tty {
+            return Err(ContainerError::Unsupported {
+                setting: "a terminal (tty) for a command".into(),
+            }
+            .into_boundary(OP));
+        }
+        let live = self.live(&run.run_id).map_err(|e| e.into_boundary(OP))?;
+        let (runtime, spec) = (self.options.runtime.clone(), command.clone());
+        let execution = blocking("starting a command", move || {
+            let n = live.next_command.fetch_add(1, Ordering::Relaxed);
+            let name = format!("cmd-{n}");
+            let cgroup = live.cgroups.create_child(&name)?;
+            let cwd = match spec.cwd.trim_matches('/') {
+                "" | "." => live.workdir.clone(),
+                rel => format!("{}/{rel}", live.workdir.trim_end_matches('/')),
+            };
+            let started = live
+                .template
+                .start(&runtime, &name, spec.argv.clone(), &cwd, true)?;
+            tracing::info!(container = %live.id, pid = started.pid, cgroup = %name,
+                argv = ?spec.argv, "command started in the container");
+            ContainerExecution::new(started, cgroup, spec.timeout_ms.or(live.wall_time_ms))
+        })
+        .await
+        .map_err(|e| e.into_boundary(OP))?;
+        Ok(Box::new(execution))
+    }
+
+    async fn teardown(&self, run: &RunContext) -> Result<LeakReport, BoundaryError> {
+        const OP: &str = "teardown";
+        self.runs().remove(&run.run_id);
+        let (options, id) = (Arc::clone(&self.options), run.run_id.to_string());
+        let cgroups_path = seal::cgroups_path(&self.options, run);
+        let bundle = run.run_dir.join(seal::BUNDLE_DIR);
+        let report = blocking("removing the container", move || {
+            remove(&options.runtime, &id, &cgroups_path, &bundle)
+        })
+        .await
+        .map_err(|e| e.into_boundary(OP))?;
+        tracing::info!(run_id = %run.run_id, clean = report.is_clean(), "container removed");
+        Ok(report)
+    }
+
+    async fn terminate(
+        &self,
+        run: &RunContext,
+        grace: Duration,
+    ) -> Result<TerminateReport, BoundaryError> {
+        let live = self
+            .live(&run.run_id)
+            .map_err(|e| e.into_boundary("terminate"))?;
+        blocking("stopping the run's processes", move || {
+            let groups: Vec<_> = live
+                .cgroups
+                .children()
+                .iter()
+                .map(|name| live.cgroups.child(name))
+                .collect();
+            let mut report = TerminateReport::default();
+            for group in &groups {
+                report.signalled +=
+                    u32::try_from(group.signal(Signal::SIGTERM)).unwrap_or(u32::MAX);
+            }
+            let deadline = Instant::now() + grace;
+            while groups.iter().any(|g| !g.pids().is_empty()) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            for group in &groups {
+                let left = group.pids().len();
+                if left > 0 {
+                    report.killed += u32::try_from(left).unwrap_or(u32::MAX);
+                    group.kill_all()?;
+                }
+            }
+            Ok(report)
+        })
+        .await
+        .map_err(|e| e.into_boundary("terminate"))
+    }
+
+    async fn connect(
+        &self,
+        run: &RunContext,
+        port: u16,
+    ) -> Result<tokio::net::TcpStream, BoundaryError> {
+        const OP: &str = "connect";
+        let runtime = self.options.runtime.clone();
+        let id = run.run_id.to_string();
+        let stream = blocking("connecting into the container", move || {
+            let pid = runtime
+                .state(&id)?
+                .and_then(|s| *s.state.pid())
+                .ok_or_else(|| ContainerError::Lost {
+                    what: format!("container {id} does not run"),
+                })?;
+            connect_inside(pid, port)
+        })
+        .await
+        .map_err(|e| e.into_boundary(OP))?;
+        tokio::net::TcpStream::from_std(stream).map_err(|source| {
+            ContainerError::Pipe {
+                step: "registering a connection into the container",
+                source,
+            }
+            .into_boundary(OP)
+        })
+    }
+
+    async fn detach(&self, run: &RunContext) -> Result<(), BoundaryError> {
+        // The container needs no runner: forgetting it is all.
+        self.runs().remove(&run.run_id).map(drop).ok_or_else(|| {
+            ContainerError::NotSealed {
+                run_id: run.run_id.clone(),
+            }
+            .into_boundary("detach")
+        })
+    }
+
+    async fn suspend(&self, run: &RunContext) -> Result<Suspension, BoundaryError> {
+        let live = self
+            .live(&run.run_id)
+            .map_err(|e| e.into_boundary("suspend"))?;
+        let runtime = self.options.runtime.clone();
+        let processes = blocking("pausing the container", move || {
+            runtime.pause(&live.id)?;
+            Ok(live.cgroups.pids())
+        })
+        .await
+        .map_err(|e| e.into_boundary("suspend"))?;
+        self.runs().remove(&run.run_id);
+        Ok(Suspension::Frozen { processes })
+    }
+
+    async fn attach(&self, run: &RunContext, plan: &SealPlan) -> Result<Attachment, BoundaryError> {
+        const OP: &str = "attach";
+        let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
+        let found = blocking("attaching to the container", move || {
+            let id = run_c.run_id.to_string();
+            let Some(status) = options.runtime.state(&id)? else {
+                return Ok(None);
+            };
+            if status.paused {
+                options.runtime.resume(&id)?;
+            }
+            let live = seal::reopen(&run_c, &plan_c, &options)?;
+            Ok(Some(live))
+        })
+        .await
+        .map_err(|e| e.into_boundary(OP))?;
+        match found {
+            None => Ok(Attachment::Lost {
+                reason: format!(
+                    "{} knows no container {}",
+                    self.options.runtime.name(),
+                    run.run_id
+                ),
+            }),
+            Some(live) => {
+                let processes = live.cgroups.pids();
+                self.runs().insert(run.run_id.clone(), Arc::new(live));
+                Ok(Attachment::Live { processes })
+            }
+        }
+    }
+}
+
+/// Connects to `127.0.0.1:port` in the network namespace of `pid`, from a
+/// thread that enters it (a network namespace is per thread: no other thread
+/// of the host changes; the socket stays in the namespace it was made in).
+fn connect_inside(pid: i32, port: u16) -> Result<TcpStream, ContainerError> {
+    let pipe = |source| ContainerError::Pipe {
+        step: "connecting into the container",
+        source,
+    };
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).map_err(pipe)?;
+    std::thread::Builder::new()
+        .name("aw-container-net".into())
+        .spawn(move || {
+            use std::os::fd::AsFd;
+            nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)?;
+            let stream = TcpStream::connect_timeout(
+                &SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+                CONNECT_TIMEOUT,
+            )?;
+            stream.set_nonblocking(true)?;
+            Ok(stream)
+        })
+        .map_err(pipe)?
+        .join()
+        .map_err(|_| ContainerError::ThreadPanicked {
+            step: "connecting into the container",
+        })?
+        .map_err(|e: std::io::Error| pipe(e))
+}

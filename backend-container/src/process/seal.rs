@@ -1,0 +1,380 @@
+//! Sealing a run into a container: the checkout handed over to the run's host
+//! ids, the mount plan built (the same core plan the namespace backend
+//! applies), the bundle written, the container started with a small reaper as
+//! its pid 1, and what every later process of the run starts from.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU32;
+
+use serde::{Deserialize, Serialize};
+use workspace_core::boundary::{RunContext, SealPlan};
+use workspace_core::mount_plan::{MountPlan, MountPoint, PlanInputs};
+use workspace_core::observation::Expected;
+
+use super::ContainerOptions;
+use super::cgroups::ContainerCgroups;
+use super::exec::ProcessTemplate;
+use crate::bundle::{self, BundleInputs, IdMaps};
+use crate::error::ContainerError;
+
+/// The run's bundle directory, under its private directory.
+pub(crate) const BUNDLE_DIR: &str = "container";
+/// What a later runner needs to attach to the container, in the bundle.
+const STATE_FILE: &str = "sealed.json";
+/// The container's pid 1: a shell that reaps what the run's commands leave
+/// behind (every orphan of the container's pid namespace is its child) and
+/// ends on `SIGTERM`.
+const INIT: [&str; 3] = [
+    "/bin/sh",
+    "-c",
+    "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done",
+];
+
+/// A sealed container, as this process drives it.
+#[derive(Debug)]
+pub(crate) struct Live {
+    /// The container's id (the run id).
+    pub(crate) id: String,
+    /// The bundle directory.
+    pub(crate) bundle: PathBuf,
+    /// Its cgroups.
+    pub(crate) cgroups: ContainerCgroups,
+    /// What its processes start from.
+    pub(crate) template: ProcessTemplate,
+    /// Where commands start (the workspace root inside).
+    pub(crate) workdir: String,
+    /// `environment.limits.wall_time` in milliseconds.
+    pub(crate) wall_time_ms: Option<u64>,
+    /// The number of the next command's cgroup (`cmd-<n>`).
+    pub(crate) next_command: AtomicU32,
+}
+
+/// What a later runner reads back to attach.
+#[derive(Debug, Serialize, Deserialize)]
+struct SealedState {
+    workdir: String,
+    cgroups_path: String,
+    next_command: u32,
+}
+
+/// What [`prepare`] made, for the probe and the evidence.
+pub(crate) struct Prepared {
+    pub(crate) live: Live,
+    pub(crate) expected: Expected,
+    pub(crate) mount_plan_sha256: String,
+    pub(crate) handed_over: u64,
+}
+
+/// The cgroup path of run `run_id` (relative to each hierarchy's root).
+pub(crate) fn cgroups_path(options: &ContainerOptions, run: &RunContext) -> String {
+    format!("{}/{}", options.cgroup_parent, run.run_id)
+}
+
+/// The host ids of the run: its uid and gid, and its root's.
+fn id_maps(plan: &SealPlan, options: &ContainerOptions) -> Result<IdMaps, ContainerError> {
+    let host = |id: u32| {
+        options
+            .host_id_base
+            .checked_add(id)
+            .ok_or(ContainerError::HostIdOverflow {
+                base: options.host_id_base,
+                id,
+            })
+    };
+    Ok(IdMaps {
+        uid: plan.identity.uid,
+        gid: plan.identity.gid,
+        host_uid: host(plan.identity.uid)?,
+        host_gid: host(plan.identity.gid)?,
+        host_root: options.host_id_base,
+    })
+}
+
+/// Builds the bundle and starts the container (blocking). Nothing is left
+/// when it fails after the container started: the caller tears it down.
+pub(crate) fn prepare(
+    run: &RunContext,
+    plan: &SealPlan,
+    options: &ContainerOptions,
+) -> Result<Prepared, ContainerError> {
+    if plan.source.layers.is_some() {
+        return Err(ContainerError::Unsupported {
+            setting: "a layered checkout (source.materialization): the runtime has no idmapped mounts; use a standalone checkout".into(),
+        });
+    }
+    if !plan.templates.is_empty() {
+        return Err(ContainerError::Unsupported {
+            setting: "service templates (environment.services[].template)".into(),
+        });
+    }
+    let ids = id_maps(plan, options)?;
+    let workspace = plan.source.workspace.as_path();
+    let handed_over = hand_over(workspace, ids.host_uid, ids.host_gid)?;
+    let excluded =
+        workspace_core::mount_plan::excluded_paths(&[workspace], &run.contract.filesystem.excluded)
+            .map_err(|e| ContainerError::Unsupported {
+                setting: e.to_string(),
+            })?;
+    let source_objects = workspace_core::mount_plan::source_objects(workspace);
+    let mount_plan = MountPlan::build(&PlanInputs {
+        contract: &run.contract,
+        run_id: &run.run_id,
+        source: &plan.source,
+        source_objects: source_objects.as_deref(),
+        identity: &plan.identity,
+        host: &options.host,
+        excluded: &excluded,
+        pty: false,
+        templates: &plan.templates,
+    })
+    .map_err(|problems| ContainerError::Unsupported {
+        setting: format!("this mount plan: {problems}"),
+    })?;
+    let mut env: Vec<(String, String)> = plan
+        .environment
+        .vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for credential in &plan.identity.credentials {
+        env.retain(|(k, _)| *k != credential.name);
+        env.push((
+            credential.name.clone(),
+            credential.expose_value().to_owned(),
+        ));
+    }
+    let cgroups_path = cgroups_path(options, run);
+    let bundle_dir = run.run_dir.join(BUNDLE_DIR);
+    std::fs::create_dir_all(&bundle_dir).map_err(ContainerError::io(
+        "making the bundle directory",
+        &bundle_dir,
+    ))?;
+    let init: Vec<String> = INIT.iter().map(|s| (*s).to_owned()).collect();
+    // The container's pid 1 gets the base variables only: no credential.
+    let init_env: Vec<(String, String)> = plan
+        .environment
+        .vars
+        .iter()
+        .filter(|(k, _)| matches!(k.as_str(), "PATH" | "HOME" | "LANG"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let spec = bundle::spec(&BundleInputs {
+        plan: &mount_plan,
+        argv: &init,
+        env: &init_env,
+        ids,
+        limits: &plan.environment.limits,
+        cgroups_path: &cgroups_path,
+    })?;
+    bundle::write(&bundle_dir, &mount_plan, &spec, ids.host_root)?;
+    seal_root(&bundle_dir)?;
+    let state = SealedState {
+        workdir: mount_plan.workdir.clone(),
+        cgroups_path: cgroups_path.clone(),
+        next_command: 1,
+    };
+    write_state(&bundle_dir, &state)?;
+    options
+        .runtime
+        .run_detached(run.run_id.as_str(), &bundle_dir)?;
+    let cgroups = ContainerCgroups::of(&cgroups_path);
+    if cgroups.is_empty() {
+        return Err(ContainerError::Lost {
+            what: format!("the runtime made no cgroup at {cgroups_path}"),
+        });
+    }
+    let mut env_names: BTreeSet<String> = env.iter().map(|(k, _)| k.clone()).collect();
+    env_names.extend(plan.identity.credentials.iter().map(|c| c.name.clone()));
+    let mount_points: Vec<MountPoint> = mount_plan.mount_points();
+    let expected = Expected {
+        uid: plan.identity.uid,
+        gid: plan.identity.gid,
+        hostname: run.run_id.to_string(),
+        env_names,
+        toolchain: run.contract.environment.runtime.toolchain.clone(),
+        mount_points,
+        host_ids: Some((ids.host_uid, ids.host_gid)),
+        root_host_id: Some(ids.host_root),
+    };
+    let mount_plan_sha256 =
+        workspace_core::digest::sha256_hex(&serde_json::to_vec(&mount_plan).unwrap_or_default());
+    let template = ProcessTemplate {
+        container: run.run_id.to_string(),
+        env,
+        uid: plan.identity.uid,
+        gid: plan.identity.gid,
+        open_files: plan.environment.limits.open_files,
+        dir: bundle_dir.clone(),
+    };
+    Ok(Prepared {
+        live: Live {
+            id: run.run_id.to_string(),
+            bundle: bundle_dir,
+            cgroups,
+            template,
+            workdir: mount_plan.workdir,
+            wall_time_ms: plan.environment.limits.wall_time_ms,
+            next_command: AtomicU32::new(1),
+        },
+        expected,
+        mount_plan_sha256,
+        handed_over,
+    })
+}
+
+/// The live container of a run sealed earlier (by this process or another),
+/// from its bundle's state and `plan` (prepared again by the attaching runner).
+pub(crate) fn reopen(
+    run: &RunContext,
+    plan: &SealPlan,
+    options: &ContainerOptions,
+) -> Result<Live, ContainerError> {
+    let bundle_dir = run.run_dir.join(BUNDLE_DIR);
+    let path = bundle_dir.join(STATE_FILE);
+    let text =
+        std::fs::read(&path).map_err(ContainerError::io("reading the sealed state", &path))?;
+    let state: SealedState = serde_json::from_slice(&text).map_err(|e| ContainerError::Lost {
+        what: format!("{} does not read: {e}", path.display()),
+    })?;
+    let mut env: Vec<(String, String)> = plan
+        .environment
+        .vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for credential in &plan.identity.credentials {
+        env.retain(|(k, _)| *k != credential.name);
+        env.push((
+            credential.name.clone(),
+            credential.expose_value().to_owned(),
+        ));
+    }
+    let cgroups = ContainerCgroups::of(&state.cgroups_path);
+    // Command numbers go on where the last runner left them.
+    let next = cgroups
+        .children()
+        .iter()
+        .filter_map(|name| name.strip_prefix("cmd-")?.parse::<u32>().ok())
+        .max()
+        .map_or(state.next_command, |n| n + 1);
+    let _ = options;
+    Ok(Live {
+        id: run.run_id.to_string(),
+        template: ProcessTemplate {
+            container: run.run_id.to_string(),
+            env,
+            uid: plan.identity.uid,
+            gid: plan.identity.gid,
+            open_files: plan.environment.limits.open_files,
+            dir: bundle_dir.clone(),
+        },
+        bundle: bundle_dir,
+        cgroups,
+        workdir: state.workdir,
+        wall_time_ms: plan.environment.limits.wall_time_ms,
+        next_command: AtomicU32::new(next),
+    })
+}
+
+/// Makes the bundle's root directory a mount of its own with `nosuid` and
+/// `nodev`: the runtime binds the root from there, and a bind keeps its
+/// source's flags, so the container's `/` carries them (the runtime makes it
+/// read-only itself).
+fn seal_root(bundle: &Path) -> Result<(), ContainerError> {
+    use nix::mount::{MsFlags, mount};
+    let root = bundle.join(bundle::ROOTFS_DIR);
+    let failed = |errno: nix::errno::Errno| ContainerError::Io {
+        step: "mounting the container's root nosuid and nodev",
+        path: root.clone(),
+        source: errno.into(),
+    };
+    mount(
+        Some(&root),
+        &root,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(failed)?;
+    mount(
+        None::<&str>,
+        &root,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .map_err(failed)
+}
+
+/// Unmounts the bundle's root mount (see [`seal_root`]) if it is there;
+/// whether it is gone.
+pub(crate) fn release_root(bundle: &Path) -> bool {
+    let root = bundle.join(bundle::ROOTFS_DIR);
+    if is_mount_point(&root) {
+        let _ = nix::mount::umount2(&root, nix::mount::MntFlags::MNT_DETACH);
+    }
+    !is_mount_point(&root)
+}
+
+/// Whether `path` is a mount point of this process's mount namespace.
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let wanted = path.to_string_lossy();
+    table
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(4))
+        .any(|target| target == wanted)
+}
+
+fn write_state(dir: &Path, state: &SealedState) -> Result<(), ContainerError> {
+    let path = dir.join(STATE_FILE);
+    std::fs::write(&path, serde_json::to_vec(state).unwrap_or_default())
+        .map_err(ContainerError::io("writing the sealed state", &path))
+}
+
+/// Makes the checkout the run's own: every entry `lchown`ed to the run's host
+/// ids, never following a link. An entry on another file system (a mount
+/// under the checkout) is not descended into, and a regular file with more
+/// than one link (a hard link to a file that may live outside the checkout)
+/// is refused: its owner would change outside too. Returns how many entries
+/// changed owner.
+fn hand_over(root: &Path, uid: u32, gid: u32) -> Result<u64, ContainerError> {
+    let top = std::fs::symlink_metadata(root)
+        .map_err(ContainerError::io("inspecting the checkout", root))?;
+    let device = top.dev();
+    let mut changed = 0;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(ContainerError::io("inspecting the checkout", &path))?;
+        if meta.dev() != device {
+            continue;
+        }
+        if meta.is_file() && meta.nlink() > 1 {
+            return Err(ContainerError::Unsupported {
+                setting: format!(
+                    "a hard-linked file in the checkout ({}): its owner cannot be changed without changing it elsewhere",
+                    path.display()
+                ),
+            });
+        }
+        if meta.uid() != uid || meta.gid() != gid {
+            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
+                .map_err(ContainerError::io("handing the checkout over", &path))?;
+            changed += 1;
+        }
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path)
+                .map_err(ContainerError::io("listing the checkout", &path))?
+            {
+                let entry = entry.map_err(ContainerError::io("listing the checkout", &path))?;
+                pending.push(entry.path());
+            }
+        }
+    }
+    Ok(changed)
+}
