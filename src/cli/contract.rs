@@ -53,12 +53,6 @@ pub(crate) fn run(command: ContractCommand, host: &HostArgs) -> ExitCode {
 
 fn check(file: &Path, backend: Option<Backend>, json: bool, host: &HostArgs) -> ExitCode {
     let shown = file.display();
-    if backend == Some(Backend::Container) {
-        eprintln!(
-            "agent-workspace: --backend container: the container backend is not available yet; use --backend namespace"
-        );
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(err) => {
@@ -75,7 +69,7 @@ fn check(file: &Path, backend: Option<Backend>, json: bool, host: &HostArgs) -> 
         Contract::from_toml(&text)
     };
     let parsed = match (parsed, backend) {
-        (Ok(contract), Some(_)) => kept_by(contract, host),
+        (Ok(contract), Some(backend)) => kept_by(contract, backend, host),
         (parsed, _) => parsed,
     };
     if json {
@@ -128,17 +122,24 @@ fn check(file: &Path, backend: Option<Backend>, json: bool, host: &HostArgs) -> 
     }
 }
 
-/// `contract` if the namespace backend's stack (and the runner) can keep every
-/// setting of it, else every setting it cannot keep, as problems. (The
-/// container backend is refused before this.)
-fn kept_by(contract: Contract, host: &HostArgs) -> Result<Contract, ContractError> {
+/// `contract` if `backend`'s stack (and the runner) can keep every setting of
+/// it, else every setting it cannot keep, as problems.
+fn kept_by(
+    contract: Contract,
+    backend: Backend,
+    host: &HostArgs,
+) -> Result<Contract, ContractError> {
     let unsupported = |message: String| {
         let mut problems = workspace_core::contract::Problems::new();
         problems.push("--backend", message);
         ContractError::Invalid { problems }
     };
-    let runner = super::session::runner(host, None)
-        .map_err(|_| unsupported("the namespace backend cannot be set up on this host".into()))?;
+    let runner = super::session::runner_on(host, None, backend).map_err(|_| {
+        unsupported(format!(
+            "the {} backend cannot be set up on this host",
+            backend.name()
+        ))
+    })?;
     match runner.check(&contract) {
         Ok(()) => Ok(contract),
         Err(RunErrorKind::Unsupported(problems) | RunErrorKind::InvalidContract(problems)) => {

@@ -89,15 +89,14 @@ pub(crate) struct ContractArgs {
 }
 
 impl ContractArgs {
+    /// The backend `--backend` names.
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// The contract these flags ask for: loaded (or the preset), overridden,
     /// its repository and revision checked, validated. Nothing is created.
     pub(crate) fn resolve(&self, objective: &str) -> Result<Contract, BadInput> {
-        if self.backend == Backend::Container {
-            return Err(BadInput(
-                "--backend container: the container backend is not available yet; use --backend namespace"
-                    .into(),
-            ));
-        }
         let mut contract = match &self.contract {
             Some(file) => load_contract(file)?,
             None => Contract::preset(

@@ -9,7 +9,7 @@ use workspace_core::runner::CreateOptions;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
 use super::run::refuse;
-use super::session::{bad_input, block_on, cancel_on_signals, runner};
+use super::session::{bad_input, block_on, cancel_on_signals, runner_on};
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
@@ -31,7 +31,7 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
         Err(bad) => return bad_input(bad),
     };
     block_on(async move {
-        let runner = match runner(host, args.evidence) {
+        let runner = match runner_on(host, args.evidence, args.contract.backend()) {
             Ok(runner) => runner,
             Err(code) => return code,
         };

@@ -11,7 +11,7 @@ use super::EXIT_BAD_INPUT;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
 use super::progress::{Progress, passing_through, while_ticking};
-use super::session::{bad_input, block_on, cancel_on_signals, runner};
+use super::session::{bad_input, block_on, cancel_on_signals, runner_on};
 use super::summary::{report_run_error, report_summary};
 pub(crate) use super::text::one_line;
 
@@ -57,7 +57,7 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
     };
     let (json, interactive) = (args.json, args.interactive);
     block_on(async move {
-        let runner = match runner(host, args.evidence) {
+        let runner = match runner_on(host, args.evidence, args.contract.backend()) {
             Ok(runner) => runner,
             Err(code) => return code,
         };

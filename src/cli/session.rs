@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use workspace_core::RunId;
 use workspace_core::runner::{Runner, RunnerConfig};
 
+use super::backend::Backend;
 use super::host::{HostArgs, host_capacity};
 use super::{BadInput, EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
@@ -41,19 +42,40 @@ pub(crate) const TREE_CACHE_BYTES: u64 = 10 << 30;
 /// `<runtime>/trees`), the host's directories (evidence under `evidence` when
 /// given) and the host's capacity.
 pub(crate) fn runner(host: &HostArgs, evidence: Option<PathBuf>) -> Result<Runner, ExitCode> {
+    runner_on(host, evidence, Backend::Namespace)
+}
+
+/// [`runner`] over `backend`'s stack: the container backend's keeps its
+/// containers' state under `<runtime>/containers` and uses the first OCI
+/// runtime on `PATH`.
+pub(crate) fn runner_on(
+    host: &HostArgs,
+    evidence: Option<PathBuf>,
+    backend: Backend,
+) -> Result<Runner, ExitCode> {
     let dirs = host.dirs();
-    let stack = agent_workspace::namespace_stack_layered(
-        &host.cgroup_parent,
-        dirs.runtime.join("trees"),
-        TREE_CACHE_BYTES,
-    )
-    .map_err(|e| {
+    let cannot = |e: &dyn std::error::Error| {
         eprintln!(
-            "agent-workspace: cannot set up the namespace backend: {}",
-            workspace_core::error_chain(&e)
+            "agent-workspace: cannot set up the {} backend: {}",
+            backend.name(),
+            workspace_core::error_chain(e)
         );
         ExitCode::from(EXIT_RUNNER_FAILED)
-    })?;
+    };
+    let stack = match backend {
+        Backend::Namespace => agent_workspace::namespace_stack_layered(
+            &host.cgroup_parent,
+            dirs.runtime.join("trees"),
+            TREE_CACHE_BYTES,
+        )
+        .map_err(|e| cannot(&e))?,
+        Backend::Container => agent_workspace::container_stack(
+            &host.cgroup_parent,
+            None,
+            &dirs.runtime.join("containers"),
+        )
+        .map_err(|e| cannot(&e))?,
+    };
     // Credentials come from the invoking environment, by name (`env:NAME`).
     let mut stack = stack;
     stack.identity = Arc::new(
@@ -130,8 +152,16 @@ where
             runtime.display()
         )));
     }
+    // A run is driven by the backend that sealed it, as it left itself there.
+    let run_dir =
+        workspace_core::runner::RunPaths::new(&runtime, &host.dirs().evidence, &run_id).run_dir;
+    let backend = if backend_container::process::sealed_in(&run_dir) {
+        Backend::Container
+    } else {
+        Backend::Namespace
+    };
     block_on(async move {
-        match runner(host, None) {
+        match runner_on(host, None, backend) {
             Ok(runner) => body(runner, run_id).await,
             Err(code) => code,
         }

@@ -75,10 +75,10 @@ pub(crate) struct Started {
     pub(crate) pid: u32,
     /// Its standard input.
     pub(crate) stdin: OwnedFd,
-    /// Its standard output.
-    pub(crate) stdout: OwnedFd,
-    /// Its standard error.
-    pub(crate) stderr: OwnedFd,
+    /// Its standard output, when it goes to a pipe.
+    pub(crate) stdout: Option<OwnedFd>,
+    /// Its standard error, when it goes to a pipe.
+    pub(crate) stderr: Option<OwnedFd>,
     /// Its exit status (a command only).
     pub(crate) status: Option<OwnedFd>,
 }
@@ -129,7 +129,8 @@ impl ProcessTemplate {
 
     /// Starts `argv` in the container, in `cgroup` (a sub-cgroup name made
     /// already), as `name` (a file-name-safe label: `cmd-3`, `probe`). With
-    /// `report_status`, the program runs under the status wrapper.
+    /// `report_status`, the program runs under the status wrapper. Its stdout
+    /// and stderr go to `output` (files) when given, else to pipes.
     /// Blocking.
     pub(crate) fn start(
         &self,
@@ -138,6 +139,7 @@ impl ProcessTemplate {
         argv: Vec<String>,
         cwd: &str,
         report_status: bool,
+        output: Option<(OwnedFd, OwnedFd)>,
     ) -> Result<Started, ContainerError> {
         let argv = if report_status {
             let mut wrapped = vec![
@@ -162,8 +164,19 @@ impl ProcessTemplate {
             &serde_json::to_vec(&process).unwrap_or_default(),
         )?;
         let (stdin_read, stdin_write) = pipe_pair("a process's stdin")?;
-        let (stdout_read, stdout_write) = pipe_pair("a process's stdout")?;
-        let (stderr_read, stderr_write) = pipe_pair("a process's stderr")?;
+        let (stdout_read, stdout_write, stderr_read, stderr_write) = match output {
+            Some((stdout, stderr)) => (None, stdout, None, stderr),
+            None => {
+                let (stdout_read, stdout_write) = pipe_pair("a process's stdout")?;
+                let (stderr_read, stderr_write) = pipe_pair("a process's stderr")?;
+                (
+                    Some(stdout_read),
+                    stdout_write,
+                    Some(stderr_read),
+                    stderr_write,
+                )
+            }
+        };
         let status = report_status
             .then(|| pipe_pair("a command's status pipe"))
             .transpose()?;
@@ -287,6 +300,10 @@ pub(crate) struct ContainerExecution {
     stdin: Option<OwnedFd>,
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
+    /// The output files' read ends, when the streams follow them.
+    followed: Option<(std::fs::File, std::fs::File)>,
+    /// Whether the command ended (its followed streams then end).
+    ended: tokio::sync::watch::Sender<bool>,
     status: Option<pipe::Receiver>,
     status_text: Vec<u8>,
     cgroup: Arc<CommandCgroup>,
@@ -296,6 +313,13 @@ pub(crate) struct ContainerExecution {
     oom: Counter,
     forks: Counter,
     pid: u32,
+}
+
+impl Drop for ContainerExecution {
+    fn drop(&mut self) {
+        // Followed streams end with their handle.
+        self.ended.send_replace(true);
+    }
 }
 
 impl fmt::Debug for ContainerExecution {
@@ -308,11 +332,14 @@ impl fmt::Debug for ContainerExecution {
 }
 
 impl ContainerExecution {
-    /// The command `started` in `cgroup`, killed after `timeout_ms`.
+    /// The command `started` in `cgroup`, killed after `timeout_ms`; its
+    /// streams follow `followed` (the read ends of its output files) when
+    /// given.
     pub(crate) fn new(
         started: Started,
         cgroup: CommandCgroup,
         timeout_ms: Option<u64>,
+        followed: Option<(std::fs::File, std::fs::File)>,
     ) -> Result<Self, ContainerError> {
         let status = started
             .status
@@ -332,8 +359,10 @@ impl ContainerExecution {
         let forks = Counter::start(cgroup.file("pids.events"), "max");
         Ok(Self {
             stdin: Some(started.stdin),
-            stdout: Some(started.stdout),
-            stderr: Some(started.stderr),
+            stdout: started.stdout,
+            stderr: started.stderr,
+            followed,
+            ended: tokio::sync::watch::Sender::new(false),
             status,
             status_text: Vec::new(),
             cgroup: Arc::new(cgroup),
@@ -401,11 +430,19 @@ impl Execution for ContainerExecution {
     }
 
     fn take_stdout(&mut self) -> Option<OutputStream> {
-        stream(self.stdout.take()?)
+        if let Some(fd) = self.stdout.take() {
+            return stream(fd);
+        }
+        let file = self.followed.as_ref()?.0.try_clone().ok()?;
+        Some(super::output::follow(file, self.ended.subscribe()))
     }
 
     fn take_stderr(&mut self) -> Option<OutputStream> {
-        stream(self.stderr.take()?)
+        if let Some(fd) = self.stderr.take() {
+            return stream(fd);
+        }
+        let file = self.followed.as_ref()?.1.try_clone().ok()?;
+        Some(super::output::follow(file, self.ended.subscribe()))
     }
 
     async fn wait(&mut self) -> Result<ExitRecord, BoundaryError> {
@@ -446,6 +483,7 @@ impl Execution for ContainerExecution {
             }
         }
         self.status = None;
+        self.ended.send_replace(true);
         let exit = self.ended();
         self.exit = Some(exit.clone());
         Ok(exit)

@@ -27,6 +27,7 @@
 
 mod cgroups;
 mod exec;
+mod output;
 mod probe;
 mod seal;
 
@@ -100,6 +101,13 @@ impl ContainerOptions {
             probe_timeout: PROBE_TIMEOUT,
         })
     }
+}
+
+/// Whether the run whose private directory is `run_dir` was sealed by this
+/// backend (its bundle's state is there): a later process drives it with this
+/// backend again.
+pub fn sealed_in(run_dir: &Path) -> bool {
+    seal::state_file(run_dir).is_file()
 }
 
 /// The Process boundary of the container backend (see the [module docs](self)).
@@ -212,7 +220,8 @@ impl ProcessBoundary for ContainerProcess {
             private_network: true,
             service_templates: false,
             holds_capacity: false,
-            output_files: false,
+            // A command writes to the files it is given; its streams follow them.
+            output_files: true,
             preview_ports: false,
         }
     }
@@ -336,12 +345,32 @@ impl ProcessBoundary for ContainerProcess {
                 "" | "." => live.workdir.clone(),
                 rel => format!("{}/{rel}", live.workdir.trim_end_matches('/')),
             };
-            let started = live
-                .template
-                .start(&runtime, &name, spec.argv.clone(), &cwd, true)?;
+            let files = spec
+                .output
+                .as_ref()
+                .map(output::OutputFiles::open)
+                .transpose()?;
+            let (write_ends, followed) = match files {
+                Some(files) => {
+                    let follow = spec.output.as_ref().is_some_and(|o| o.follow);
+                    (
+                        Some((files.stdout.0, files.stderr.0)),
+                        follow.then_some((files.stdout.1, files.stderr.1)),
+                    )
+                }
+                None => (None, None),
+            };
+            let started =
+                live.template
+                    .start(&runtime, &name, spec.argv.clone(), &cwd, true, write_ends)?;
             tracing::info!(container = %live.id, pid = started.pid, cgroup = %name,
                 argv = ?spec.argv, "command started in the container");
-            ContainerExecution::new(started, cgroup, spec.timeout_ms.or(live.wall_time_ms))
+            ContainerExecution::new(
+                started,
+                cgroup,
+                spec.timeout_ms.or(live.wall_time_ms),
+                followed,
+            )
         })
         .await
         .map_err(|e| e.into_boundary(OP))?;

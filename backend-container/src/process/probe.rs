@@ -51,6 +51,7 @@ pub(crate) fn probe(
         vec!["/bin/sh".into()],
         workdir,
         false,
+        None,
     )?;
     let mut text = from_host(started.pid);
     text.push_str(&absent_section(started.pid, &expected.mount_points));
@@ -62,7 +63,12 @@ pub(crate) fn probe(
     }
     drop(stdin);
     drop(started.stderr);
-    let output = read_until(started.stdout, deadline);
+    let Some(stdout) = started.stdout else {
+        return Err(ContainerError::Lost {
+            what: "the probe has no stdout pipe".into(),
+        });
+    };
+    let output = read_until(stdout, deadline);
     // Whatever the shell did, nothing of the probe outlives it.
     let killed = cgroup.kill_all();
     let output = match output {

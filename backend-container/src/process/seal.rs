@@ -330,6 +330,11 @@ fn is_mount_point(path: &Path) -> bool {
         .any(|target| target == wanted)
 }
 
+/// Where run `run_dir`'s sealed state is.
+pub(crate) fn state_file(run_dir: &Path) -> PathBuf {
+    run_dir.join(BUNDLE_DIR).join(STATE_FILE)
+}
+
 fn write_state(dir: &Path, state: &SealedState) -> Result<(), ContainerError> {
     let path = dir.join(STATE_FILE);
     std::fs::write(&path, serde_json::to_vec(state).unwrap_or_default())

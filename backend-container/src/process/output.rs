@@ -1,0 +1,104 @@
+//! A command's standard output and error as files the runner names
+//! ([`CommandOutput`]), read as they grow.
+//!
+//! What a command leaves running in the container keeps the stdout and stderr
+//! it inherited after the command ended (a server's log): with pipes, the
+//! runner would wait for them to close, and a pipe nobody reads blocks its
+//! writer. So the process writes to the files themselves (opened for
+//! appending, owner-only), and each stream follows its file until the command
+//! ended, then ends at the size the file had at that moment; what background
+//! processes write later stays in the file for the runner to keep.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+use workspace_core::boundary::{CommandOutput, OutputStream};
+
+use crate::error::ContainerError;
+
+/// How often a stream looks for more output while the command runs.
+const POLL: Duration = Duration::from_millis(10);
+/// How much a stream buffers between the file and its reader.
+const BUFFER: usize = 64 << 10;
+
+/// One command's output files: the write ends for the process, the read ends
+/// for its streams.
+pub(crate) struct OutputFiles {
+    pub(crate) stdout: (OwnedFd, File),
+    pub(crate) stderr: (OwnedFd, File),
+}
+
+impl OutputFiles {
+    /// Opens `output`'s files for appending (created when missing, mode 0600).
+    pub(crate) fn open(output: &CommandOutput) -> Result<Self, ContainerError> {
+        Ok(Self {
+            stdout: open_pair(&output.stdout)?,
+            stderr: open_pair(&output.stderr)?,
+        })
+    }
+}
+
+/// The write end, and a read end at the file's end when opened (what the
+/// command writes from then on is what its stream shows).
+fn open_pair(path: &Path) -> Result<(OwnedFd, File), ContainerError> {
+    let write = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(ContainerError::io("opening a command's output file", path))?;
+    let mut read = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(ContainerError::io("opening a command's output file", path))?;
+    read.seek(SeekFrom::End(0))
+        .map_err(ContainerError::io("opening a command's output file", path))?;
+    Ok((write.into(), read))
+}
+
+/// A stream of `file` from its current position as it grows, until `ended`
+/// says the command ended: then up to the size the file has at that moment.
+pub(crate) fn follow(mut file: File, mut ended: watch::Receiver<bool>) -> OutputStream {
+    let (reader, mut writer) = tokio::io::duplex(BUFFER);
+    tokio::spawn(async move {
+        let mut offset = file.stream_position().unwrap_or(0);
+        let mut buf = vec![0u8; BUFFER];
+        loop {
+            let done = *ended.borrow_and_update();
+            let size = file.metadata().map_or(0, |m| m.len());
+            if size < offset {
+                // Truncated under the stream: that is the end of it.
+                break;
+            }
+            while offset < size {
+                let want = usize::try_from(size - offset)
+                    .unwrap_or(usize::MAX)
+                    .min(buf.len());
+                let Ok(n) = file.read(&mut buf[..want]) else {
+                    return;
+                };
+                if n == 0 {
+                    break;
+                }
+                offset += n as u64;
+                if writer.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+            if done {
+                break;
+            }
+            let _ = tokio::time::timeout(POLL, ended.changed()).await;
+        }
+        let _ = writer.shutdown().await;
+    });
+    Box::pin(reader)
+}
