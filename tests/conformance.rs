@@ -30,6 +30,24 @@ async fn the_namespace_backend_passes_every_case() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_container_backend_passes_every_case() {
+    let fixture = Fixture::new("conformance-container");
+    let parent = fixture.cgroup_parent.clone();
+    let kit = Kit::new(move |scratch| {
+        agent_workspace::container_stack(&parent, Some("runc"), &scratch.join("runc-state"))
+            .map_err(|e| format!("{e} (install runc: apt-get install runc)"))
+    });
+    let results = kit.run_all().await;
+    let names: Vec<&str> = results.iter().map(|r| r.name).collect();
+    assert_eq!(names, CASES);
+    let not_passed: Vec<_> = results
+        .iter()
+        .filter(|r| r.verdict != Verdict::Passed)
+        .collect();
+    assert!(not_passed.is_empty(), "{not_passed:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stack_without_isolation_fails_what_isolation_keeps() {
     let kit = Kit::new(|_| Ok(agent_workspace::danger_no_isolation_stack()));
     let results = kit.run_all().await;

@@ -101,3 +101,125 @@ async fn a_server_started_by_one_command_answers_the_next_and_nothing_is_left() 
     );
     assert!(wait_until_gone(&server, std::time::Duration::from_secs(5)).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_kills_the_commands_whole_tree_and_the_container_lives_on() {
+    let fixture = Fixture::new("container-timeout");
+    let runner = runner(&fixture);
+    let mark = marker("container-timeout");
+    let mut workspace = runner
+        .create(fixture.contract(), CreateOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let run_id = workspace.run_id().clone();
+    // A child in the background and one in the foreground, both past the limit.
+    let slow = command(
+        &["sh", "-c", "sleep 100 & sleep 100; true", &mark],
+        Some(500),
+    );
+    let ended = workspace.exec(&slow, CommandIo::captured()).await.unwrap();
+    assert_eq!(ended.shell_status(), 124, "{ended:?}");
+    assert_eq!(
+        ended.exit.killed,
+        Some(workspace_core::boundary::KillCause::Timeout)
+    );
+    let cgroups = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .map(|h| {
+            h.path()
+                .join(&fixture.cgroup_parent)
+                .join(run_id.as_str())
+                .join("cmd-1")
+        })
+        .filter(|dir| dir.is_dir())
+        .collect::<Vec<_>>();
+    assert!(!cgroups.is_empty(), "the command had cgroups of its own");
+    for dir in &cgroups {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert!(procs.trim().is_empty(), "{}: {procs}", dir.display());
+    }
+    // The container itself goes on.
+    let after = command(&["sh", "-c", "echo alive"], Some(20_000));
+    let alive = workspace.exec(&after, CommandIo::captured()).await.unwrap();
+    assert_eq!(alive.shell_status(), 0, "{alive:?}");
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    fixture.assert_nothing_left(&run_id, &[&mark]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_freezes_the_container_and_another_runner_thaws_it_where_it_was() {
+    let fixture = Fixture::new("container-suspend");
+    let runner = runner(&fixture);
+    let mark = marker("container-counter");
+    let mut workspace = runner
+        .create(fixture.contract(), CreateOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let run_id = workspace.run_id().clone();
+    let checkout = workspace.source().unwrap().workspace.clone();
+    let counter = command(
+        &[
+            "sh",
+            "-c",
+            "(i=0; while :; do i=$((i+1)); echo $i > .count; sleep 0.05; done) >/dev/null 2>&1 &",
+            &mark,
+        ],
+        Some(20_000),
+    );
+    let started = workspace
+        .exec(&counter, CommandIo::captured())
+        .await
+        .unwrap();
+    assert_eq!(started.shell_status(), 0, "{started:?}");
+    let count = || {
+        std::fs::read_to_string(checkout.join(".count"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while count() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(count() >= 3, "the counter counts");
+    let counting = support::processes_with(&mark);
+    assert!(!counting.is_empty(), "the counter runs");
+
+    workspace.suspend().await.unwrap();
+    let frozen_at = count();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(count(), frozen_at, "a suspended container does not run");
+    assert_eq!(
+        support::processes_with(&mark),
+        counting,
+        "and keeps its processes"
+    );
+
+    // Another runner, as another process would: the same processes go on.
+    let other = runner_again(&fixture);
+    let workspace = other
+        .resume(&run_id, CreateOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while count() <= frozen_at && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(count() > frozen_at, "the counter goes on after the resume");
+    assert_eq!(
+        support::processes_with(&mark),
+        counting,
+        "the same processes"
+    );
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    fixture.assert_nothing_left(&run_id, &[&mark]);
+}
+
+/// A second runner over the same directories and runtime state (another
+/// process would build the same).
+fn runner_again(fixture: &Fixture) -> workspace_core::runner::Runner {
+    runner(fixture)
+}
