@@ -3,11 +3,21 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
-use workspace_core::recovery::RecoveryReport;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
+use async_trait::async_trait;
+use clap::Args;
+use workspace_core::RunId;
+use workspace_core::lifecycle::CleanupPermit;
+use workspace_core::recovery::{
+    LostRun, RecoveryHooks, RecoveryReport, RecoveryStepError, recover,
+};
+use workspace_core::runner::{RunPaths, Runner, StackRecovery};
+
+use super::backend::Backend;
 use super::host::HostArgs;
-use super::session::{block_on, runner};
+use super::session::{block_on, runner_on};
 use super::text::one_line;
 
 #[derive(Debug, Args)]
@@ -24,21 +34,27 @@ pub(crate) struct RecoverArgs {
 
 /// Recovers every unfinished run under the runtime directory that no live runner
 /// holds: kills what it left running, exports its evidence (cause `runner-lost`)
-/// and cleans it up, with the default namespace stack and `--cgroup-parent`
-/// (give the one the runs were made with).
+/// and cleans it up, each with the stack of the backend that sealed it (the
+/// container backend's for a run whose container bundle is there, else the
+/// namespace backend's) and `--cgroup-parent` (give the one the runs were made
+/// with).
 ///
 /// Exit 0 when every lost run was cleaned up (runs a live runner holds are left
 /// alone and do not count); 1 when a run is left for the next recovery, a
 /// journal could not be used, or the journal directory could not be listed;
 /// 125 when the backend could not be set up.
 pub(crate) fn run(args: &RecoverArgs, host: &HostArgs) -> ExitCode {
-    let runner = match runner(host, args.evidence.clone()) {
+    let runner = match runner_on(host, args.evidence.clone(), Backend::Namespace) {
         Ok(runner) => runner,
         Err(code) => return code,
     };
+    // Without an OCI runtime on this host no container run can exist here.
+    let container = runner_on(host, args.evidence.clone(), Backend::Container).ok();
     let json = args.json;
     block_on(async move {
-        match runner.recover().await {
+        let hooks = ByBackend::new(&runner, container.as_ref());
+        let config = runner.config();
+        match recover(&config.runtime_dir, &hooks, config.timeouts).await {
             Ok(report) => print_report(&report, json),
             Err(err) => {
                 eprintln!(
@@ -49,6 +65,62 @@ pub(crate) fn run(args: &RecoverArgs, host: &HostArgs) -> ExitCode {
             }
         }
     })
+}
+
+/// Recovery with the stack of the backend that sealed each run, chosen when
+/// the run is first met (its reaping removes what showed it).
+struct ByBackend {
+    namespace: StackRecovery,
+    container: Option<StackRecovery>,
+    runtime_dir: PathBuf,
+    chosen: Mutex<HashMap<RunId, bool>>,
+}
+
+impl ByBackend {
+    fn new(namespace: &Runner, container: Option<&Runner>) -> Self {
+        let hooks =
+            |runner: &Runner| StackRecovery::new(runner.stack().clone(), runner.config().clone());
+        Self {
+            namespace: hooks(namespace),
+            container: container.map(hooks),
+            runtime_dir: namespace.config().runtime_dir.clone(),
+            chosen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn hooks(&self, run: &LostRun) -> &StackRecovery {
+        let mut chosen = self
+            .chosen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let container = *chosen.entry(run.run_id.clone()).or_insert_with(|| {
+            let run_dir = RunPaths::new(&self.runtime_dir, &self.runtime_dir, &run.run_id).run_dir;
+            backend_container::process::sealed_in(&run_dir)
+        });
+        match (&self.container, container) {
+            (Some(hooks), true) => hooks,
+            _ => &self.namespace,
+        }
+    }
+}
+
+#[async_trait]
+impl RecoveryHooks for ByBackend {
+    async fn reap(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
+        self.hooks(run).reap(run).await
+    }
+
+    async fn export(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
+        self.hooks(run).export(run).await
+    }
+
+    async fn clean_up(
+        &self,
+        run: &LostRun,
+        permit: &CleanupPermit,
+    ) -> Result<(), RecoveryStepError> {
+        self.hooks(run).clean_up(run, permit).await
+    }
 }
 
 /// Prints the report (lines, or JSON) and returns the exit status.

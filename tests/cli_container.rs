@@ -1,0 +1,131 @@
+//! `--backend container` through the command line: a workspace created on the
+//! container backend keeps a server between two `exec`s run by separate
+//! processes, `destroy` leaves no container, and a CLI killed in the middle of
+//! a command leaves a run `recover` ends with the container backend (no
+//! container, process or run directory left).
+//!
+//! Needs root, user namespaces, cgroups and runc (Debian package runc).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::cli::{CliFixture, text};
+use support::{marker, wait_for_process, wait_until_gone};
+
+/// The containers runc knows in the CLI's state directory.
+fn containers(fixture: &CliFixture) -> Vec<String> {
+    let out = std::process::Command::new("runc")
+        .arg("--root")
+        .arg(fixture.runtime().join("containers"))
+        .args(["list", "-q"])
+        .output()
+        .expect("runc (apt-get install runc)");
+    text(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+fn create(fixture: &CliFixture) -> String {
+    let repo = fixture.repo();
+    let out = fixture.agent_workspace(&[
+        "create",
+        "--backend",
+        "container",
+        "--repo",
+        repo.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    text(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing() {
+    let fixture = CliFixture::new("container-live");
+    let server = marker("cli-container-server");
+    let run = create(&fixture);
+    assert_eq!(containers(&fixture), [run.clone()]);
+    let start = fixture.agent_workspace(&[
+        "exec",
+        &run,
+        "--",
+        "sh",
+        "-c",
+        "python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1",
+        &server,
+    ]);
+    assert_eq!(start.status.code(), Some(0), "{}", text(&start.stderr));
+    let fetch = fixture.agent_workspace(&[
+        "exec",
+        &run,
+        "--",
+        "python3",
+        "-c",
+        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/hello.txt').read().decode(), end='')",
+    ]);
+    assert_eq!(fetch.status.code(), Some(0), "{}", text(&fetch.stderr));
+    assert_eq!(text(&fetch.stdout), support::HELLO);
+    let destroyed = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(
+        destroyed.status.code(),
+        Some(0),
+        "{}",
+        text(&destroyed.stderr)
+    );
+    assert!(
+        containers(&fixture).is_empty(),
+        "{:?}",
+        containers(&fixture)
+    );
+    assert!(wait_until_gone(&server, Duration::from_secs(5)).is_empty());
+    assert!(!fixture.runtime().join("runs").join(&run).exists());
+}
+
+#[test]
+fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
+    let fixture = CliFixture::new("container-recover");
+    let sleeper = marker("cli-container-sleeper");
+    let run = create(&fixture);
+    let mut exec = fixture
+        .command()
+        .args(["exec", &run, "--", "sh", "-c", "sleep 100", &sleeper])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_process(&sleeper, Duration::from_secs(10)),
+        "the command runs"
+    );
+    exec.kill().unwrap();
+    exec.wait().unwrap();
+    // The dead CLI held the run: now nobody does, and it is still running.
+    assert_eq!(containers(&fixture), [run.clone()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let recovered = loop {
+        let out = fixture.agent_workspace(&["recover", "--json"]);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if report["recovered"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+            || Instant::now() > deadline
+        {
+            break (out, report);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (out, report) = recovered;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{report:#}\n{}",
+        text(&out.stderr)
+    );
+    assert!(report["recovered"].to_string().contains(&run), "{report:#}");
+    assert!(
+        containers(&fixture).is_empty(),
+        "{:?}",
+        containers(&fixture)
+    );
+    assert!(wait_until_gone(&sleeper, Duration::from_secs(5)).is_empty());
+    assert!(!fixture.runtime().join("runs").join(&run).exists());
+}
