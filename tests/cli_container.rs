@@ -43,7 +43,7 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
     let fixture = CliFixture::new("container-live");
     let server = marker("cli-container-server");
     let run = create(&fixture);
-    assert_eq!(containers(&fixture), [run.clone()]);
+    assert_eq!(containers(&fixture), std::slice::from_ref(&run));
     let start = fixture.agent_workspace(&[
         "exec",
         &run,
@@ -99,7 +99,7 @@ fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
     exec.kill().unwrap();
     exec.wait().unwrap();
     // The dead CLI held the run: now nobody does, and it is still running.
-    assert_eq!(containers(&fixture), [run.clone()]);
+    assert_eq!(containers(&fixture), std::slice::from_ref(&run));
     let deadline = Instant::now() + Duration::from_secs(10);
     let recovered = loop {
         let out = fixture.agent_workspace(&["recover", "--json"]);
