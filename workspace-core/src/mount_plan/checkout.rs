@@ -1,13 +1,9 @@
 //! What a backend reads from the checkout before it builds the plan: the paths
 //! `filesystem.excluded` matches and the source object store its alternates
-//! name. Nothing here follows a symlink found in the workspace. (Unix: each
-//! component is opened with `O_NOFOLLOW`, through `/proc/self/fd` on Linux.)
+//! name. Nothing here follows a symlink found in the workspace.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::contract::exclusion_glob;
@@ -115,7 +111,7 @@ fn walk(
         } else {
             format!("{prefix}/{lossy}")
         };
-        if file_type.is_char_device() && is_whiteout(&path) {
+        if is_whiteout(&file_type, &path) {
             if found.contains_key(&rel) {
                 found.insert(rel, Kind::Gone);
             }
@@ -141,9 +137,16 @@ fn walk(
     Ok(())
 }
 
-fn is_whiteout(path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.rdev() == 0)
+/// An overlay whiteout: a character device numbered 0/0 (only on Unix).
+#[cfg(unix)]
+fn is_whiteout(file_type: &std::fs::FileType, path: &Path) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    file_type.is_char_device() && std::fs::symlink_metadata(path).is_ok_and(|m| m.rdev() == 0)
+}
+
+#[cfg(not(unix))]
+fn is_whiteout(_: &std::fs::FileType, _: &Path) -> bool {
+    false
 }
 
 /// The source object store named by `<checkout>/.git/objects/info/alternates`, if
@@ -169,22 +172,20 @@ pub fn source_objects(checkout: &Path) -> Option<PathBuf> {
     Some(path)
 }
 
-/// Reads `base/dirs.../file` opening every component without following links.
+/// Reads `base/dirs.../file` opening every component without following links
+/// (cap-std: each step is looked up inside the directory opened before it).
 fn read_no_follow(base: &Path, dirs: &[&str], file: &str) -> Option<String> {
-    let open = |path: &Path, directory: bool| {
-        let flags = libc::O_NOFOLLOW | if directory { libc::O_DIRECTORY } else { 0 };
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags | libc::O_CLOEXEC)
-            .open(path)
-            .ok()
-    };
-    let mut current: File = open(base, true)?;
-    for dir in dirs {
-        let next = fd_path(&current, dir);
-        current = open(&next, true)?;
+    use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
+    if !std::fs::symlink_metadata(base).ok()?.is_dir() {
+        return None;
     }
-    let mut handle = open(&fd_path(&current, file), false)?;
+    let mut current = cap_std::fs::Dir::open_ambient_dir(base, cap_std::ambient_authority()).ok()?;
+    for dir in dirs {
+        current = current.open_dir_nofollow(dir).ok()?;
+    }
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true).follow(FollowSymlinks::No);
+    let mut handle = current.open_with(file, &options).ok()?;
     if !handle.metadata().ok()?.is_file() {
         return None;
     }
@@ -195,12 +196,6 @@ fn read_no_follow(base: &Path, dirs: &[&str], file: &str) -> Option<String> {
         .read_to_string(&mut text)
         .ok()?;
     Some(text)
-}
-
-/// `name` inside the directory open as `dir` (through `/proc/self/fd`, so only
-/// `name` itself is looked up).
-fn fd_path(dir: &File, name: &str) -> PathBuf {
-    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
 }
 
 #[cfg(test)]
