@@ -2,8 +2,13 @@
 //! agent-workspace through an OCI runtime (runc, crun or youki, driven by
 //! their command line).
 //!
-//! **Status: the foundation, not a boundary yet.** What exists and is tested:
-//!
+//! * [`process`]: [`ContainerProcess`](process::ContainerProcess), the
+//!   Process boundary — one live container per workspace, sealed from the
+//!   core mount plan and probed to core's
+//!   [`observation`](workspace_core::observation) standard, commands
+//!   `exec`'d detached into cgroups of their own, detach and attach, pause as
+//!   suspend, teardown with proof that no runtime state, cgroup, mount or
+//!   process is left;
 //! * [`bundle`]: an OCI bundle (`config.json` built with `oci-spec` types, and
 //!   its root directory) from the same core [`MountPlan`] the namespace
 //!   backend applies, with the run's limits, ids (a user namespace mapping
@@ -14,10 +19,13 @@
 //!   containers created, `exec`'d into, paused, resumed, killed and deleted,
 //!   their state read as `oci-spec`'s `State`.
 //!
-//! Not yet: the `ProcessBoundary` over them (one container per workspace:
-//! seal, exec per command, suspend, teardown with proof, recovery), the
-//! probe, images (`environment.runtime.image`), and `--backend container` on
-//! the command line, which still says the backend is not available.
+//! The facade's `container_stack` puts it beside backend-worktree's source,
+//! filesystem and promotion (and the namespace backend's environment and
+//! identity plans); `agent-workspace run --backend container` drives it. Not
+//! yet: images (`environment.runtime.image`), preview ports and service
+//! templates, which the boundary declares it cannot keep (a contract asking
+//! for them is refused before anything is created), and terminals (a command
+//! asking for one is refused).
 //!
 //! ```
 //! use backend_container::bundle::{self, BundleInputs, IdMaps};

@@ -179,7 +179,8 @@ fn read_no_follow(base: &Path, dirs: &[&str], file: &str) -> Option<String> {
     if !std::fs::symlink_metadata(base).ok()?.is_dir() {
         return None;
     }
-    let mut current = cap_std::fs::Dir::open_ambient_dir(base, cap_std::ambient_authority()).ok()?;
+    let mut current =
+        cap_std::fs::Dir::open_ambient_dir(base, cap_std::ambient_authority()).ok()?;
     for dir in dirs {
         current = current.open_dir_nofollow(dir).ok()?;
     }
