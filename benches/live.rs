@@ -25,6 +25,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is right
 
 mod bwrap;
+mod runc;
 mod support;
 mod timings;
 
@@ -42,6 +43,7 @@ use agent_workspace::namespace::cgroup::{CgroupLayout, remove_parent};
 use agent_workspace::namespace_stack_layered;
 use bwrap::host_system;
 use criterion::{Criterion, SamplingMode};
+use runc::{Container, succeed, timed};
 use timings::{SAMPLES, print_medians, record};
 
 const EXEC_OURS: &str = "exec, live workspace";
@@ -63,93 +65,6 @@ fn require(program: &str, args: &[&str], package: &str) {
         ran.is_ok_and(|s| s.success()),
         "the live bench needs {program} (Debian package {package})"
     );
-}
-
-/// Runs `command` to its end, panicking with its stderr when it fails.
-fn succeed(command: &mut Command) {
-    let out = command.stdin(Stdio::null()).output().expect("run a tool");
-    assert!(
-        out.status.success(),
-        "{command:?}: {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-}
-
-fn timed(command: &mut Command) -> Duration {
-    let started = Instant::now();
-    let status = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    let took = started.elapsed();
-    assert!(status.success(), "{command:?}: {status}");
-    took
-}
-
-/// A running runc container over the host's base system, removed when dropped.
-struct Container {
-    id: String,
-    _bundle: tempfile::TempDir,
-}
-
-impl Container {
-    fn start(system: &[(&'static str, Option<String>)]) -> Self {
-        let bundle = tempfile::tempdir().unwrap();
-        let rootfs = bundle.path().join("rootfs");
-        std::fs::create_dir_all(&rootfs).unwrap();
-        succeed(Command::new("runc").arg("spec").current_dir(bundle.path()));
-        let config_path = bundle.path().join("config.json");
-        let mut config: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
-        config["process"]["terminal"] = false.into();
-        config["process"]["args"] = serde_json::json!(["/bin/sleep", "infinity"]);
-        config["root"]["path"] = rootfs.to_string_lossy().into_owned().into();
-        config["linux"]["cgroupsPath"] = format!("/aw-bench-runc-{}", std::process::id()).into();
-        let mounts = config["mounts"].as_array_mut().unwrap();
-        let bind = |path: &str| {
-            serde_json::json!({"destination": path, "type": "bind", "source": path,
-                "options": ["rbind", "ro", "nosuid", "nodev"]})
-        };
-        mounts.push(bind("/usr"));
-        for (path, link) in system {
-            match link {
-                Some(to) => std::os::unix::fs::symlink(to, rootfs.join(&path[1..])).unwrap(),
-                None => mounts.push(bind(path)),
-            }
-        }
-        std::fs::write(&config_path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
-        let id = format!("aw-bench-runc-{}", std::process::id());
-        // The container keeps what it inherits open: no pipe to wait on.
-        let started = Command::new("runc")
-            .args(["run", "--detach", "--bundle"])
-            .arg(bundle.path())
-            .arg(&id)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(started.success(), "runc run --detach: {started}");
-        Self {
-            id,
-            _bundle: bundle,
-        }
-    }
-
-    fn exec_true(&self) -> Duration {
-        timed(Command::new("runc").args(["exec", &self.id, "/bin/true"]))
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        let _ = Command::new("runc")
-            .args(["delete", "--force", &self.id])
-            .status();
-    }
 }
 
 /// A host PostgreSQL data directory prepared once (as user `postgres`, which
