@@ -129,3 +129,34 @@ fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
     assert!(wait_until_gone(&sleeper, Duration::from_secs(5)).is_empty());
     assert!(!fixture.runtime().join("runs").join(&run).exists());
 }
+
+#[test]
+fn conformance_passes_on_the_container_backend_and_contract_check_names_what_it_cannot_keep() {
+    let fixture = CliFixture::new("container-kit");
+    let out = fixture.agent_workspace(&["conformance", "--backend", "container"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{stderr}",
+        text(&out.stdout)
+    );
+    assert!(
+        stderr.contains("conformance of the container backend: 10 passed, 0 failed, 0 unsupported"),
+        "{stderr}"
+    );
+
+    let contract = fixture.path().join("ports.toml");
+    std::fs::write(
+        &contract,
+        "objective = \"a preview\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n[process]\nports = [8000]\n",
+    )
+    .unwrap();
+    let path = contract.to_str().unwrap();
+    let kept = fixture.agent_workspace(&["contract", "check", path, "--backend", "namespace"]);
+    assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
+    let refused = fixture.agent_workspace(&["contract", "check", path, "--backend", "container"]);
+    let said = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("process.ports"), "{said}");
+}

@@ -13,6 +13,8 @@ use super::session::block_on;
 pub(crate) enum KitBackend {
     /// The embedded default: Linux namespaces, cgroups and seccomp.
     Namespace,
+    /// One OCI container per workspace, through the first runtime on `PATH`.
+    Container,
     /// No isolation at all, a reference the kit must fail (never run agents on
     /// it); also `host`.
     #[value(alias = "host")]
@@ -42,12 +44,19 @@ pub(crate) fn run(args: &ConformanceArgs, host: &HostArgs) -> ExitCode {
                     .map_err(|e| workspace_core::error_chain(&e))
             })
         }
+        KitBackend::Container => {
+            let parent = parent.clone();
+            Kit::new(move |scratch| {
+                agent_workspace::container_stack(&parent, None, &scratch.join("containers"))
+                    .map_err(|e| workspace_core::error_chain(&e))
+            })
+        }
         KitBackend::DangerHost => Kit::new(|_| Ok(agent_workspace::danger_no_isolation_stack())),
     };
     let json = args.json;
     let backend = args.backend;
     let code = block_on(async move { report(&kit.run_all().await, json, backend) });
-    if args.backend == KitBackend::Namespace {
+    if args.backend != KitBackend::DangerHost {
         remove_cgroup_parent(&parent);
     }
     code
@@ -76,6 +85,7 @@ fn report(results: &[CaseResult], json: bool, backend: KitBackend) -> ExitCode {
     let failed = count(|v| matches!(v, Verdict::Failed { .. }));
     let (name, note) = match backend {
         KitBackend::Namespace => ("the namespace backend", ""),
+        KitBackend::Container => ("the container backend", ""),
         KitBackend::DangerHost => (
             "the reference stack without isolation",
             " (its failures are expected: they show the kit can fail)",

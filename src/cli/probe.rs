@@ -13,7 +13,7 @@ use workspace_core::runner::{CreateOptions, ObservedRecord, Runner};
 use super::BadInput;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
-use super::session::{bad_input, block_on, cancel_on_signals, runner};
+use super::session::{bad_input, block_on, cancel_on_signals, runner_on};
 use super::text::one_line;
 
 #[derive(Debug, Args)]
@@ -63,7 +63,7 @@ pub(crate) fn run(args: ProbeArgs, host: &HostArgs) -> ExitCode {
     };
     // A probe runs no command, so there is nothing for the checks to check.
     contract.promotion.required_checks.clear();
-    let runner = match runner(host, args.evidence) {
+    let runner = match runner_on(host, args.evidence, args.contract.backend()) {
         Ok(runner) => runner,
         Err(code) => return code,
     };

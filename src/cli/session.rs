@@ -38,16 +38,11 @@ pub(crate) fn block_on(body: impl Future<Output = ExitCode>) -> ExitCode {
 /// it evicts the least recently used trees.
 pub(crate) const TREE_CACHE_BYTES: u64 = 10 << 30;
 
-/// A runner over the default stack with layered checkouts (base trees cached under
-/// `<runtime>/trees`), the host's directories (evidence under `evidence` when
-/// given) and the host's capacity.
-pub(crate) fn runner(host: &HostArgs, evidence: Option<PathBuf>) -> Result<Runner, ExitCode> {
-    runner_on(host, evidence, Backend::Namespace)
-}
-
-/// [`runner`] over `backend`'s stack: the container backend's keeps its
-/// containers' state under `<runtime>/containers` and uses the first OCI
-/// runtime on `PATH`.
+/// A runner over `backend`'s stack, the host's directories (evidence under
+/// `evidence` when given) and the host's capacity: the namespace backend's
+/// with layered checkouts (base trees cached under `<runtime>/trees`), or the
+/// container backend's, which keeps its containers' state under
+/// `<runtime>/containers` and uses the first OCI runtime on `PATH`.
 pub(crate) fn runner_on(
     host: &HostArgs,
     evidence: Option<PathBuf>,
