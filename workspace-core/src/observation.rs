@@ -512,6 +512,93 @@ pub fn observe(output: &str, expected: &Expected) -> ObservedBoundary {
     }
 }
 
+/// What a backend read of the probed process from the host, the raw material
+/// of [`proc_sections`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcFacts {
+    /// `/proc/<pid>/status`.
+    pub status: String,
+    /// `/proc/<pid>/uid_map`.
+    pub uid_map: String,
+    /// `/proc/<pid>/gid_map`.
+    pub gid_map: String,
+    /// `/proc/<pid>/cgroup`.
+    pub cgroup: String,
+    /// `/proc/<pid>/net/dev`.
+    pub net_dev: String,
+    /// `/proc/<pid>/environ` (NUL-separated `NAME=VALUE` entries).
+    pub environ: Vec<u8>,
+    /// `/proc/<pid>/mountinfo`.
+    pub mountinfo: String,
+    /// Each of [`NAMESPACES`] as `(the run's link, the runner's link)`, e.g.
+    /// `("net:[4026532001]", "net:[4026531840]")`; `unknown` where unreadable.
+    pub namespaces: Vec<(String, String)>,
+    /// The hostname in the process's UTS namespace.
+    pub hostname: String,
+    /// How many processes its pid namespace has, when it could be read.
+    pub process_count: Option<usize>,
+}
+
+/// The sections [`parse`] reads, from what the host read of the probed process
+/// (a fact that could not be read stays empty, which the comparison reports).
+pub fn proc_sections(facts: &ProcFacts) -> String {
+    let mut sections: BTreeMap<&str, String> = BTreeMap::new();
+    sections.insert(
+        "status",
+        status_section(&facts.status, &facts.uid_map, &facts.gid_map),
+    );
+    sections.insert("uid_map", facts.uid_map.clone());
+    sections.insert("gid_map", facts.gid_map.clone());
+    sections.insert("hostname", format!("{}\n", facts.hostname));
+    sections.insert(
+        "namespaces",
+        NAMESPACES
+            .iter()
+            .zip(&facts.namespaces)
+            .map(|(kind, (run, host))| format!("{kind} {run} {host}\n"))
+            .collect(),
+    );
+    sections.insert("cgroups", facts.cgroup.clone());
+    sections.insert(
+        "interfaces",
+        facts
+            .net_dev
+            .lines()
+            .skip(2)
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, _)| format!("{}\n", name.trim()))
+            .collect(),
+    );
+    sections.insert(
+        "process_count",
+        facts
+            .process_count
+            .map(|n| format!("{n}\n"))
+            .unwrap_or_default(),
+    );
+    sections.insert(
+        "env_names",
+        facts
+            .environ
+            .split(|b| *b == 0)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                let name = entry.split(|b| *b == b'=').next().unwrap_or_default();
+                format!("{}\n", String::from_utf8_lossy(name))
+            })
+            .collect(),
+    );
+    sections.insert("mounts", facts.mountinfo.clone());
+    let mut out = String::new();
+    for (name, body) in sections {
+        out.push_str(&format!("@@{name}\n{body}"));
+        if !body.is_empty() && !body.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// The toolchain section of the probe shell's output: its header and the first
 /// line after it, nothing else. A program of the run could write more to the
 /// shell's stdout (it is the same user), but never another section: the facts

@@ -13,7 +13,6 @@
 //! toolchain needs the shell: `<program> --version` goes to its stdin; then
 //! stdin closes and the shell exits.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -88,84 +87,48 @@ pub(crate) fn probe(
 }
 
 /// What the host reads of process `pid`, as the sections
-/// [`observation::parse`] reads (a section that cannot be read stays empty,
-/// which the comparison reports).
+/// [`observation::parse`] reads.
 fn from_host(pid: u32) -> String {
     let proc = format!("/proc/{pid}");
     let read = |name: &str| std::fs::read(format!("{proc}/{name}")).unwrap_or_default();
     let text = |name: &str| String::from_utf8_lossy(&read(name)).into_owned();
-    let mut sections: BTreeMap<&str, String> = BTreeMap::new();
-    let (uid_map, gid_map) = (text("uid_map"), text("gid_map"));
-    sections.insert(
-        "status",
-        observation::status_section(&text("status"), &uid_map, &gid_map),
-    );
-    sections.insert("uid_map", uid_map);
-    sections.insert("gid_map", gid_map);
-    sections.insert(
-        "hostname",
-        format!("{}\n", hostname(pid).unwrap_or_default()),
-    );
     let link = |path: String| {
         std::fs::read_link(path)
             .map(|l| l.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "unknown".into())
     };
-    sections.insert(
-        "namespaces",
-        observation::NAMESPACES
+    let process_count = std::fs::read_dir(format!("{proc}/root/proc"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+                })
+                .count()
+        })
+        .ok();
+    observation::proc_sections(&observation::ProcFacts {
+        status: text("status"),
+        uid_map: text("uid_map"),
+        gid_map: text("gid_map"),
+        cgroup: text("cgroup"),
+        net_dev: text("net/dev"),
+        environ: read("environ"),
+        mountinfo: text("mountinfo"),
+        namespaces: observation::NAMESPACES
             .iter()
             .map(|kind| {
-                let run = link(format!("{proc}/ns/{kind}"));
-                let host = link(format!("/proc/self/ns/{kind}"));
-                format!("{kind} {run} {host}\n")
+                (
+                    link(format!("{proc}/ns/{kind}")),
+                    link(format!("/proc/self/ns/{kind}")),
+                )
             })
             .collect(),
-    );
-    sections.insert("cgroups", text("cgroup"));
-    sections.insert(
-        "interfaces",
-        text("net/dev")
-            .lines()
-            .skip(2)
-            .filter_map(|line| line.split_once(':'))
-            .map(|(name, _)| format!("{}\n", name.trim()))
-            .collect(),
-    );
-    let processes = std::fs::read_dir(format!("{proc}/root/proc")).map(|entries| {
-        entries
-            .flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.parse::<u32>().is_ok())
-            })
-            .count()
-    });
-    sections.insert(
-        "process_count",
-        processes.map(|n| format!("{n}\n")).unwrap_or_default(),
-    );
-    sections.insert(
-        "env_names",
-        read("environ")
-            .split(|b| *b == 0)
-            .filter(|entry| !entry.is_empty())
-            .map(|entry| {
-                let name = entry.split(|b| *b == b'=').next().unwrap_or_default();
-                format!("{}\n", String::from_utf8_lossy(name))
-            })
-            .collect(),
-    );
-    sections.insert("mounts", text("mountinfo"));
-    let mut out = String::new();
-    for (name, body) in sections {
-        out.push_str(&format!("@@{name}\n{body}"));
-        if !body.is_empty() && !body.ends_with('\n') {
-            out.push('\n');
-        }
-    }
-    out
+        hostname: hostname(pid).unwrap_or_default(),
+        process_count,
+    })
 }
 
 /// The hostname of `pid`'s UTS namespace, read by a thread that enters it (a

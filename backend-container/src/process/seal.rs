@@ -132,19 +132,7 @@ pub(crate) fn prepare(
     .map_err(|problems| ContainerError::Unsupported {
         setting: format!("this mount plan: {problems}"),
     })?;
-    let mut env: Vec<(String, String)> = plan
-        .environment
-        .vars
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    for credential in &plan.identity.credentials {
-        env.retain(|(k, _)| *k != credential.name);
-        env.push((
-            credential.name.clone(),
-            credential.expose_value().to_owned(),
-        ));
-    }
+    let env = run_env(plan);
     let cgroups_path = cgroups_path(options, run);
     let bundle_dir = run.run_dir.join(BUNDLE_DIR);
     std::fs::create_dir_all(&bundle_dir).map_err(ContainerError::io(
@@ -238,19 +226,7 @@ pub(crate) fn reopen(
     let state: SealedState = serde_json::from_slice(&text).map_err(|e| ContainerError::Lost {
         what: format!("{} does not read: {e}", path.display()),
     })?;
-    let mut env: Vec<(String, String)> = plan
-        .environment
-        .vars
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    for credential in &plan.identity.credentials {
-        env.retain(|(k, _)| *k != credential.name);
-        env.push((
-            credential.name.clone(),
-            credential.expose_value().to_owned(),
-        ));
-    }
+    let env = run_env(plan);
     let cgroups = ContainerCgroups::of(&state.cgroups_path);
     // Command numbers go on where the last runner left them.
     let next = cgroups
@@ -328,6 +304,25 @@ fn is_mount_point(path: &Path) -> bool {
         .lines()
         .filter_map(|line| line.split_whitespace().nth(4))
         .any(|target| target == wanted)
+}
+
+/// The environment every process of the run starts with: the plan's
+/// variables, the identity's credentials over them (values never printed).
+fn run_env(plan: &SealPlan) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = plan
+        .environment
+        .vars
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for credential in &plan.identity.credentials {
+        env.retain(|(k, _)| *k != credential.name);
+        env.push((
+            credential.name.clone(),
+            credential.expose_value().to_owned(),
+        ));
+    }
+    env
 }
 
 /// Where run `run_dir`'s sealed state is.

@@ -13,7 +13,6 @@
 //! toolchain needs the shell: `<program> --version` is written to its stdin.
 //! Then stdin closes and the shell exits: one `execve` per workspace.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -274,84 +273,49 @@ fn shows(file: &OwnedFd) -> String {
     }
 }
 
-/// What the host reads of process `pid` of the sandbox, as the sections
-/// [`observe::parse`] reads (a section that cannot be read stays empty, which
-/// the comparison reports).
+/// What the host reads of process `pid`, as the sections
+/// [`observe::parse`] reads.
 fn from_host(pid: u32, sandbox: &Sandbox) -> String {
     let proc = format!("/proc/{pid}");
     let read = |name: &str| std::fs::read(format!("{proc}/{name}")).unwrap_or_default();
     let text = |name: &str| String::from_utf8_lossy(&read(name)).into_owned();
-    let mut sections: BTreeMap<&str, String> = BTreeMap::new();
-    let (uid_map, gid_map) = (text("uid_map"), text("gid_map"));
-    sections.insert(
-        "status",
-        observe::status_section(&text("status"), &uid_map, &gid_map),
-    );
-    sections.insert("uid_map", uid_map);
-    sections.insert("gid_map", gid_map);
-    let hostname = in_sandbox::hostname(sandbox).unwrap_or_default();
-    sections.insert("hostname", format!("{hostname}\n"));
-    // Each namespace of the run beside the runner's own: `KIND RUN HOST`.
-    sections.insert(
-        "namespaces",
-        observe::NAMESPACES
+    let link = |path: String| {
+        std::fs::read_link(path)
+            .map(|l| l.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "unknown".into())
+    };
+    let process_count = std::fs::read_dir(format!("{proc}/root/proc"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.parse::<u32>().is_ok())
+                })
+                .count()
+        })
+        .ok();
+    observe::proc_sections(&observe::ProcFacts {
+        status: text("status"),
+        uid_map: text("uid_map"),
+        gid_map: text("gid_map"),
+        cgroup: text("cgroup"),
+        net_dev: text("net/dev"),
+        environ: read("environ"),
+        mountinfo: text("mountinfo"),
+        namespaces: observe::NAMESPACES
             .iter()
             .map(|kind| {
-                let link = |path: String| {
-                    std::fs::read_link(path)
-                        .map(|l| l.to_string_lossy().into_owned())
-                        .unwrap_or_else(|_| "unknown".into())
-                };
-                let run = link(format!("{proc}/ns/{kind}"));
-                let host = link(format!("/proc/self/ns/{kind}"));
-                format!("{kind} {run} {host}\n")
+                (
+                    link(format!("{proc}/ns/{kind}")),
+                    link(format!("/proc/self/ns/{kind}")),
+                )
             })
             .collect(),
-    );
-    sections.insert("cgroups", text("cgroup"));
-    sections.insert(
-        "interfaces",
-        text("net/dev")
-            .lines()
-            .skip(2)
-            .filter_map(|line| line.split_once(':'))
-            .map(|(name, _)| format!("{}\n", name.trim()))
-            .collect(),
-    );
-    let processes = std::fs::read_dir(format!("{proc}/root/proc")).map(|entries| {
-        entries
-            .flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.parse::<u32>().is_ok())
-            })
-            .count()
-    });
-    sections.insert(
-        "process_count",
-        processes.map(|n| format!("{n}\n")).unwrap_or_default(),
-    );
-    sections.insert(
-        "env_names",
-        read("environ")
-            .split(|b| *b == 0)
-            .filter(|entry| !entry.is_empty())
-            .map(|entry| {
-                let name = entry.split(|b| *b == b'=').next().unwrap_or_default();
-                format!("{}\n", String::from_utf8_lossy(name))
-            })
-            .collect(),
-    );
-    sections.insert("mounts", text("mountinfo"));
-    let mut out = String::new();
-    for (name, body) in sections {
-        out.push_str(&format!("@@{name}\n{body}"));
-        if !body.is_empty() && !body.ends_with('\n') {
-            out.push('\n');
-        }
-    }
-    out
+        hostname: in_sandbox::hostname(sandbox).unwrap_or_default(),
+        process_count,
+    })
 }
 
 /// Kills the probe's pid namespace and reaps it; the timeout error.
