@@ -223,3 +223,51 @@ async fn suspend_freezes_the_container_and_another_runner_thaws_it_where_it_was(
 fn runner_again(fixture: &Fixture) -> workspace_core::runner::Runner {
     runner(fixture)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_starts_in_the_container_is_ready_by_its_port_and_ends_with_it() {
+    let fixture = Fixture::new("container-service");
+    let runner = runner(&fixture);
+    let mark = marker("container-service");
+    let mut contract = workspace_core::contract::Contract::from_toml(&format!(
+        r#"
+objective = "a service in a container"
+shape = "narrow-fix"
+[source]
+repo = "."
+revision = "HEAD"
+[filesystem]
+writable = ["."]
+[[environment.services]]
+name = "web"
+command = ["python3", "-c", "import http.server,sys; sys.argv=['{mark}']; http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port=8000, bind='127.0.0.1')"]
+health = {{ tcp = 8000 }}
+"#
+    ))
+    .unwrap();
+    contract.source = fixture.contract().source;
+    let mut workspace = runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let run_id = workspace.run_id().clone();
+    let fetch = command(
+        &[
+            "python3",
+            "-c",
+            "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/hello.txt').read().decode(), end='')",
+        ],
+        Some(20_000),
+    );
+    let fetched = workspace.exec(&fetch, CommandIo::captured()).await.unwrap();
+    assert_eq!(fetched.shell_status(), 0, "{fetched:?}");
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    let services: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report.evidence.join("services.json")).unwrap())
+            .unwrap();
+    assert!(services.to_string().contains("\"web\""), "{services:#}");
+    let answer = std::fs::read_to_string(report.evidence.join("commands/0001/stdout")).unwrap();
+    assert_eq!(answer, support::HELLO);
+    fixture.assert_nothing_left(&run_id, &[&mark]);
+}
