@@ -177,6 +177,16 @@ fn remove(
         while !cgroups.pids().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
         }
+        // Deleted once the runtime sees it stopped: a forced delete of a
+        // container it still sees running signals it and looks again every
+        // 100 ms, until the host's init has reaped its pid 1.
+        while Instant::now() < deadline
+            && runtime
+                .state(id)?
+                .is_some_and(|s| s.state.status() != &oci_spec::runtime::ContainerState::Stopped)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
     let mut errors = cgroups.remove_children();
     if state.is_some()
