@@ -12,7 +12,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::cli::{CliFixture, text};
-use support::{marker, wait_for_process, wait_until_gone};
+use support::{marker, wait_until_gone};
 
 /// The containers runc knows in the CLI's state directory.
 fn containers(fixture: &CliFixture) -> Vec<String> {
@@ -92,10 +92,18 @@ fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    assert!(
-        wait_for_process(&sleeper, Duration::from_secs(10)),
-        "the command runs"
-    );
+    // The CLI's own command line holds the marker too: wait for the
+    // command in the container's cgroup.
+    let in_container = || {
+        support::processes_with(&sleeper).into_iter().any(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&run))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !in_container() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(in_container(), "the command runs in the container");
     exec.kill().unwrap();
     exec.wait().unwrap();
     // The dead CLI held the run: now nobody does, and it is still running.
