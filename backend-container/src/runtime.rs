@@ -251,36 +251,6 @@ impl Runtime {
         command
     }
 
-    /// Runs `command` (its standard streams the caller's), which writes its
-    /// own messages to `log` as well (`--log`, given before the subcommand);
-    /// a failure carries the end of that log.
-    pub(crate) fn run_logged(
-        &self,
-        step: &'static str,
-        command: &mut Command,
-        log: &Path,
-    ) -> Result<(), ContainerError> {
-        let status = command.status().map_err(|source| ContainerError::Spawn {
-            runtime: self.name.clone(),
-            step,
-            source,
-        })?;
-        if status.success() {
-            let _ = std::fs::remove_file(log);
-            return Ok(());
-        }
-        let said = std::fs::read(log).unwrap_or_default();
-        let _ = std::fs::remove_file(log);
-        Err(self.failed(
-            step,
-            &Output {
-                status,
-                stdout: Vec::new(),
-                stderr: said,
-            },
-        ))
-    }
-
     fn output(&self, step: &'static str, command: &mut Command) -> Result<Output, ContainerError> {
         command.output().map_err(|source| ContainerError::Spawn {
             runtime: self.name.clone(),

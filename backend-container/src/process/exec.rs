@@ -1,15 +1,15 @@
-//! One process started in a live container: `exec --detach` into a cgroup of
-//! its own, its standard streams this side's pipes, and (for a command) how it
-//! ended.
+//! One process started in a live container: `exec` into a cgroup of its own,
+//! its standard streams this side's pipes or files, and how it ended.
 //!
-//! The runtime does not stay attached: an attached `exec` copies the process's
-//! output through pipes of its own and waits until every holder of them has
-//! closed them, so a command that leaves a server running in the background
-//! would never return. Detached, the process inherits the pipes given here
-//! directly and the runtime exits once it runs. Its exit status comes back
-//! through a pipe of its own: the program runs under `/bin/sh`, which writes
-//! the program's status to descriptor 3 (closed in the program itself, so
-//! nothing the program starts holds it) and exits.
+//! The runtime stays attached (it is the process's parent: it reaps it and
+//! exits with its status, 128 + N after signal N), but the process never
+//! holds the runtime's own streams: those are `/dev/null`, and the process's
+//! come from this side at descriptors 3, 4 and 5 (`--preserve-fds`), moved to
+//! 0, 1 and 2 by `/bin/sh` before it runs the program in its place. An
+//! attached `exec` whose process held the runtime's streams would wait for
+//! every holder of them, so a command that leaves a server running would
+//! never return; detached, the process would be reparented to the host's init,
+//! whose reaping the container's pid 1 waits for when it ends.
 
 use std::fmt;
 use std::os::fd::OwnedFd;
@@ -23,7 +23,6 @@ use oci_spec::runtime::{
     LinuxCapabilitiesBuilder, PosixRlimitBuilder, PosixRlimitType, Process, ProcessBuilder,
     UserBuilder,
 };
-use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use workspace_core::boundary::{
     BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputStream,
@@ -34,10 +33,13 @@ use super::cgroups::CommandCgroup;
 use crate::error::ContainerError;
 use crate::runtime::Runtime;
 
-/// What runs the program and reports its status on descriptor 3.
-const STATUS_WRAPPER: &str = "\"$@\" 3>&-; echo $? >&3";
-/// `$0` of the wrapper shell (what `ps` shows for it).
+/// What moves this side's descriptors 3, 4 and 5 to the standard streams and
+/// runs the program in its place.
+const STREAMS_WRAPPER: &str = "exec 0<&3 1>&4 2>&5 3<&- 4>&- 5>&-; exec \"$@\"";
+/// `$0` of the wrapper shell.
 const WRAPPER_NAME: &str = "agent-workspace-command";
+/// How long the runtime may take to start a process.
+const START_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Everything a process of the container starts from.
 #[derive(Clone)]
@@ -71,7 +73,9 @@ impl fmt::Debug for ProcessTemplate {
 
 /// A process just started, with this side's ends of its pipes.
 pub(crate) struct Started {
-    /// Its host pid (the wrapper's, for a command).
+    /// The attached runtime, the process's parent (its exit is the process's).
+    pub(crate) runtime: tokio::process::Child,
+    /// Its host pid.
     pub(crate) pid: u32,
     /// Its standard input.
     pub(crate) stdin: OwnedFd,
@@ -79,8 +83,6 @@ pub(crate) struct Started {
     pub(crate) stdout: Option<OwnedFd>,
     /// Its standard error, when it goes to a pipe.
     pub(crate) stderr: Option<OwnedFd>,
-    /// Its exit status (a command only).
-    pub(crate) status: Option<OwnedFd>,
 }
 
 impl ProcessTemplate {
@@ -128,36 +130,31 @@ impl ProcessTemplate {
     }
 
     /// Starts `argv` in the container, in `cgroup` (a sub-cgroup name made
-    /// already), as `name` (a file-name-safe label: `cmd-3`, `probe`). With
-    /// `report_status`, the program runs under the status wrapper. Its stdout
-    /// and stderr go to `output` (files) when given, else to pipes.
-    /// Blocking.
+    /// already), as `name` (a file-name-safe label: `cmd-3`, `probe`). Its
+    /// stdout and stderr go to `output` (files) when given, else to pipes.
+    /// Returns once the process runs (the runtime wrote its pid). Blocking;
+    /// within a tokio runtime (the runtime's process is registered with it).
     pub(crate) fn start(
         &self,
         runtime: &Runtime,
         name: &str,
         argv: Vec<String>,
         cwd: &str,
-        report_status: bool,
         output: Option<(OwnedFd, OwnedFd)>,
     ) -> Result<Started, ContainerError> {
-        let argv = if report_status {
-            let mut wrapped = vec![
-                "/bin/sh".to_owned(),
-                "-c".to_owned(),
-                STATUS_WRAPPER.to_owned(),
-                WRAPPER_NAME.to_owned(),
-            ];
-            wrapped.extend(argv);
-            wrapped
-        } else {
-            argv
-        };
-        let process = self.process(argv, cwd)?;
+        let mut wrapped = vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            STREAMS_WRAPPER.to_owned(),
+            WRAPPER_NAME.to_owned(),
+        ];
+        wrapped.extend(argv);
+        let process = self.process(wrapped, cwd)?;
         // The process file holds the environment (credentials): the run's own
-        // directory, owner-only, removed once the runtime read it.
+        // directory, owner-only, removed once the process runs.
         let spec_file = self.dir.join(format!("{name}.process.json"));
         let pid_file = self.dir.join(format!("{name}.pid"));
+        let log = self.dir.join(format!("{name}.runtime.log"));
         let _ = std::fs::remove_file(&pid_file);
         write_private(
             &spec_file,
@@ -177,52 +174,97 @@ impl ProcessTemplate {
                 )
             }
         };
-        let status = report_status
-            .then(|| pipe_pair("a command's status pipe"))
-            .transpose()?;
-        let log = self.dir.join(format!("{name}.runtime.log"));
-        let mut command = runtime.command();
+        let mut command = tokio::process::Command::from(runtime.command());
         command
             .arg("--log")
             .arg(&log)
-            .args(["exec", "--detach", "--pid-file"])
+            .args(["exec", "--pid-file"])
             .arg(&pid_file)
             .args(["--cgroup", name, "--process"])
-            .arg(&spec_file);
-        if let Some((_, write)) = &status {
-            command.arg("--preserve-fds").arg("1");
-            let fd = write.try_clone().map_err(|source| ContainerError::Pipe {
-                step: "duplicating a command's status pipe",
-                source,
-            })?;
-            command
-                .fd_mappings(vec![FdMapping {
-                    parent_fd: fd,
-                    child_fd: 3,
-                }])
-                .map_err(|e| ContainerError::Pipe {
-                    step: "placing a command's status pipe",
-                    source: std::io::Error::other(e.to_string()),
-                })?;
-        }
-        command
+            .arg(&spec_file)
+            .args(["--preserve-fds", "3"])
             .arg(&self.container)
-            .stdin(Stdio::from(stdin_read))
-            .stdout(Stdio::from(stdout_write))
-            .stderr(Stdio::from(stderr_write));
-        let ran = runtime.run_logged("exec", &mut command, &log);
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+            .fd_mappings(vec![
+                FdMapping {
+                    parent_fd: stdin_read,
+                    child_fd: 3,
+                },
+                FdMapping {
+                    parent_fd: stdout_write,
+                    child_fd: 4,
+                },
+                FdMapping {
+                    parent_fd: stderr_write,
+                    child_fd: 5,
+                },
+            ])
+            .map_err(|e| ContainerError::Pipe {
+                step: "placing a process's streams",
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        let spawned = command.spawn();
+        // This side's copies of the process's ends go with the command.
         drop(command);
+        let mut child = spawned.map_err(|source| ContainerError::Spawn {
+            runtime: runtime.name().to_owned(),
+            step: "exec",
+            source,
+        })?;
+        let started = wait_for_pid(&mut child, &pid_file);
         let _ = std::fs::remove_file(&spec_file);
-        ran?;
-        let pid = read_pid(&pid_file)?;
+        let pid = match started {
+            Ok(pid) => pid,
+            Err(status) => {
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                let _ = std::fs::remove_file(&log);
+                return Err(ContainerError::Runtime {
+                    runtime: runtime.name().to_owned(),
+                    step: "exec",
+                    status,
+                    stderr: said.trim().to_owned(),
+                });
+            }
+        };
         let _ = std::fs::remove_file(&pid_file);
         Ok(Started {
+            runtime: child,
             pid,
             stdin: stdin_write,
             stdout: stdout_read,
             stderr: stderr_read,
-            status: status.map(|(read, _)| read),
         })
+    }
+}
+
+/// The pid the runtime wrote, once that process runs the program (no longer
+/// the runtime's own init, which writes the pid before it `exec`s: what is
+/// read of the process then is the program's); how the runtime ended when it
+/// ended first (or did not start it in time).
+fn wait_for_pid(child: &mut tokio::process::Child, pid_file: &Path) -> Result<u32, String> {
+    let deadline = std::time::Instant::now() + START_WAIT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(pid_file)
+            && let Ok(pid) = text.trim().parse::<u32>()
+        {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if !comm.starts_with("runc:") {
+                return Ok(pid);
+            }
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => return Err(status.to_string()),
+            Ok(None) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.start_kill();
+            return Err(format!("no process within {} s", START_WAIT.as_secs()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
@@ -239,14 +281,6 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), ContainerError> {
         .map_err(ContainerError::io("writing a process file", path))?;
     file.write_all(bytes)
         .map_err(ContainerError::io("writing a process file", path))
-}
-
-fn read_pid(path: &Path) -> Result<u32, ContainerError> {
-    let text =
-        std::fs::read_to_string(path).map_err(ContainerError::io("reading a pid file", path))?;
-    text.trim().parse().map_err(|_| ContainerError::Lost {
-        what: format!("the runtime's pid file {} holds {text:?}", path.display()),
-    })
 }
 
 /// A close-on-exec pipe: (read end, write end).
@@ -304,8 +338,7 @@ pub(crate) struct ContainerExecution {
     followed: Option<(std::fs::File, std::fs::File)>,
     /// Whether the command ended (its followed streams then end).
     ended: tokio::sync::watch::Sender<bool>,
-    status: Option<pipe::Receiver>,
-    status_text: Vec<u8>,
+    runtime: tokio::process::Child,
     cgroup: Arc<CommandCgroup>,
     deadline: Option<tokio::time::Instant>,
     killed: Option<KillCause>,
@@ -341,15 +374,6 @@ impl ContainerExecution {
         timeout_ms: Option<u64>,
         followed: Option<(std::fs::File, std::fs::File)>,
     ) -> Result<Self, ContainerError> {
-        let status = started
-            .status
-            .map(|fd| {
-                pipe::Receiver::from_owned_fd(fd).map_err(|source| ContainerError::Pipe {
-                    step: "registering a command's status pipe",
-                    source,
-                })
-            })
-            .transpose()?;
         let oom = Counter::start(
             cgroup
                 .file("memory.oom_control")
@@ -363,8 +387,7 @@ impl ContainerExecution {
             stderr: started.stderr,
             followed,
             ended: tokio::sync::watch::Sender::new(false),
-            status,
-            status_text: Vec::new(),
+            runtime: started.runtime,
             cgroup: Arc::new(cgroup),
             deadline: timeout_ms
                 .map(|ms| tokio::time::Instant::now() + std::time::Duration::from_millis(ms)),
@@ -392,14 +415,16 @@ impl ContainerExecution {
             .map_err(|e| e.into_boundary("kill"))
     }
 
-    /// How the command ended, from what its wrapper reported.
-    fn ended(&self) -> ExitRecord {
-        let text = String::from_utf8_lossy(&self.status_text);
-        let status = match text.trim().parse::<i32>() {
-            Ok(code) => ExitStatusRecord::Code(code),
-            // The wrapper itself was killed (with the whole tree).
-            Err(_) if self.killed.is_some() => ExitStatusRecord::Signal(9),
-            Err(_) => ExitStatusRecord::Unknown,
+    /// How the command ended, from the runtime's exit (which is its
+    /// process's: 128 + N after signal N).
+    fn ended(&self, status: std::process::ExitStatus) -> ExitRecord {
+        let status = match status.code() {
+            // Killed with its tree here, or by the kernel at the memory cap.
+            Some(137) if self.killed.is_some() || self.oom.since_start() > 0 => {
+                ExitStatusRecord::Signal(9)
+            }
+            Some(code) => ExitStatusRecord::Code(code),
+            None => ExitStatusRecord::Unknown,
         };
         let killed = match &self.killed {
             Some(cause) => Some(cause.clone()),
@@ -451,40 +476,31 @@ impl Execution for ContainerExecution {
         }
         // Unused ends close: a command reading its stdin sees EOF.
         drop(self.stdin.take());
-        while let Some(status) = self.status.as_mut() {
-            let mut buf = [0u8; 32];
-            // `read` is cancel-safe: a dropped wait loses nothing.
-            let read = async { status.read(&mut buf).await };
-            let got = match self.deadline {
-                Some(deadline) => match tokio::time::timeout_at(deadline, read).await {
-                    Ok(got) => got,
-                    Err(_) => {
-                        self.deadline = None;
-                        self.kill_tree(KillCause::Timeout).await?;
-                        continue;
+        let status = loop {
+            // `wait` is cancel-safe: a dropped wait loses nothing.
+            let waited = match self.deadline {
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, self.runtime.wait()).await {
+                        Ok(waited) => waited,
+                        Err(_) => {
+                            self.deadline = None;
+                            self.kill_tree(KillCause::Timeout).await?;
+                            continue;
+                        }
                     }
-                },
-                None => read.await,
+                }
+                None => self.runtime.wait().await,
             };
-            match got {
-                Ok(0) => break,
-                Ok(n) => {
-                    let keep = n.min(64usize.saturating_sub(self.status_text.len()));
-                    self.status_text.extend_from_slice(&buf[..keep]);
+            break waited.map_err(|source| {
+                ContainerError::Pipe {
+                    step: "waiting for a command",
+                    source,
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(ContainerError::Pipe {
-                        step: "reading a command's status",
-                        source,
-                    }
-                    .into_boundary("wait for command"));
-                }
-            }
-        }
-        self.status = None;
+                .into_boundary("wait for command")
+            })?;
+        };
         self.ended.send_replace(true);
-        let exit = self.ended();
+        let exit = self.ended(status);
         self.exit = Some(exit.clone());
         Ok(exit)
     }

@@ -372,7 +372,7 @@ impl ProcessBoundary for ContainerProcess {
             };
             let started =
                 live.template
-                    .start(&runtime, &name, spec.argv.clone(), &cwd, true, write_ends)?;
+                    .start(&runtime, &name, spec.argv.clone(), &cwd, write_ends)?;
             tracing::info!(container = %live.id, pid = started.pid, cgroup = %name,
                 argv = ?spec.argv, "command started in the container");
             ContainerExecution::new(
