@@ -22,6 +22,17 @@ fn runner(fixture: &Fixture) -> workspace_core::runner::Runner {
     fixture.runner_with(stack)
 }
 
+/// A workspace of `contract`, the whole error chain shown when it fails.
+async fn create(
+    runner: &workspace_core::runner::Runner,
+    contract: workspace_core::contract::Contract,
+) -> workspace_core::runner::Workspace {
+    runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)))
+}
+
 fn runc_knows(state: &Path) -> Vec<String> {
     let out = std::process::Command::new("runc")
         .arg("--root")
@@ -40,10 +51,7 @@ async fn a_server_started_by_one_command_answers_the_next_and_nothing_is_left() 
     let fixture = Fixture::new("container-live");
     let runner = runner(&fixture);
     let server = marker("container-server");
-    let mut workspace = runner
-        .create(fixture.contract(), CreateOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let mut workspace = create(&runner, fixture.contract()).await;
     let run_id = workspace.run_id().clone();
     let observed: serde_json::Value = serde_json::from_slice(
         &std::fs::read(fixture.paths(&run_id).evidence.join("observed.json")).unwrap(),
@@ -107,10 +115,7 @@ async fn a_timeout_kills_the_commands_whole_tree_and_the_container_lives_on() {
     let fixture = Fixture::new("container-timeout");
     let runner = runner(&fixture);
     let mark = marker("container-timeout");
-    let mut workspace = runner
-        .create(fixture.contract(), CreateOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let mut workspace = create(&runner, fixture.contract()).await;
     let run_id = workspace.run_id().clone();
     // A child in the background and one in the foreground, both past the limit.
     let slow = command(
@@ -153,10 +158,7 @@ async fn suspend_freezes_the_container_and_another_runner_thaws_it_where_it_was(
     let fixture = Fixture::new("container-suspend");
     let runner = runner(&fixture);
     let mark = marker("container-counter");
-    let mut workspace = runner
-        .create(fixture.contract(), CreateOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let mut workspace = create(&runner, fixture.contract()).await;
     let run_id = workspace.run_id().clone();
     let checkout = workspace.source().unwrap().workspace.clone();
     let counter = command(
@@ -246,10 +248,7 @@ health = {{ tcp = 8000 }}
     ))
     .unwrap();
     contract.source = fixture.contract().source;
-    let mut workspace = runner
-        .create(contract, CreateOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let mut workspace = create(&runner, contract).await;
     let run_id = workspace.run_id().clone();
     let fetch = command(
         &[

@@ -112,6 +112,23 @@ pub enum ContainerError {
         /// The id inside.
         id: u32,
     },
+    /// The checkout could not be read for the plan (an exclusion that is not
+    /// a glob, a path it matches that is not UTF-8, a directory unreadable).
+    #[error(transparent)]
+    Checkout(#[from] workspace_core::mount_plan::CheckoutError),
+    /// The mount plan could not be built from the contract.
+    #[error("building the mount plan: {problems}")]
+    Plan {
+        /// The problems, one per field.
+        problems: workspace_core::contract::Problems,
+    },
+    /// A regular file of the checkout has more than one link: handing it over
+    /// to the run's ids would change the owner of the file it is linked to.
+    #[error("{}: a hard-linked file in the checkout; its owner cannot change without changing it elsewhere", path.display())]
+    HardLinkedFile {
+        /// The file.
+        path: PathBuf,
+    },
     /// A blocking step's thread panicked.
     #[error("{step}: its thread panicked")]
     ThreadPanicked {
@@ -134,8 +151,13 @@ impl ContainerError {
     /// path, when there is one).
     pub fn into_boundary(self, operation: &str) -> workspace_core::boundary::BoundaryError {
         use workspace_core::boundary::{BoundaryError, BoundaryKind};
+        use workspace_core::mount_plan::CheckoutError;
         let path = match &self {
-            Self::Io { path, .. } => Some(path.clone()),
+            Self::Io { path, .. }
+            | Self::HardLinkedFile { path }
+            | Self::Checkout(
+                CheckoutError::NonUtf8Excluded { path } | CheckoutError::Io { path, .. },
+            ) => Some(path.clone()),
             _ => None,
         };
         let error = BoundaryError::new(BoundaryKind::Process, operation, self);

@@ -54,6 +54,9 @@ pub(crate) struct ProcessTemplate {
     pub(crate) gid: u32,
     /// The open-files limit.
     pub(crate) open_files: Option<u32>,
+    /// The largest file a process may write (the disk cap), as the
+    /// container's pid 1 has it.
+    pub(crate) file_size_bytes: Option<u64>,
     /// Where process files go (the run's private directory on the host).
     pub(crate) dir: PathBuf,
 }
@@ -109,6 +112,15 @@ impl ProcessTemplate {
                     .typ(PosixRlimitType::RlimitNofile)
                     .soft(u64::from(files))
                     .hard(u64::from(files))
+                    .build()?,
+            );
+        }
+        if let Some(bytes) = self.file_size_bytes {
+            rlimits.push(
+                PosixRlimitBuilder::default()
+                    .typ(PosixRlimitType::RlimitFsize)
+                    .soft(bytes)
+                    .hard(bytes)
                     .build()?,
             );
         }

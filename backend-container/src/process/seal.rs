@@ -112,11 +112,10 @@ pub(crate) fn prepare(
     let ids = id_maps(plan, options)?;
     let workspace = plan.source.workspace.as_path();
     let handed_over = hand_over(workspace, ids.host_uid, ids.host_gid)?;
-    let excluded =
-        workspace_core::mount_plan::excluded_paths(&[workspace], &run.contract.filesystem.excluded)
-            .map_err(|e| ContainerError::Unsupported {
-                setting: e.to_string(),
-            })?;
+    let excluded = workspace_core::mount_plan::excluded_paths(
+        &[workspace],
+        &run.contract.filesystem.excluded,
+    )?;
     let source_objects = workspace_core::mount_plan::source_objects(workspace);
     let mount_plan = MountPlan::build(&PlanInputs {
         contract: &run.contract,
@@ -129,9 +128,7 @@ pub(crate) fn prepare(
         pty: false,
         templates: &plan.templates,
     })
-    .map_err(|problems| ContainerError::Unsupported {
-        setting: format!("this mount plan: {problems}"),
-    })?;
+    .map_err(|problems| ContainerError::Plan { problems })?;
     let env = run_env(plan);
     let cgroups_path = cgroups_path(options, run);
     let bundle_dir = run.run_dir.join(BUNDLE_DIR);
@@ -194,6 +191,7 @@ pub(crate) fn prepare(
         uid: plan.identity.uid,
         gid: plan.identity.gid,
         open_files: plan.environment.limits.open_files,
+        file_size_bytes: plan.environment.limits.disk_bytes,
         dir: bundle_dir.clone(),
     };
     Ok(Prepared {
@@ -244,6 +242,7 @@ pub(crate) fn reopen(
             uid: plan.identity.uid,
             gid: plan.identity.gid,
             open_files: plan.environment.limits.open_files,
+            file_size_bytes: plan.environment.limits.disk_bytes,
             dir: bundle_dir.clone(),
         },
         bundle: bundle_dir,
@@ -355,12 +354,7 @@ fn hand_over(root: &Path, uid: u32, gid: u32) -> Result<u64, ContainerError> {
             continue;
         }
         if meta.is_file() && meta.nlink() > 1 {
-            return Err(ContainerError::Unsupported {
-                setting: format!(
-                    "a hard-linked file in the checkout ({}): its owner cannot be changed without changing it elsewhere",
-                    path.display()
-                ),
-            });
+            return Err(ContainerError::HardLinkedFile { path });
         }
         if meta.uid() != uid || meta.gid() != gid {
             std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
@@ -377,4 +371,54 @@ fn hand_over(root: &Path, uid: u32, gid: u32) -> Result<u64, ContainerError> {
         }
     }
     Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // panicking is how a test fails
+
+    use std::os::unix::fs::MetadataExt;
+
+    use super::hand_over;
+    use crate::error::ContainerError;
+
+    #[test]
+    fn a_hard_link_to_a_file_outside_is_refused_and_that_file_keeps_its_owner() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = base.path().join("host-file");
+        std::fs::write(&outside, "the host's").unwrap();
+        let before = std::fs::metadata(&outside).unwrap();
+        let checkout = base.path().join("checkout");
+        std::fs::create_dir(&checkout).unwrap();
+        std::fs::write(checkout.join("own.txt"), "the run's").unwrap();
+        std::fs::hard_link(&outside, checkout.join("linked")).unwrap();
+        let refused = hand_over(&checkout, 101_000, 101_000).unwrap_err();
+        assert!(
+            matches!(&refused, ContainerError::HardLinkedFile { path } if path.ends_with("linked")),
+            "{refused}"
+        );
+        let after = std::fs::metadata(&outside).unwrap();
+        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "the host's");
+    }
+
+    #[test]
+    fn the_checkout_becomes_the_runs_without_following_a_link_out() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = base.path().join("host-file");
+        std::fs::write(&outside, "the host's").unwrap();
+        let before = std::fs::metadata(&outside).unwrap();
+        let checkout = base.path().join("checkout");
+        std::fs::create_dir_all(checkout.join("src")).unwrap();
+        std::fs::write(checkout.join("src/main.rs"), "fn main() {}").unwrap();
+        std::os::unix::fs::symlink(&outside, checkout.join("escape")).unwrap();
+        let changed = hand_over(&checkout, 101_000, 101_000).unwrap();
+        assert_eq!(changed, 4, "the root, src, src/main.rs and the link itself");
+        for path in ["src", "src/main.rs"] {
+            let meta = std::fs::metadata(checkout.join(path)).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (101_000, 101_000), "{path}");
+        }
+        let after = std::fs::metadata(&outside).unwrap();
+        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+    }
 }
