@@ -1,15 +1,38 @@
-//! Durable, all-or-nothing file writes: temp file, fsync, rename, fsync the directory.
+//! How the bundle's files are written, and when they become durable.
+//!
+//! Every file is replaced all-or-nothing (a temp file renamed onto its name), so a
+//! reader never sees a torn file. Durability is paid once, when the bundle is
+//! sealed ([`make_durable`]): every file and directory the manifest names is synced
+//! before the manifest itself is written with [`write_durable`]. Until then the
+//! bundle lives in the page cache, which outlives the runner's process (the case
+//! recovery handles); a host that loses power loses only unsealed bundles' latest
+//! writes, never a sealed bundle, and never the journal, which syncs each record
+//! before it takes effect.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
 
 use super::EvidenceError;
+use super::manifest::Manifest;
 
-/// Writes `bytes` to `dir/name` so that a reader sees either the old content or the
-/// new one, never a torn file: the bytes go to `dir/.name.tmp` (created fresh), are
-/// synced, the temp file is renamed onto `name`, and the directory is synced.
+/// Replaces `dir/name` with `bytes` so that a reader sees either the old content
+/// or the new one, never a torn file: the bytes go to `dir/.name.tmp` (created
+/// fresh) and the temp file is renamed onto `name`. Not synced: see
+/// [`make_durable`].
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), EvidenceError> {
+    replace(dir, name, bytes, false)
+}
+
+/// [`write_atomic`], then durable: the temp file is synced before the rename and
+/// the directory after it.
+pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), EvidenceError> {
+    replace(dir, name, bytes, true)?;
+    sync_dir(dir)
+}
+
+fn replace(dir: &Path, name: &str, bytes: &[u8], synced: bool) -> Result<(), EvidenceError> {
     let target = dir.join(name);
     let temp = dir.join(format!(".{name}.tmp"));
     // A temp file left by an earlier failed attempt is ours to replace.
@@ -18,7 +41,7 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), E
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(source) => return Err(EvidenceError::Write { path: temp, source }),
     }
-    let result = write_new_synced(&temp, bytes).and_then(|()| {
+    let result = write_new(&temp, bytes, synced).and_then(|()| {
         fs::rename(&temp, &target).map_err(|source| EvidenceError::Rename {
             from: temp.clone(),
             to: target.clone(),
@@ -29,12 +52,11 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), E
         // Best effort: do not leave a stray temp file in the bundle.
         let _ = fs::remove_file(&temp);
     }
-    result?;
-    sync_dir(dir)
+    result
 }
 
-/// Creates `path` (which must not exist), writes `bytes` and syncs it.
-fn write_new_synced(path: &Path, bytes: &[u8]) -> Result<(), EvidenceError> {
+/// Creates `path` (which must not exist) and writes `bytes`, synced if asked.
+fn write_new(path: &Path, bytes: &[u8], synced: bool) -> Result<(), EvidenceError> {
     let wrap = |source| EvidenceError::Write {
         path: path.to_path_buf(),
         source,
@@ -45,7 +67,49 @@ fn write_new_synced(path: &Path, bytes: &[u8]) -> Result<(), EvidenceError> {
         .open(path)
         .map_err(wrap)?;
     file.write_all(bytes).map_err(wrap)?;
-    file.sync_all().map_err(wrap)
+    if synced {
+        file.sync_all().map_err(wrap)?;
+    }
+    Ok(())
+}
+
+/// Syncs every file `manifest` lists under `dir`, then every directory holding
+/// one, then `dir` itself and its parent (which holds the bundle's own entry):
+/// after this returns, all the manifest describes survives a crash of the host.
+pub(crate) fn make_durable(dir: &Path, manifest: &Manifest) -> Result<(), EvidenceError> {
+    let mut dirs = BTreeSet::new();
+    for rel in manifest.files.keys() {
+        let path = dir.join(rel);
+        // The manifest was computed from regular files opened without following
+        // links, and the bundle is this process's own; a file that changed since
+        // is reported by `verify`, not here.
+        // Unix syncs through a read-only descriptor; elsewhere flushing a file
+        // needs write access.
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(cfg!(not(unix)))
+            .open(&path)
+            .map_err(|source| EvidenceError::Read {
+                path: path.clone(),
+                source,
+            })?;
+        file.sync_all()
+            .map_err(|source| EvidenceError::Write { path, source })?;
+        let mut parent = Path::new(rel.as_str()).parent();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            dirs.insert(p.to_path_buf());
+            parent = p.parent();
+        }
+    }
+    // Deepest first, so that each directory is synced after its children.
+    for rel in dirs.iter().rev() {
+        sync_dir(&dir.join(rel))?;
+    }
+    sync_dir(dir)?;
+    match dir.parent() {
+        Some(parent) => sync_dir(parent),
+        None => Ok(()),
+    }
 }
 
 /// Makes the directory entries of `dir` durable (a no-op where directories cannot

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::EvidenceError;
-use super::atomic::{sync_dir, to_pretty_json, write_atomic};
+use super::atomic::{to_pretty_json, write_atomic};
 
 /// The name of the record inside a command directory.
 pub const COMMAND_FILE: &str = "command.json";
@@ -194,7 +194,6 @@ impl CommandRecorder {
         write_record(&dir, &record)?;
         let stdout = create_output(&dir.join(STDOUT_FILE))?;
         let stderr = create_output(&dir.join(STDERR_FILE))?;
-        sync_dir(&dir)?;
         Ok(Self {
             dir,
             record,
@@ -262,8 +261,8 @@ impl CommandRecorder {
     }
 
     fn close_and_write(&mut self) -> Result<(), EvidenceError> {
-        self.record.stdout_bytes = Some(sync_output(&self.stdout, &self.dir.join(STDOUT_FILE))?);
-        self.record.stderr_bytes = Some(sync_output(&self.stderr, &self.dir.join(STDERR_FILE))?);
+        self.record.stdout_bytes = Some(output_size(&self.stdout, &self.dir.join(STDOUT_FILE))?);
+        self.record.stderr_bytes = Some(output_size(&self.stderr, &self.dir.join(STDERR_FILE))?);
         write_record(&self.dir, &self.record)
     }
 }
@@ -332,13 +331,13 @@ fn create_output(path: &Path) -> Result<File, EvidenceError> {
         })
 }
 
-/// Flushes and syncs an output file; returns its size.
-fn sync_output(mut file: &File, path: &Path) -> Result<u64, EvidenceError> {
+/// Flushes an output file (synced with the bundle when it is sealed); returns
+/// its size.
+fn output_size(mut file: &File, path: &Path) -> Result<u64, EvidenceError> {
     let wrap = |source| EvidenceError::Write {
         path: path.to_path_buf(),
         source,
     };
     file.flush().map_err(wrap)?;
-    file.sync_all().map_err(wrap)?;
     Ok(file.metadata().map_err(wrap)?.len())
 }

@@ -45,8 +45,11 @@
 //! # Writing
 //! [`EvidenceWriter::create`] makes a fresh run directory (an existing one is an
 //! error, never reused). Well-known files are named by [`EvidenceFile`], never by
-//! free path strings, and written atomically and durably (temp file, fsync, rename,
-//! fsync of the directory). Commands are recorded with a [`CommandRecorder`]: its
+//! free path strings, and written atomically (temp file, rename: a reader never
+//! sees a torn file). The bundle becomes durable once, when it is sealed: every
+//! file and directory is synced before the manifest is written (then synced
+//! itself), so a run pays for its evidence's durability at export, not on every
+//! record, and a host crash never leaves a sealed bundle short. Commands are recorded with a [`CommandRecorder`]: its
 //! `command.json` exists from the start, output goes straight to disk, and a
 //! recorder dropped without [`CommandRecorder::finish`] still leaves a valid record
 //! with [`ExitStatusRecord::Unknown`]. [`EvidenceWriter::seal`] writes

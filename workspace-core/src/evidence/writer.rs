@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::Serialize;
 
 use super::EvidenceError;
-use super::atomic::{sync_dir, to_pretty_json, write_atomic};
+use super::atomic::{make_durable, to_pretty_json, write_atomic, write_durable};
 use super::command::{CommandRecorder, CommandStart, LATE_OUTPUT_PREFIX, WHOLE_OUTPUT_PREFIX};
 use super::layout::{self, COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 use super::manifest::Manifest;
@@ -54,7 +54,6 @@ impl EvidenceWriter {
                 source,
             },
         })?;
-        sync_dir(root)?;
         tracing::debug!(run_id = %run_id, dir = %dir.display(), "evidence bundle created");
         Ok(Self {
             dir,
@@ -108,9 +107,9 @@ impl EvidenceWriter {
         self.lock().sealed
     }
 
-    /// Writes `value` as pretty JSON to a well-known file, atomically and durably
-    /// (temp file, fsync, rename, fsync of the directory). Writing the same file
-    /// again replaces it.
+    /// Writes `value` as pretty JSON to a well-known file, atomically (a temp
+    /// file renamed onto it: a reader never sees a torn file; synced to disk when
+    /// the bundle is [sealed](Self::seal)). Writing the same file again replaces it.
     pub fn write_json(
         &self,
         file: EvidenceFile,
@@ -120,14 +119,15 @@ impl EvidenceWriter {
         self.write_bytes(file, &bytes)
     }
 
-    /// Writes `bytes` to a well-known file, atomically and durably.
+    /// Writes `bytes` to a well-known file, atomically (see
+    /// [`write_json`](Self::write_json)).
     pub fn write_bytes(&self, file: EvidenceFile, bytes: &[u8]) -> Result<(), EvidenceError> {
         let _state = self.unsealed()?;
         write_atomic(&self.dir, file.file_name(), bytes)
     }
 
     /// Writes the output `stream` (`stdout` or `stderr`) of the service `name`
-    /// to `services/NAME/STREAM`, atomically and durably. `name` is one path
+    /// to `services/NAME/STREAM`, atomically. `name` is one path
     /// component (a contract's service names are letters, digits, `-` and `_`).
     pub fn write_service_output(
         &self,
@@ -139,7 +139,7 @@ impl EvidenceWriter {
     }
 
     /// Writes output of command `seq` known only after it (or its runner)
-    /// ended, atomically and durably: `commands/NNNN/late.STREAM` (what its
+    /// ended, atomically: `commands/NNNN/late.STREAM` (what its
     /// background processes wrote after it ended) or `whole.STREAM` (all it
     /// wrote, when its runner died while it ran). `stream` is `stdout` or
     /// `stderr`. Never the streamed `stdout` and `stderr` themselves.
@@ -181,8 +181,7 @@ impl EvidenceWriter {
             path: path.clone(),
             source,
         })?;
-        write_atomic(&path, name, bytes)?;
-        sync_dir(&path)
+        write_atomic(&path, name, bytes)
     }
 
     /// Copies the host file `from` into a well-known file (for the journal).
@@ -203,7 +202,7 @@ impl EvidenceWriter {
         let name = file.file_name();
         let temp = self.dir.join(format!(".{name}.tmp"));
         let target = self.dir.join(name);
-        let result = copy_synced(&mut source, from, &temp).and_then(|()| {
+        let result = copy_new(&mut source, from, &temp).and_then(|()| {
             fs::rename(&temp, &target).map_err(|source| EvidenceError::Rename {
                 from: temp.clone(),
                 to: target.clone(),
@@ -213,8 +212,7 @@ impl EvidenceWriter {
         if result.is_err() {
             let _ = fs::remove_file(&temp);
         }
-        result?;
-        sync_dir(&self.dir)
+        result
     }
 
     /// Starts recording a command: creates `commands/NNNN/` (a 4-digit sequence
@@ -224,7 +222,7 @@ impl EvidenceWriter {
         let mut state = self.unsealed()?;
         let commands = self.dir.join(COMMANDS_DIR);
         match fs::create_dir(&commands) {
-            Ok(()) => sync_dir(&self.dir)?,
+            Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(source) => {
                 return Err(EvidenceError::CreateDir {
@@ -242,7 +240,8 @@ impl EvidenceWriter {
 
     /// Seals the bundle: hashes every regular file (never following links; a
     /// symlink or other non-regular file anywhere in the bundle is an error naming
-    /// it), writes `manifest.json` durably and refuses every later write.
+    /// it), syncs every file and directory of the bundle to disk, then writes
+    /// `manifest.json` durably and refuses every later write.
     ///
     /// Fails with [`EvidenceError::CommandsStillOpen`] while a [`CommandRecorder`]
     /// or an output stream is alive (finish or drop them first). A failed seal
@@ -257,8 +256,10 @@ impl EvidenceWriter {
             });
         }
         let manifest = Manifest::compute(&self.dir)?;
+        // What the manifest names is on disk before the manifest says it is.
+        make_durable(&self.dir, &manifest)?;
         let bytes = to_pretty_json(&manifest, &self.dir.join(MANIFEST_FILE))?;
-        write_atomic(&self.dir, MANIFEST_FILE, &bytes)?;
+        write_durable(&self.dir, MANIFEST_FILE, &bytes)?;
         state.sealed = true;
         tracing::debug!(
             dir = %self.dir.display(),
@@ -284,8 +285,8 @@ impl EvidenceWriter {
     }
 }
 
-/// Copies `source` into the new file `temp` and syncs it.
-fn copy_synced(source: &mut fs::File, from: &Path, temp: &Path) -> Result<(), EvidenceError> {
+/// Copies `source` into the new file `temp`.
+fn copy_new(source: &mut fs::File, from: &Path, temp: &Path) -> Result<(), EvidenceError> {
     let wrap = |source| EvidenceError::Write {
         path: temp.to_path_buf(),
         source,
@@ -311,7 +312,7 @@ fn copy_synced(source: &mut fs::File, from: &Path, temp: &Path) -> Result<(), Ev
         };
         out.write_all(&buf[..n]).map_err(wrap)?;
     }
-    out.sync_all().map_err(wrap)
+    Ok(())
 }
 
 /// The highest command number under `commands` (0 when there is none).

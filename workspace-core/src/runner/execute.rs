@@ -283,7 +283,8 @@ async fn tee(
     if let Some(out) = sink.as_mut() {
         let _ = out.flush().await;
     }
-    file.sync_all().await?;
+    // Written through, not synced: the bundle is synced when it is sealed.
+    file.flush().await?;
     Ok(carried)
 }
 
