@@ -69,6 +69,7 @@ impl ProcessBoundary for DangerNoIsolationProcess {
             output_files: false,
             // Its ports are the host's own.
             preview_ports: false,
+            images: false,
         }
     }
 

@@ -350,7 +350,8 @@ async fn a_contract_the_stack_cannot_keep_is_refused_before_anything_is_created(
     let fx = Fixture::new("unsupported");
     let mut contract = fx.contract();
     contract.environment.limits.disk = Some(ByteSize(1 << 30));
-    contract.environment.runtime.image = Some("oci-layout:/images/x@sha256:00".into());
+    contract.environment.runtime.image =
+        Some(format!("oci-layout:/images/x@sha256:{}", "0".repeat(64)));
     contract.process.cleanup_owner = CleanupOwner::Caller;
     let error = fx
         .runner()
@@ -364,8 +365,8 @@ async fn a_contract_the_stack_cannot_keep_is_refused_before_anything_is_created(
             assert_eq!(
                 fields,
                 [
-                    "environment.limits.disk",
                     "environment.runtime.image",
+                    "environment.limits.disk",
                     "process.cleanup_owner"
                 ],
                 "{problems}"

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ContainerError {
+    /// The run's image could not be verified or unpacked (nothing ran).
+    #[error("the run's image")]
+    Image(#[from] crate::image::ImageError),
     /// A setting this backend cannot keep (refused before anything runs).
     #[error("the container backend cannot keep {setting}")]
     Unsupported {

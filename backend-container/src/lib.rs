@@ -14,6 +14,11 @@
 //!   backend applies, with the run's limits, ids (a user namespace mapping
 //!   them to unprivileged host ids), environment, no capability,
 //!   `no_new_privs` and a seccomp filter ([`seccomp`]);
+//! * [`image`]: pinned OCI images (`environment.runtime.image =
+//!   "oci-layout:PATH@sha256:DIGEST"`): manifest, config and layers verified
+//!   against their digests, the layers applied once per host (whiteouts
+//!   included, nothing escaping the root) into a cache the run's base system
+//!   is bound from, read-only, instead of the host's;
 //! * [`runtime`]: the runtime found by name or on `PATH` and recorded with its
 //!   version (crun on this hybrid cgroup layout is refused, saying so), its
 //!   containers created, `exec`'d into, paused, resumed, killed and deleted,
@@ -22,7 +27,7 @@
 //! The facade's `container_stack` puts it beside backend-worktree's source,
 //! filesystem and promotion (and the namespace backend's environment and
 //! identity plans); `agent-workspace run --backend container` drives it. Not
-//! yet: images (`environment.runtime.image`), preview ports and service
+//! yet: preview ports and service
 //! templates, which the boundary declares it cannot keep (a contract asking
 //! for them is refused before anything is created), and terminals (a command
 //! asking for one is refused).
@@ -60,6 +65,7 @@
 
 pub mod bundle;
 pub mod error;
+pub mod image;
 pub mod process;
 pub mod runtime;
 pub mod seccomp;

@@ -98,7 +98,6 @@ impl EnvironmentBoundary for NamespaceEnvironment {
                 LimitKind::OpenFiles,
             ],
             services: true,
-            images: false,
         }
     }
 

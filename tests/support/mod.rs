@@ -10,6 +10,7 @@ pub mod cli;
 pub mod crash;
 pub mod crash_child;
 pub mod gates;
+pub mod oci_image;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -49,6 +49,7 @@ use workspace_core::contract::{Assurance, IsolationLevel};
 use workspace_core::mount_plan::{HostLayout, probe_host_layout};
 
 use crate::error::ContainerError;
+use crate::image::ImageStore;
 use crate::runtime::Runtime;
 use cgroups::ContainerCgroups;
 use exec::ContainerExecution;
@@ -78,11 +79,14 @@ pub struct ContainerOptions {
     pub host: HostLayout,
     /// How long the boundary probe may take.
     pub probe_timeout: Duration,
+    /// Where images are unpacked, once per host.
+    pub images: ImageStore,
 }
 
 impl ContainerOptions {
     /// Options for `runtime` with `cgroup_parent`, [`DEFAULT_HOST_ID_BASE`],
-    /// this host's layout and [`PROBE_TIMEOUT`].
+    /// this host's layout, [`PROBE_TIMEOUT`] and the image cache `images`
+    /// beside the runtime's state directory.
     ///
     /// # Ambient authority
     /// Looks at the host's root directory.
@@ -90,6 +94,8 @@ impl ContainerOptions {
         runtime: Runtime,
         cgroup_parent: impl Into<String>,
     ) -> Result<Self, ContainerError> {
+        // Beside the runtime's state: `<runtime dir>/images`.
+        let images = runtime.root().with_file_name("images");
         let host = probe_host_layout().map_err(|e| ContainerError::Lost {
             what: format!("looking at the host's base system: {e}"),
         })?;
@@ -99,6 +105,7 @@ impl ContainerOptions {
             host_id_base: DEFAULT_HOST_ID_BASE,
             host,
             probe_timeout: PROBE_TIMEOUT,
+            images: ImageStore::new(images),
         })
     }
 }
@@ -233,6 +240,7 @@ impl ProcessBoundary for ContainerProcess {
             // A command writes to the files it is given; its streams follow them.
             output_files: true,
             preview_ports: false,
+            images: true,
         }
     }
 
@@ -302,6 +310,12 @@ impl ProcessBoundary for ContainerProcess {
             "handover".into(),
             serde_json::json!({ "changed": prepared.handed_over }),
         );
+        if let Some(image) = &prepared.image {
+            observed.facts.insert(
+                "image".into(),
+                serde_json::json!({ "record": image.record, "reused": image.reused }),
+            );
+        }
         let live = Arc::new(prepared.live);
         if !observed.mismatches.is_empty()
             && run.contract.environment.assurance == Assurance::Required

@@ -10,7 +10,8 @@ use std::sync::atomic::AtomicU32;
 
 use serde::{Deserialize, Serialize};
 use workspace_core::boundary::{RunContext, SealPlan};
-use workspace_core::mount_plan::{MountPlan, MountPoint, PlanInputs};
+use workspace_core::contract::ImageReference;
+use workspace_core::mount_plan::{MountPlan, MountPoint, PlanInputs, probe_image};
 use workspace_core::observation::Expected;
 
 use super::ContainerOptions;
@@ -18,6 +19,7 @@ use super::cgroups::ContainerCgroups;
 use super::exec::ProcessTemplate;
 use crate::bundle::{self, BundleInputs, IdMaps};
 use crate::error::ContainerError;
+use crate::image::{ImageError, UnpackedImage};
 
 /// The run's bundle directory, under its private directory.
 pub(crate) const BUNDLE_DIR: &str = "container";
@@ -65,6 +67,8 @@ pub(crate) struct Prepared {
     pub(crate) expected: Expected,
     pub(crate) mount_plan_sha256: String,
     pub(crate) handed_over: u64,
+    /// The image the base system comes from, when the contract names one.
+    pub(crate) image: Option<UnpackedImage>,
 }
 
 /// The cgroup path of run `run_id` (relative to each hierarchy's root).
@@ -110,6 +114,17 @@ pub(crate) fn prepare(
         });
     }
     let ids = id_maps(plan, options)?;
+    // The image first: one that fails its digests fails the seal before the
+    // checkout is touched or anything runs.
+    let image = run_image(run, options)?;
+    let host = match &image {
+        Some(image) => probe_image(&image.rootfs).map_err(|e| ImageError::Io {
+            step: e.step,
+            path: e.path,
+            source: e.source,
+        })?,
+        None => options.host.clone(),
+    };
     let workspace = plan.source.workspace.as_path();
     let handed_over = hand_over(workspace, ids.host_uid, ids.host_gid)?;
     let excluded = workspace_core::mount_plan::excluded_paths(
@@ -123,7 +138,7 @@ pub(crate) fn prepare(
         source: &plan.source,
         source_objects: source_objects.as_deref(),
         identity: &plan.identity,
-        host: &options.host,
+        host: &host,
         excluded: &excluded,
         pty: false,
         templates: &plan.templates,
@@ -207,7 +222,22 @@ pub(crate) fn prepare(
         expected,
         mount_plan_sha256,
         handed_over,
+        image,
     })
+}
+
+/// The run's image, verified and unpacked (or found in the cache), when its
+/// contract names one.
+fn run_image(
+    run: &RunContext,
+    options: &ContainerOptions,
+) -> Result<Option<UnpackedImage>, ContainerError> {
+    let Some(text) = &run.contract.environment.runtime.image else {
+        return Ok(None);
+    };
+    let reference =
+        ImageReference::parse(text).map_err(|reason| ImageError::Reference { reason })?;
+    Ok(Some(options.images.unpacked(&reference)?))
 }
 
 /// The live container of a run sealed earlier (by this process or another),

@@ -247,6 +247,7 @@ impl ProcessBoundary for NamespaceProcess {
             output_files: true,
             // Pid 1 forwards each published port's host listener into the run.
             preview_ports: true,
+            images: false,
         }
     }
 

@@ -123,7 +123,11 @@ pub fn host_layout() -> HostLayout {
         .filter(|p| Path::new(p).exists())
         .map(PathBuf::from)
         .collect();
-    HostLayout { system, etc }
+    HostLayout {
+        system,
+        etc,
+        ..HostLayout::default()
+    }
 }
 
 /// The plan of a narrow-fix run over `workspace` (overlaid with `layers` if given).

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{
     CheckoutOrigin, EnvironmentSection, FilesystemSection, IdentitySection, IsolationLevel,
     Materialization, MountMode, NetworkMode, Problems, ProcessSection, PromotionSection,
-    PromotionTarget, Service, SourceSection, UserClass,
+    PromotionTarget, SourceSection, UserClass,
 };
 
 /// What a source boundary supports.
@@ -70,6 +70,9 @@ pub struct ProcessCapabilities {
     /// the host, and a contract that declares any is refused.
     #[serde(default)]
     pub preview_ports: bool,
+    /// Whether it runs a run on the root filesystem of the pinned OCI image
+    /// `environment.runtime.image` names, instead of the host's base system.
+    pub images: bool,
 }
 
 /// A kind of resource or time cap.
@@ -101,8 +104,6 @@ pub struct EnvironmentCapabilities {
     pub limits: Vec<LimitKind>,
     /// Whether it starts services with health checks.
     pub services: bool,
-    /// Whether it runs commands in a pinned image (`environment.runtime.image`).
-    pub images: bool,
 }
 
 /// What an identity boundary supports.
@@ -240,13 +241,26 @@ impl ProcessCapabilities {
 }
 
 impl ProcessCapabilities {
-    /// Records every service template of `services` this implementation cannot
-    /// show to a run.
-    pub fn check_templates(&self, backend: &str, services: &[Service], problems: &mut Problems) {
+    /// Records every setting of the environment `section` this implementation
+    /// applies and cannot keep: a pinned image, service templates.
+    pub fn check_environment(
+        &self,
+        backend: &str,
+        section: &EnvironmentSection,
+        problems: &mut Problems,
+    ) {
+        if section.runtime.image.is_some() && !self.images {
+            unsupported(
+                problems,
+                "environment.runtime.image",
+                backend,
+                "a pinned image (it runs the host's base system)",
+            );
+        }
         if self.service_templates {
             return;
         }
-        for (i, service) in services.iter().enumerate() {
+        for (i, service) in section.services.iter().enumerate() {
             if service.template.is_some() {
                 unsupported(
                     problems,
@@ -296,14 +310,6 @@ impl EnvironmentCapabilities {
         }
         if !section.services.is_empty() && !self.services {
             unsupported(problems, "environment.services", backend, "services");
-        }
-        if section.runtime.image.is_some() && !self.images {
-            unsupported(
-                problems,
-                "environment.runtime.image",
-                backend,
-                "a pinned image (it runs the host's base system)",
-            );
         }
     }
 }
@@ -358,21 +364,38 @@ mod tests {
              [environment.services.template]\npath = \"/tmp/pgdata\"\ncommand = [\"initdb\"]\n",
         )
         .unwrap();
-        let services = &contract.environment.services;
+        let environment = &contract.environment;
         let mut without = ProcessCapabilities {
             isolation: vec![IsolationLevel::Task],
             private_network: true,
             ..ProcessCapabilities::default()
         };
         let mut problems = Problems::new();
-        without.check_templates("host", services, &mut problems);
+        without.check_environment("host", environment, &mut problems);
         assert_eq!(
             problems.to_string(),
             "environment.services[0].template: host cannot enforce service templates (a copy-on-write layer per run)"
         );
         without.service_templates = true;
         let mut problems = Problems::new();
-        without.check_templates("namespace", services, &mut problems);
+        without.check_environment("namespace", environment, &mut problems);
+        assert!(problems.is_empty(), "{problems}");
+    }
+
+    #[test]
+    fn a_pinned_image_needs_a_boundary_that_runs_it() {
+        let mut environment = EnvironmentSection::default();
+        environment.runtime.image = Some(format!("oci-layout:/i@sha256:{}", "0".repeat(64)));
+        let mut host = ProcessCapabilities::default();
+        let mut problems = Problems::new();
+        host.check_environment("namespace", &environment, &mut problems);
+        assert_eq!(
+            problems.to_string(),
+            "environment.runtime.image: namespace cannot enforce a pinned image (it runs the host's base system)"
+        );
+        host.images = true;
+        let mut problems = Problems::new();
+        host.check_environment("container", &environment, &mut problems);
         assert!(problems.is_empty(), "{problems}");
     }
 

@@ -43,11 +43,7 @@ impl Stack {
         );
         let process = self.process.capabilities();
         process.check(self.process.name(), &contract.process, &mut problems);
-        process.check_templates(
-            self.process.name(),
-            &contract.environment.services,
-            &mut problems,
-        );
+        process.check_environment(self.process.name(), &contract.environment, &mut problems);
         self.environment.capabilities().check(
             self.environment.name(),
             &contract.environment,

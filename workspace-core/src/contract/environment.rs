@@ -55,7 +55,9 @@ pub struct Runtime {
     /// fingerprint the backend observes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toolchain: Option<String>,
-    /// OCI image reference for the container backend; pin it with `@sha256:`.
+    /// The OCI image whose root filesystem the run's base system comes from,
+    /// instead of the host's: `oci-layout:PATH@sha256:DIGEST` (see
+    /// [`ImageReference`](super::ImageReference)). Kept by the container backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Lockfiles (relative to the workspace root) whose digests are recorded.
@@ -179,13 +181,10 @@ impl EnvironmentSection {
         for (i, path) in self.runtime.lockfiles.iter().enumerate() {
             checks::relative_path(problems, &indexed("environment.runtime.lockfiles", i), path);
         }
-        if self
-            .runtime
-            .image
-            .as_ref()
-            .is_some_and(|i| i.trim().is_empty())
+        if let Some(image) = &self.runtime.image
+            && let Err(reason) = super::ImageReference::parse(image)
         {
-            problems.push("environment.runtime.image", "is empty");
+            problems.push("environment.runtime.image", reason);
         }
         let mut allowed = Vec::new();
         for (i, name) in self.env_allow.iter().enumerate() {

@@ -29,6 +29,7 @@ mod environment;
 mod error;
 mod filesystem;
 mod identity;
+mod image;
 mod problem;
 mod process;
 mod promotion;
@@ -48,6 +49,7 @@ pub use environment::{
 pub use error::{ContractError, Format};
 pub use filesystem::{FilesystemSection, HomeDir, HostMount, MountMode, exclusion_glob};
 pub use identity::{Authority, Credential, IdentitySection, MAX_CREDENTIAL_TTL, UserClass};
+pub use image::{ImageReference, OCI_LAYOUT_SCHEME};
 pub use problem::{Problem, Problems};
 pub use process::{CleanupOwner, IsolationLevel, ProcessSection};
 pub use promotion::{Approval, PromotionSection, PromotionTarget, RequiredCheck};

@@ -56,14 +56,41 @@ pub enum SystemEntry {
     },
 }
 
-/// What the host offers, as probed by the backend.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The base system a run gets, as probed by the backend: the host's own, or
+/// an unpacked image's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostLayout {
+    /// The host directory the base system is read from: `/` for the host's
+    /// own, an image's root filesystem for an image. Every path below is
+    /// inside the run and found at the same path under `root`.
+    #[serde(default = "host_root")]
+    pub root: PathBuf,
     /// The base system: directories bound read-only and symlinks recreated.
     pub system: Vec<SystemEntry>,
-    /// Host files or directories under `/etc` passed through read-only at the same
+    /// Files or directories under `/etc` passed through read-only at the same
     /// path (e.g. `/etc/resolv.conf`, `/etc/ssl/certs`).
     pub etc: Vec<PathBuf>,
+}
+
+impl Default for HostLayout {
+    fn default() -> Self {
+        Self {
+            root: host_root(),
+            system: Vec::new(),
+            etc: Vec::new(),
+        }
+    }
+}
+
+impl HostLayout {
+    /// Where `inside` (absolute) is found on the host.
+    pub fn source_of(&self, inside: &Path) -> PathBuf {
+        self.root.join(inside.strip_prefix("/").unwrap_or(inside))
+    }
+}
+
+fn host_root() -> PathBuf {
+    PathBuf::from("/")
 }
 
 /// Everything a plan is built from.
@@ -157,7 +184,7 @@ impl Builder {
                     "host.system",
                     display(path),
                     MountAction::Bind {
-                        source: path.clone(),
+                        source: inputs.host.source_of(path),
                         read_only: true,
                     },
                     Reason::System,
@@ -213,7 +240,7 @@ impl Builder {
                 "host.etc",
                 display(path),
                 MountAction::Bind {
-                    source: path.clone(),
+                    source: inputs.host.source_of(path),
                     read_only: true,
                 },
                 Reason::Etc,

@@ -91,7 +91,86 @@ pub fn probe_under(root: &Path) -> Result<HostLayout, HostLayoutError> {
         })
         .map(PathBuf::from)
         .collect();
-    Ok(HostLayout { system, etc })
+    Ok(HostLayout {
+        root: root.to_path_buf(),
+        system,
+        etc,
+    })
+}
+
+/// Top-level names of an image the plan makes itself (or that name the
+/// workspace), never taken from the image.
+pub const IMAGE_RESERVED: [&str; 9] = [
+    "etc",
+    "proc",
+    "sys",
+    "dev",
+    "tmp",
+    "run",
+    "home",
+    "root",
+    "workspace",
+];
+
+/// The base system of an unpacked image whose root filesystem is `root`: what
+/// [`probe_under`] finds there, and every other top-level directory or
+/// symbolic link of the image (its software may live in `/opt`, `/srv`,
+/// `/app`...) but the [`IMAGE_RESERVED`] names, sorted.
+///
+/// # Ambient authority
+/// Reads the directory `root`.
+pub fn probe_image(root: &Path) -> Result<HostLayout, HostLayoutError> {
+    let mut layout = probe_under(root)?;
+    let entries = std::fs::read_dir(root).map_err(|source| HostLayoutError {
+        step: "listing the image's root",
+        path: root.to_path_buf(),
+        source,
+    })?;
+    let mut extra = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| HostLayoutError {
+            step: "listing the image's root",
+            path: root.to_path_buf(),
+            source,
+        })?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let inside = format!("/{name}");
+        if IMAGE_RESERVED.contains(&name.as_str()) || SYSTEM_PATHS.contains(&inside.as_str()) {
+            continue;
+        }
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(|source| HostLayoutError {
+            step: "inspecting a top-level entry of the image",
+            path: path.clone(),
+            source,
+        })?;
+        if meta.file_type().is_symlink() {
+            let to = std::fs::read_link(&path).map_err(|source| HostLayoutError {
+                step: "reading a top-level link of the image",
+                path: path.clone(),
+                source,
+            })?;
+            extra.push(SystemEntry::Symlink {
+                path: PathBuf::from(inside),
+                to: to.to_string_lossy().into_owned(),
+            });
+        } else if meta.is_dir() {
+            extra.push(SystemEntry::Dir {
+                path: PathBuf::from(inside),
+            });
+        }
+    }
+    extra.sort_by(|a, b| entry_path(a).cmp(entry_path(b)));
+    layout.system.extend(extra);
+    Ok(layout)
+}
+
+fn entry_path(entry: &SystemEntry) -> &Path {
+    match entry {
+        SystemEntry::Dir { path } | SystemEntry::Symlink { path, .. } => path,
+    }
 }
 
 #[cfg(test)]
@@ -121,5 +200,29 @@ mod tests {
             ]
         );
         assert_eq!(layout.etc, vec![PathBuf::from("/etc/ssl/certs")]);
+        assert_eq!(layout.root, r);
+    }
+
+    #[test]
+    fn an_image_brings_its_other_top_level_directories_but_not_the_plans_own() {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let r = root.path();
+        for dir in ["bin", "opt", "srv", "tmp", "etc", "proc", "workspace"] {
+            std::fs::create_dir(r.join(dir)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::os::unix::fs::symlink("opt/app", r.join("app")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(r.join("README"), "a file at the top").unwrap_or_else(|e| panic!("{e}"));
+        let layout = probe_image(r).unwrap_or_else(|e| panic!("{e}"));
+        let paths: Vec<&Path> = layout.system.iter().map(entry_path).collect();
+        assert_eq!(
+            paths,
+            [
+                Path::new("/bin"),
+                Path::new("/app"),
+                Path::new("/opt"),
+                Path::new("/srv")
+            ]
+        );
+        assert_eq!(layout.source_of(Path::new("/opt")), r.join("opt"));
     }
 }

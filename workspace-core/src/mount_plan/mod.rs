@@ -39,7 +39,10 @@ mod types;
 
 pub use build::{HostLayout, PlanInputs, SystemEntry};
 pub use checkout::{CheckoutError, PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
-pub use host::{ETC_PATHS, HostLayoutError, SYSTEM_PATHS, probe_host_layout, probe_under};
+pub use host::{
+    ETC_PATHS, HostLayoutError, IMAGE_RESERVED, SYSTEM_PATHS, probe_host_layout, probe_image,
+    probe_under,
+};
 pub use types::{MountAction, MountPlan, MountPoint, MountStep, Reason};
 
 #[cfg(test)]

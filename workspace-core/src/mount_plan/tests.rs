@@ -41,6 +41,7 @@ fn identity(uid: u32) -> IdentityPlan {
 
 fn host() -> HostLayout {
     HostLayout {
+        root: "/".into(),
         system: vec![
             SystemEntry::Dir {
                 path: "/usr".into(),

@@ -1,0 +1,160 @@
+//! Pinned OCI images on the container backend, with runc: a run's base system
+//! is the image's (its layers verified and applied, whiteouts included, unpacked
+//! once per host), never the host's; an image whose layer is not what its digest
+//! says fails before anything runs, naming the layer, and leaves nothing.
+//!
+//! Needs root, user namespaces, cgroups, runc (Debian package runc) and a static
+//! busybox for the image's userland (Debian package busybox-static).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod support;
+
+use agent_workspace::container_stack;
+use support::oci_image::{OciImage, RELEASE};
+use support::{Fixture, HELLO, command};
+use workspace_core::contract::Contract;
+use workspace_core::runner::{CommandIo, CreateOptions, Runner, Workspace};
+
+fn runner(fixture: &Fixture) -> Runner {
+    let state = fixture.base.path().join("runc-state");
+    let stack = container_stack(&fixture.cgroup_parent, Some("runc"), &state)
+        .unwrap_or_else(|e| panic!("{e} (these tests need runc: apt-get install runc)"));
+    fixture.runner_with(stack)
+}
+
+fn on_image(fixture: &Fixture, image: &OciImage) -> Contract {
+    let mut contract = fixture.contract();
+    contract.environment.runtime.image = Some(image.reference());
+    contract
+}
+
+/// Runs `script` with `sh -c` and returns its exit code and standard output.
+async fn sh(fixture: &Fixture, workspace: &mut Workspace, script: &str) -> (i32, String) {
+    let ended = workspace
+        .exec(&command(&["sh", "-c", script], None), CommandIo::captured())
+        .await
+        .unwrap();
+    let out = fixture
+        .paths(workspace.run_id())
+        .evidence
+        .join(format!("commands/{:04}/stdout", ended.seq));
+    (ended.shell_status(), std::fs::read_to_string(out).unwrap())
+}
+
+fn observed_image(fixture: &Fixture, run_id: &workspace_core::RunId) -> serde_json::Value {
+    let observed: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fixture.paths(run_id).evidence.join("observed.json")).unwrap(),
+    )
+    .unwrap();
+    observed["probe"]["facts"]["image"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_on_a_pinned_image_sees_the_image_and_not_the_hosts_base_system() {
+    let fixture = Fixture::new("container-image");
+    let image = OciImage::build(fixture.base.path());
+    let runner = runner(&fixture);
+    let mut workspace = runner
+        .create(on_image(&fixture, &image), CreateOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)));
+    let run_id = workspace.run_id().clone();
+
+    let (status, out) = sh(&fixture, &mut workspace, "cat /opt/image-release").await;
+    assert_eq!((status, out.as_str()), (0, RELEASE));
+    // The layers merged: a whiteout and an opaque directory of the upper layer
+    // removed what the lower one made; the upper layer's own files are there.
+    let (status, out) = sh(
+        &fixture,
+        &mut workspace,
+        "test ! -e /opt/tool/removed.txt && test ! -e /opt/stale/a.txt && cat /opt/stale/b.txt /opt/added.txt",
+    )
+    .await;
+    assert_eq!(
+        (status, out.as_str()),
+        (0, "from the upper layer\nadded above\n")
+    );
+    // The host's userland is nowhere: no /usr, no host program.
+    let (status, _) = sh(&fixture, &mut workspace, "test -e /usr || test -e /lib").await;
+    assert_ne!(status, 0, "the host's /usr or /lib is visible on an image");
+    // The checkout is the workspace, the image read-only, setuid bits gone.
+    let (status, out) = sh(&fixture, &mut workspace, "cat hello.txt").await;
+    assert_eq!((status, out.as_str()), (0, HELLO));
+    let (status, _) = sh(&fixture, &mut workspace, "touch /opt/planted").await;
+    assert_ne!(status, 0, "the image's root must be read-only");
+    let (_, out) = sh(&fixture, &mut workspace, "stat -c %a /bin/suid").await;
+    assert_eq!(out.trim(), "755", "the set-user-id bit must be dropped");
+
+    let recorded = observed_image(&fixture, &run_id);
+    assert_eq!(
+        recorded["record"]["manifest"],
+        format!("sha256:{}", image.manifest)
+    );
+    assert_eq!(recorded["record"]["layers"].as_array().unwrap().len(), 2);
+    assert_eq!(recorded["record"]["platform"], "linux/amd64");
+    assert_eq!(recorded["reused"], false);
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    fixture.assert_nothing_left(&run_id, &[]);
+
+    // A second run reuses the unpacked image.
+    let report = runner
+        .run(
+            on_image(&fixture, &image),
+            &command(&["cat", "/opt/added.txt"], None),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    assert_eq!(report.outcome.commands[0].shell_status(), 0);
+    assert_eq!(observed_image(&fixture, &report.run_id)["reused"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_that_is_not_what_its_digest_says_fails_before_anything_runs() {
+    let fixture = Fixture::new("container-image-digest");
+    let image = OciImage::build(fixture.base.path());
+    // The same size, one byte different.
+    let tampered = &image.layers[1];
+    let mut bytes = std::fs::read(tampered).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(tampered, bytes).unwrap();
+    let runner = runner(&fixture);
+    let error = runner
+        .create(on_image(&fixture, &image), CreateOptions::default())
+        .await
+        .expect_err("a tampered layer must fail the run");
+    let text = workspace_core::error_chain(&error);
+    let layer = tampered.file_name().unwrap().to_string_lossy();
+    assert!(
+        text.contains(&format!("layer 2 (sha256:{layer})")) && text.contains("hashes to"),
+        "{text}"
+    );
+    let evidence = error
+        .evidence
+        .clone()
+        .expect("a failed run still exports its evidence");
+    assert!(evidence.join("manifest.json").is_file());
+    let outcome = std::fs::read_to_string(evidence.join("outcome.json")).unwrap();
+    assert!(outcome.contains("layer 2"), "{outcome}");
+    assert!(
+        !evidence.join("commands").exists(),
+        "nothing may run on an image that failed its digests"
+    );
+    // Nothing of the image was kept, and no container was made.
+    let cache = fixture.base.path().join("images/sha256");
+    let kept: Vec<_> = std::fs::read_dir(&cache)
+        .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(kept.is_empty(), "{kept:?}");
+    let runc = std::process::Command::new("runc")
+        .arg("--root")
+        .arg(fixture.base.path().join("runc-state"))
+        .args(["list", "-q"])
+        .output()
+        .unwrap();
+    assert!(runc.stdout.is_empty(), "{runc:?}");
+    fixture.assert_nothing_left(&error.run_id, &[]);
+}
