@@ -1,0 +1,253 @@
+//! The attack catalogue's process, privilege, network and limit rows against the
+//! container backend, through the runner with runc: each attack fails inside the
+//! workspace *and* the host is unchanged (its file, its process, its listener,
+//! its hostname). The filesystem escapes (`/proc/*/root`, planted symbolic and
+//! hard links, `..`) are the conformance kit's cases, which
+//! `tests/conformance.rs` runs on this backend too.
+//!
+//! Containment: every attack targets only what its test made (a temporary host
+//! file, a `sleep` it started, a listener it bound on a free port).
+//!
+//! Needs root, user namespaces, cgroups and runc (Debian package runc).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // panicking is how a test fails
+
+mod support;
+
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+
+use agent_workspace::container_stack;
+use support::{Fixture, command};
+use workspace_core::boundary::KillCause;
+use workspace_core::contract::{ByteSize, Contract};
+use workspace_core::runner::{CommandIo, CommandOutcome, CreateOptions, Runner, Workspace};
+
+fn runner(fixture: &Fixture) -> Runner {
+    let state = fixture.base.path().join("runc-state");
+    let stack = container_stack(&fixture.cgroup_parent, Some("runc"), &state)
+        .unwrap_or_else(|e| panic!("{e} (these tests need runc: apt-get install runc)"));
+    fixture.runner_with(stack)
+}
+
+async fn create(runner: &Runner, contract: Contract) -> Workspace {
+    runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)))
+}
+
+/// Runs `script` with `sh -c`; its outcome and standard output.
+async fn sh(
+    fixture: &Fixture,
+    workspace: &mut Workspace,
+    script: &str,
+) -> (CommandOutcome, String) {
+    let ended = workspace
+        .exec(
+            &command(&["sh", "-c", script], Some(30_000)),
+            CommandIo::captured(),
+        )
+        .await
+        .unwrap();
+    let out = fixture
+        .paths(workspace.run_id())
+        .evidence
+        .join(format!("commands/{:04}/stdout", ended.seq));
+    let text = std::fs::read_to_string(out).unwrap();
+    (ended, text)
+}
+
+async fn finish(fixture: &Fixture, workspace: Workspace) {
+    let run_id = workspace.run_id().clone();
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    fixture.assert_nothing_left(&run_id, &[]);
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_can_neither_signal_a_host_process_nor_change_the_hosts_name() {
+    let fixture = Fixture::new("container-attack-process");
+    let runner = runner(&fixture);
+    let mut victim = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let pid = victim.id();
+    let host_name = hostname();
+    let mut workspace = create(&runner, fixture.contract()).await;
+
+    // The positive control: a process of the workspace can be signalled.
+    let (ended, _) = sh(&fixture, &mut workspace, "sleep 60 & kill -9 $!").await;
+    assert_eq!(ended.shell_status(), 0, "{ended:?}");
+    for signal in ["KILL", "TERM", "STOP"] {
+        let (ended, _) = sh(&fixture, &mut workspace, &format!("kill -{signal} {pid}")).await;
+        assert_ne!(
+            ended.shell_status(),
+            0,
+            "kill -{signal} of a host pid succeeded"
+        );
+    }
+    let (ended, out) = sh(
+        &fixture,
+        &mut workspace,
+        &format!("test -e /proc/{pid} || echo unseen"),
+    )
+    .await;
+    assert_eq!((ended.shell_status(), out.trim()), (0, "unseen"));
+    let (ended, _) = sh(&fixture, &mut workspace, "hostname attacker").await;
+    assert_ne!(ended.shell_status(), 0, "hostname changed inside");
+    let (ended, _) = sh(
+        &fixture,
+        &mut workspace,
+        "echo attacker > /proc/sys/kernel/hostname",
+    )
+    .await;
+    assert_ne!(ended.shell_status(), 0);
+
+    assert!(
+        victim.try_wait().unwrap().is_none(),
+        "the host process was ended"
+    );
+    assert_eq!(hostname(), host_name, "the host's name changed");
+    finish(&fixture, workspace).await;
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_cannot_mount_gain_privileges_or_reach_the_hosts_loopback() {
+    let fixture = Fixture::new("container-attack-privileges");
+    let runner = runner(&fixture);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut workspace = create(&runner, fixture.contract()).await;
+
+    // A setuid-root program planted in the workspace from the host.
+    let checkout = checkout_of(&fixture, &workspace);
+    let planted = checkout.join("suid-id");
+    std::fs::copy("/usr/bin/id", &planted).unwrap();
+    std::os::unix::fs::chown(&planted, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let (ended, out) = sh(&fixture, &mut workspace, "./suid-id -u").await;
+    assert_eq!(ended.shell_status(), 0, "{ended:?}");
+    assert_ne!(out.trim(), "0", "a setuid-root program gave root");
+
+    for attack in [
+        "mkdir -p /tmp/m && mount -t tmpfs none /tmp/m",
+        "mount --bind /tmp /workspace",
+        "unshare -m true",
+        "unshare -U true",
+        "unshare -n true",
+        "mknod /tmp/dev c 1 3",
+        "chown 0 /tmp",
+    ] {
+        let (ended, _) = sh(&fixture, &mut workspace, attack).await;
+        assert_ne!(ended.shell_status(), 0, "{attack} succeeded");
+    }
+    let (ended, out) = sh(
+        &fixture,
+        &mut workspace,
+        "grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status",
+    )
+    .await;
+    assert_eq!(ended.shell_status(), 0);
+    assert!(
+        out.contains("CapEff:\t0000000000000000")
+            && out.contains("CapBnd:\t0000000000000000")
+            && out.contains("NoNewPrivs:\t1"),
+        "{out}"
+    );
+
+    // The host's loopback listener: nothing inside reaches it.
+    let script = format!(
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\""
+    );
+    let (ended, _) = sh(&fixture, &mut workspace, &script).await;
+    assert_ne!(
+        ended.shell_status(),
+        0,
+        "the host's loopback listener was reached"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the host's listener saw a connection"
+    );
+    finish(&fixture, workspace).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_bomb_and_a_memory_bomb_stop_at_the_containers_limits() {
+    let fixture = Fixture::new("container-attack-limits");
+    let runner = runner(&fixture);
+    let mut contract = fixture.contract();
+    contract.environment.limits.pids = Some(32);
+    contract.environment.limits.memory = Some(ByteSize(64 << 20));
+    let mut workspace = create(&runner, contract).await;
+
+    // The positive controls: a few processes and 8 MiB fit.
+    let (ended, _) = sh(&fixture, &mut workspace, "sleep 0.1 & sleep 0.1 & wait").await;
+    assert_eq!(ended.shell_status(), 0, "{ended:?}");
+    let small = "python3 -c \"b = b'x' * (8 << 20); print(len(b))\"";
+    let (ended, out) = sh(&fixture, &mut workspace, small).await;
+    assert_eq!(
+        (ended.shell_status(), out.trim()),
+        (0, "8388608"),
+        "{ended:?}"
+    );
+
+    let bomb = "python3 -c \"b = b'x' * (300 << 20); print('allocated')\"";
+    let (ended, out) = sh(&fixture, &mut workspace, bomb).await;
+    assert!(!out.contains("allocated"), "{out}");
+    assert_ne!(ended.shell_status(), 0, "{ended:?}");
+    assert_eq!(ended.exit.killed, Some(KillCause::MemoryLimit), "{ended:?}");
+    let (ended, out) = sh(
+        &fixture,
+        &mut workspace,
+        // Counted with builtins only: no fork is left to count with.
+        // The bomb in a subshell, which dies at its first refused fork.
+        "(i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); done) 2>/dev/null; \
+         set -- /proc/[0-9]*; echo $#",
+    )
+    .await;
+    let running: u32 = out.trim().parse().unwrap_or_else(|_| panic!("{out:?}"));
+    assert!(
+        (2..=32).contains(&running),
+        "{running} processes under a limit of 32"
+    );
+    assert!(
+        ended.exit.forks_refused > 0,
+        "no refused fork recorded: {ended:?}"
+    );
+
+    // The host can still fork.
+    assert!(
+        std::process::Command::new("true")
+            .status()
+            .unwrap()
+            .success()
+    );
+    finish(&fixture, workspace).await;
+}
+
+/// The host directory of a sealed workspace's checkout.
+fn checkout_of(fixture: &Fixture, workspace: &Workspace) -> std::path::PathBuf {
+    let source: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            fixture
+                .paths(workspace.run_id())
+                .evidence
+                .join("source.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    std::path::PathBuf::from(source["workspace"].as_str().unwrap())
+}
