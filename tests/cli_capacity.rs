@@ -173,11 +173,27 @@ fn one_slot_ok(fixture: &CliFixture, args: &[&str]) -> String {
 
 #[test]
 fn a_detached_or_suspended_workspace_keeps_its_capacity_until_it_is_destroyed() {
-    let fixture = CliFixture::new("capacity-detached");
+    parked_workspace_keeps_its_capacity("capacity-detached", "namespace");
+}
+
+#[test]
+fn a_parked_container_keeps_its_capacity_until_it_is_destroyed() {
+    parked_workspace_keeps_its_capacity("capacity-container", "container");
+}
+
+/// A workspace created on `backend` holds its slot while no CLI process runs
+/// (detached, then suspended) and gives it up only when destroyed.
+fn parked_workspace_keeps_its_capacity(name: &str, backend: &str) {
+    let fixture = CliFixture::new(name);
     let repo = fixture.repo();
-    let run = one_slot_ok(&fixture, &["create", "--repo", repo.to_str().unwrap()])
-        .trim()
-        .to_owned();
+    let create = [
+        "create",
+        "--backend",
+        backend,
+        "--repo",
+        repo.to_str().unwrap(),
+    ];
+    let run = one_slot_ok(&fixture, &create).trim().to_owned();
     // No agent-workspace process runs now; the live sandbox holds the slot.
     let holding = |rows: &[Value]| {
         with_role(rows, "holding")

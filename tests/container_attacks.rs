@@ -72,7 +72,8 @@ fn hostname() -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_container_can_neither_signal_a_host_process_nor_change_the_hosts_name() {
+async fn a_container_can_neither_signal_a_host_process_or_its_own_pid_1_nor_change_the_hosts_name()
+{
     let fixture = Fixture::new("container-attack-process");
     let runner = runner(&fixture);
     let mut victim = std::process::Command::new("sleep")
@@ -101,6 +102,14 @@ async fn a_container_can_neither_signal_a_host_process_nor_change_the_hosts_name
     )
     .await;
     assert_eq!((ended.shell_status(), out.trim()), (0, "unseen"));
+    // The container's pid 1 (its root, another uid) neither takes a signal nor
+    // shows what it holds; the container lives on.
+    for attack in ["kill -TERM 1", "kill -KILL 1", "ls /proc/1/fd"] {
+        let (ended, _) = sh(&fixture, &mut workspace, attack).await;
+        assert_ne!(ended.shell_status(), 0, "{attack} succeeded");
+    }
+    let (ended, _) = sh(&fixture, &mut workspace, "true").await;
+    assert_eq!(ended.shell_status(), 0, "the container ended: {ended:?}");
     let (ended, _) = sh(&fixture, &mut workspace, "hostname attacker").await;
     assert_ne!(ended.shell_status(), 0, "hostname changed inside");
     let (ended, _) = sh(

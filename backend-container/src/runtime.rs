@@ -6,9 +6,11 @@
 //! containers is ever touched. All calls block (from async code, call them
 //! in `spawn_blocking`).
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use command_fds::{CommandFdExt, FdMapping};
 use oci_spec::runtime::State;
 
 use crate::error::ContainerError;
@@ -137,19 +139,41 @@ impl Runtime {
     /// first process detached. The container inherits the runtime's standard
     /// streams, so they are `/dev/null` and a file of the bundle
     /// (`runtime.log`, what the runtime says when it fails): a pipe would stay
-    /// open for the container's whole life.
-    pub fn run_detached(&self, id: &str, bundle: &Path) -> Result<(), ContainerError> {
+    /// open for the container's whole life. The container's first process also
+    /// gets `hold_open` (at descriptors 3 and up, `--preserve-fds`), which it
+    /// and what it forks keep open as long as the container lives.
+    pub fn run_detached(
+        &self,
+        id: &str,
+        bundle: &Path,
+        hold_open: Vec<OwnedFd>,
+    ) -> Result<(), ContainerError> {
         let log = bundle.join(RUNTIME_LOG);
         let stderr = std::fs::File::create(&log)
             .map_err(ContainerError::io("creating the runtime's log", &log))?;
         let mut command = self.command();
         command
-            .args(["run", "--detach", "--bundle"])
+            .args(["run", "--detach", "--preserve-fds"])
+            .arg(hold_open.len().to_string())
+            .arg("--bundle")
             .arg(bundle)
             .arg(id)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
+        let mappings = hold_open
+            .into_iter()
+            .zip(3..)
+            .map(|(parent_fd, child_fd)| FdMapping {
+                parent_fd,
+                child_fd,
+            })
+            .collect();
+        command
+            .fd_mappings(mappings)
+            .map_err(|e| ContainerError::Lost {
+                what: format!("passing the descriptors the container holds open: {e}"),
+            })?;
         let status = command.status().map_err(|source| ContainerError::Spawn {
             runtime: self.name.clone(),
             step: "run",

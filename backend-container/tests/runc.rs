@@ -216,7 +216,9 @@ fn a_bundle_from_the_mount_plan_runs_one_live_isolated_container_and_leaves_noth
     let secret = fixture.base.path().join("host-secret");
     std::fs::write(&secret, "host only\n").unwrap();
 
-    runtime.run_detached(&id, &fixture.bundle(&id)).unwrap();
+    runtime
+        .run_detached(&id, &fixture.bundle(&id), Vec::new())
+        .unwrap();
     let state = runtime
         .state(&id)
         .unwrap()

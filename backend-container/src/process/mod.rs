@@ -236,7 +236,8 @@ impl ProcessBoundary for ContainerProcess {
             isolation: vec![IsolationLevel::Task],
             private_network: true,
             service_templates: false,
-            holds_capacity: false,
+            // The container's pid 1 keeps the capacity ticket's lock open (`SealPlan::held_open`).
+            holds_capacity: true,
             // A command writes to the files it is given; its streams follow them.
             output_files: true,
             preview_ports: false,

@@ -160,7 +160,7 @@ pub(crate) fn prepare(
         .filter(|(k, _)| matches!(k.as_str(), "PATH" | "HOME" | "LANG"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let spec = bundle::spec(&BundleInputs {
+    let mut spec = bundle::spec(&BundleInputs {
         plan: &mount_plan,
         argv: &init,
         env: &init_env,
@@ -168,6 +168,7 @@ pub(crate) fn prepare(
         limits: &plan.environment.limits,
         cgroups_path: &cgroups_path,
     })?;
+    init_as_root(&mut spec)?;
     bundle::write(&bundle_dir, &mount_plan, &spec, ids.host_root)?;
     seal_root(&bundle_dir)?;
     let state = SealedState {
@@ -176,9 +177,20 @@ pub(crate) fn prepare(
         next_command: 1,
     };
     write_state(&bundle_dir, &state)?;
+    // The container's pid 1 keeps the capacity ticket's lock open
+    // (`SealPlan::held_open`) for as long as the container lives.
+    let hold_open = plan
+        .held_open
+        .iter()
+        .map(|held| held.try_clone())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| ContainerError::Pipe {
+            step: "duplicating a descriptor the container holds open",
+            source,
+        })?;
     options
         .runtime
-        .run_detached(run.run_id.as_str(), &bundle_dir)?;
+        .run_detached(run.run_id.as_str(), &bundle_dir, hold_open)?;
     let cgroups = ContainerCgroups::of(&cgroups_path);
     if cgroups.is_empty() {
         return Err(ContainerError::Lost {
@@ -224,6 +236,28 @@ pub(crate) fn prepare(
         handed_over,
         image,
     })
+}
+
+/// Makes the container's pid 1 run as its root (uid 0 inside, an unprivileged
+/// host id, no capability): the run's processes, which have another uid, can
+/// neither signal it nor open what it holds for the host through
+/// `/proc/1/fd` (the capacity ticket). Commands are exec'd as the run's ids.
+fn init_as_root(spec: &mut oci_spec::runtime::Spec) -> Result<(), ContainerError> {
+    let Some(mut process) = spec.process().clone() else {
+        return Ok(());
+    };
+    let root = oci_spec::runtime::UserBuilder::default()
+        .uid(0u32)
+        .gid(0u32)
+        .additional_gids(Vec::<u32>::new())
+        .build()
+        .map_err(|source| ContainerError::Spec {
+            step: "the container's first process as its root",
+            source,
+        })?;
+    process.set_user(root);
+    spec.set_process(Some(process));
+    Ok(())
 }
 
 /// The run's image, verified and unpacked (or found in the cache), when its
