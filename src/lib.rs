@@ -60,11 +60,12 @@ pub use workspace_core as core;
 mod danger_host;
 pub mod egress;
 mod host_credentials;
+pub mod preview;
 mod stack;
 
 pub use danger_host::{DangerNoIsolationProcess, danger_no_isolation_stack};
 pub use host_credentials::{ENV_SOURCE_PREFIX, HostEnvCredentialError, HostEnvCredentials};
 pub use stack::{
-    DEFAULT_CGROUP_PARENT, EGRESS_PROXY_VAR, HostDirs, LayeredStackError, container_stack,
-    egress_program, namespace_stack, namespace_stack_layered,
+    DEFAULT_CGROUP_PARENT, HELPER_PROGRAM_VAR, HostDirs, LayeredStackError, container_stack,
+    helper_program, namespace_stack, namespace_stack_layered,
 };

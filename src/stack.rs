@@ -68,7 +68,10 @@ pub fn container_stack(
     state_root: &Path,
 ) -> Result<Stack, backend_container::ContainerError> {
     let runtime = backend_container::runtime::Runtime::find(runtime, state_root)?;
-    let options = ContainerOptions::probe(runtime, cgroup_parent)?;
+    let options = ContainerOptions {
+        preview_forwarder: helper_program(),
+        ..ContainerOptions::probe(runtime, cgroup_parent)?
+    };
     Ok(Stack {
         source: Arc::new(WorktreeSource::new()),
         filesystem: Arc::new(WorktreeFilesystem::new()),
@@ -94,7 +97,7 @@ pub enum LayeredStackError {
 fn stack_over(source: WorktreeSource, cgroup_parent: &str) -> Result<Stack, ProcessError> {
     let worktree_promotion = Arc::new(WorktreePromotion::new());
     let options = ProcessOptions {
-        egress_proxy: egress_program(),
+        egress_proxy: helper_program(),
         ..ProcessOptions::probe(cgroup_parent)?
     };
     let environment = match options.egress_proxy {
@@ -111,19 +114,21 @@ fn stack_over(source: WorktreeSource, cgroup_parent: &str) -> Result<Stack, Proc
     })
 }
 
-/// The environment variable naming the egress proxy program.
-pub const EGRESS_PROXY_VAR: &str = "AGENT_WORKSPACE_EGRESS_PROXY";
+/// The environment variable naming the helper program.
+pub const HELPER_PROGRAM_VAR: &str = "AGENT_WORKSPACE_HELPER";
 
-/// The program the default stack starts as an allowlisted run's egress proxy
-/// (`PROGRAM egress-proxy CONFIG`, see [`crate::egress`]): `$`[`EGRESS_PROXY_VAR`]
-/// when set, else the `agent-workspace` executable this process is or sits
-/// beside (as a test or a benchmark under `target/` does). `None`: no
-/// allowlisted contract is kept.
+/// The program the stacks start as their helpers: an allowlisted run's egress
+/// proxy (`PROGRAM egress-proxy CONFIG`, see [`crate::egress`]) and a
+/// container's preview forwarder (`PROGRAM preview-forward CONFIG`, see
+/// [`crate::preview`]). `$`[`HELPER_PROGRAM_VAR`] when set, else the
+/// `agent-workspace` executable this process is or sits beside (as a test or a
+/// benchmark under `target/` does). `None`: no allowlisted contract, and no
+/// container's ports, are kept.
 ///
 /// # Ambient authority
 /// Reads the environment and looks next to this process's executable.
-pub fn egress_program() -> Option<PathBuf> {
-    if let Some(program) = std::env::var_os(EGRESS_PROXY_VAR) {
+pub fn helper_program() -> Option<PathBuf> {
+    if let Some(program) = std::env::var_os(HELPER_PROGRAM_VAR) {
         return Some(PathBuf::from(program));
     }
     let exe = std::env::current_exe().ok()?;

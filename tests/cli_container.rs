@@ -14,6 +14,19 @@ use std::time::{Duration, Instant};
 use support::cli::{CliFixture, text};
 use support::{marker, wait_until_gone};
 
+/// `GET /PATH` at `at` (HTTP/1.0): the whole answer.
+fn http_get(at: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(at).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET /{path} HTTP/1.0\r\nHost: preview\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 /// The containers runc knows in the CLI's state directory.
 fn containers(fixture: &CliFixture) -> Vec<String> {
     let out = std::process::Command::new("runc")
@@ -26,14 +39,20 @@ fn containers(fixture: &CliFixture) -> Vec<String> {
 }
 
 fn create(fixture: &CliFixture) -> String {
+    create_with(fixture, &[])
+}
+
+fn create_with(fixture: &CliFixture, more: &[&str]) -> String {
     let repo = fixture.repo();
-    let out = fixture.agent_workspace(&[
+    let mut args = vec![
         "create",
         "--backend",
         "container",
         "--repo",
         repo.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(more);
+    let out = fixture.agent_workspace(&args);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     text(&out.stdout).trim().to_owned()
 }
@@ -42,7 +61,13 @@ fn create(fixture: &CliFixture) -> String {
 fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing() {
     let fixture = CliFixture::new("container-live");
     let server = marker("cli-container-server");
-    let run = create(&fixture);
+    let contract = fixture.path().join("preview.toml");
+    std::fs::write(
+        &contract,
+        "objective = \"a preview\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n[process]\nports = [8000]\n",
+    )
+    .unwrap();
+    let run = create_with(&fixture, &["--contract", contract.to_str().unwrap()]);
     assert_eq!(containers(&fixture), std::slice::from_ref(&run));
     let start = fixture.agent_workspace(&[
         "exec",
@@ -64,6 +89,19 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
     ]);
     assert_eq!(fetch.status.code(), Some(0), "{}", text(&fetch.stderr));
     assert_eq!(text(&fetch.stdout), support::HELLO);
+    // The same server from the host, at the preview endpoint `ports` names: its
+    // forwarder outlived the process that created the workspace.
+    let ports = fixture.agent_workspace(&["ports", &run, "--json"]);
+    assert_eq!(ports.status.code(), Some(0), "{}", text(&ports.stderr));
+    let endpoints: serde_json::Value = serde_json::from_slice(&ports.stdout).unwrap();
+    assert_eq!(endpoints[0]["port"], 8000, "{endpoints}");
+    let endpoint: std::net::SocketAddr = endpoints[0]["host"].as_str().unwrap().parse().unwrap();
+    assert!(endpoint.ip().is_loopback(), "{endpoint}");
+    let answer = http_get(endpoint, "hello.txt");
+    assert!(
+        answer.starts_with("HTTP/1.0 200") && answer.ends_with(support::HELLO),
+        "{answer}"
+    );
     let destroyed = fixture.agent_workspace(&["destroy", &run]);
     assert_eq!(
         destroyed.status.code(),
@@ -77,6 +115,10 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
         containers(&fixture)
     );
     assert!(wait_until_gone(&server, Duration::from_secs(5)).is_empty());
+    assert!(
+        std::net::TcpStream::connect(endpoint).is_err(),
+        "the preview endpoint {endpoint} still listens after destroy"
+    );
     assert!(!fixture.runtime().join("runs").join(&run).exists());
 }
 
@@ -154,17 +196,35 @@ fn conformance_passes_on_the_container_backend_and_contract_check_names_what_it_
         "{stderr}"
     );
 
-    let contract = fixture.path().join("ports.toml");
+    // Preview ports are kept (a forwarder publishes them); service templates,
+    // a copy-on-write layer per run, are not, and say so before anything runs.
+    let ports = fixture.path().join("ports.toml");
     std::fs::write(
-        &contract,
+        &ports,
         "objective = \"a preview\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n[process]\nports = [8000]\n",
     )
     .unwrap();
-    let path = contract.to_str().unwrap();
+    let kept = fixture.agent_workspace(&[
+        "contract",
+        "check",
+        ports.to_str().unwrap(),
+        "--backend",
+        "container",
+    ]);
+    assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
+    let template = fixture.path().join("template.toml");
+    std::fs::write(
+        &template,
+        "objective = \"a database\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n\
+         [[environment.services]]\nname = \"db\"\ncommand = [\"sleep\", \"60\"]\nhealth = { tcp = 5432 }\n\
+         [environment.services.template]\npath = \"/tmp/pgdata\"\ncommand = [\"true\"]\n",
+    )
+    .unwrap();
+    let path = template.to_str().unwrap();
     let kept = fixture.agent_workspace(&["contract", "check", path, "--backend", "namespace"]);
     assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
     let refused = fixture.agent_workspace(&["contract", "check", path, "--backend", "container"]);
     let said = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
     assert_eq!(refused.status.code(), Some(2), "{said}");
-    assert!(said.contains("process.ports"), "{said}");
+    assert!(said.contains("environment.services[0].template"), "{said}");
 }

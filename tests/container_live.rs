@@ -270,3 +270,68 @@ health = {{ tcp = 8000 }}
     assert_eq!(answer, support::HELLO);
     fixture.assert_nothing_left(&run_id, &[&mark]);
 }
+
+/// `GET /PATH` at `at`, HTTP/1.0: the status line and the body, or what failed.
+fn get(at: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&at, std::time::Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    write!(stream, "GET /{path} HTTP/1.0\r\nHost: preview\r\n\r\n")?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_of_the_container_answers_at_its_preview_endpoint_until_the_workspace_ends() {
+    let fixture = Fixture::new("container-preview");
+    let runner = runner(&fixture);
+    let server = marker("container-preview");
+    let mut contract = fixture.contract();
+    contract.process.ports = vec![8000];
+    let mut workspace = create(&runner, contract).await;
+    let run_id = workspace.run_id().clone();
+    let previews = fixture.paths(&run_id).previews().unwrap();
+    assert_eq!(previews.len(), 1, "{previews:?}");
+    let endpoint = previews[0].host;
+    assert_eq!(previews[0].port, 8000);
+    assert!(
+        endpoint.ip().is_loopback(),
+        "{endpoint} is not on the host's loopback"
+    );
+
+    let serve = command(
+        &[
+            "sh",
+            "-c",
+            "echo preview-content > page.txt; python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &",
+            &server,
+        ],
+        None,
+    );
+    let ended = workspace.exec(&serve, CommandIo::captured()).await.unwrap();
+    assert_eq!(ended.shell_status(), 0, "{ended:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let answer = loop {
+        match get(endpoint, "page.txt") {
+            Ok(answer) if answer.starts_with("HTTP/1.0 200") => break answer,
+            other => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "never served: {other:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(answer.ends_with("preview-content\n"), "{answer}");
+
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    assert!(
+        std::net::TcpStream::connect(endpoint).is_err(),
+        "the preview endpoint {endpoint} still listens after the workspace ended"
+    );
+    fixture.assert_nothing_left(&run_id, &[&server]);
+    assert!(wait_until_gone(&server, std::time::Duration::from_secs(5)).is_empty());
+}

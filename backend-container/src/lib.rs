@@ -26,8 +26,9 @@
 //!
 //! The facade's `container_stack` puts it beside backend-worktree's source,
 //! filesystem and promotion (and the namespace backend's environment and
-//! identity plans); `agent-workspace run --backend container` drives it. Not
-//! yet: preview ports and service
+//! identity plans, and its helper program as the preview forwarder of
+//! `process.ports`, [`process::preview`]); `agent-workspace run --backend
+//! container` drives it. Not yet: service
 //! templates, which the boundary declares it cannot keep (a contract asking
 //! for them is refused before anything is created), and terminals (a command
 //! asking for one is refused).

@@ -106,6 +106,12 @@ enum Command {
         /// Its configuration (written by the backend in the run directory).
         config: std::path::PathBuf,
     },
+    /// The preview forwarder of one container workspace (started by the backend).
+    #[command(hide = true)]
+    PreviewForward {
+        /// Its configuration (written by the backend in the container's bundle).
+        config: std::path::PathBuf,
+    },
 }
 
 /// Parses the arguments and runs the subcommand.
@@ -142,13 +148,20 @@ pub(crate) fn main() -> ExitCode {
         Command::CheckHost(args) => check_host::run(&args),
         Command::Probe(args) => probe::run(args, &cli.host),
         Command::Conformance(args) => conformance::run(&args, &cli.host),
-        Command::EgressProxy { config } => match agent_workspace::egress::serve(&config) {
-            Ok(never) => match never {},
-            Err(e) => {
-                eprintln!("{}", workspace_core::error_chain(&e));
-                ExitCode::from(EXIT_RUNNER_FAILED)
-            }
-        },
+        Command::EgressProxy { config } => helper(agent_workspace::egress::serve(&config)),
+        Command::PreviewForward { config } => helper(agent_workspace::preview::serve(&config)),
+    }
+}
+
+/// How a helper program the backends start ends: it serves until killed, so
+/// returning at all is its failure.
+fn helper<E: std::error::Error>(served: Result<std::convert::Infallible, E>) -> ExitCode {
+    match served {
+        Ok(never) => match never {},
+        Err(e) => {
+            eprintln!("{}", workspace_core::error_chain(&e));
+            ExitCode::from(EXIT_RUNNER_FAILED)
+        }
     }
 }
 

@@ -21,7 +21,7 @@ mod connect;
 mod http;
 mod log;
 mod socks;
-mod splice;
+pub(crate) mod splice;
 
 use std::convert::Infallible;
 use std::fs::{File, OpenOptions};

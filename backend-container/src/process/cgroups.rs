@@ -135,6 +135,18 @@ impl CommandCgroup {
         pids_below(&self.dirs)
     }
 
+    /// Moves host process `pid` (all its threads) into it, in every hierarchy.
+    pub(crate) fn add(&self, pid: u32) -> Result<(), ContainerError> {
+        for dir in &self.dirs {
+            let procs = dir.join("cgroup.procs");
+            std::fs::write(&procs, pid.to_string()).map_err(ContainerError::io(
+                "moving a process into its cgroup",
+                &procs,
+            ))?;
+        }
+        Ok(())
+    }
+
     /// The file `name` of the hierarchy whose directory has it (a
     /// controller's file: `memory.oom_control`, `pids.events`).
     pub(crate) fn file(&self, name: &str) -> Option<PathBuf> {

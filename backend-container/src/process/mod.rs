@@ -28,6 +28,7 @@
 mod cgroups;
 mod exec;
 mod output;
+pub mod preview;
 mod probe;
 mod seal;
 
@@ -81,6 +82,9 @@ pub struct ContainerOptions {
     pub probe_timeout: Duration,
     /// Where images are unpacked, once per host.
     pub images: ImageStore,
+    /// The program that forwards preview ports ([`preview`]); `None` refuses
+    /// `process.ports` (nothing would publish them).
+    pub preview_forwarder: Option<std::path::PathBuf>,
 }
 
 impl ContainerOptions {
@@ -106,6 +110,7 @@ impl ContainerOptions {
             host,
             probe_timeout: PROBE_TIMEOUT,
             images: ImageStore::new(images),
+            preview_forwarder: None,
         })
     }
 }
@@ -171,6 +176,7 @@ fn remove(
     let stopped = cgroups
         .children()
         .iter()
+        .filter(|name| *name != preview::PREVIEW_CGROUP)
         .map(|name| cgroups.child(name).pids().len())
         .sum::<usize>();
     let state = runtime.state(id)?;
@@ -240,7 +246,8 @@ impl ProcessBoundary for ContainerProcess {
             holds_capacity: true,
             // A command writes to the files it is given; its streams follow them.
             output_files: true,
-            preview_ports: false,
+            // A forwarder program publishes them on the host's loopback.
+            preview_ports: self.options.preview_forwarder.is_some(),
             images: true,
         }
     }
@@ -298,6 +305,7 @@ impl ProcessBoundary for ContainerProcess {
         })
         .await;
         let (prepared, mut observed) = result.map_err(|e| e.into_boundary(OP))?;
+        observed.previews = prepared.previews.clone();
         let runtime = &self.options.runtime;
         observed.facts.insert(
             "runtime".into(),

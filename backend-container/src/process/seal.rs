@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU32;
 
 use serde::{Deserialize, Serialize};
-use workspace_core::boundary::{RunContext, SealPlan};
+use workspace_core::boundary::{PreviewEndpoint, RunContext, SealPlan};
 use workspace_core::contract::ImageReference;
 use workspace_core::mount_plan::{MountPlan, MountPoint, PlanInputs, probe_image};
 use workspace_core::observation::Expected;
@@ -17,6 +17,7 @@ use workspace_core::observation::Expected;
 use super::ContainerOptions;
 use super::cgroups::ContainerCgroups;
 use super::exec::ProcessTemplate;
+use super::preview::{self, ForwarderConfig};
 use crate::bundle::{self, BundleInputs, IdMaps};
 use crate::error::ContainerError;
 use crate::image::{ImageError, UnpackedImage};
@@ -69,6 +70,8 @@ pub(crate) struct Prepared {
     pub(crate) handed_over: u64,
     /// The image the base system comes from, when the contract names one.
     pub(crate) image: Option<UnpackedImage>,
+    /// The preview endpoints of `process.ports`, as the forwarder bound them.
+    pub(crate) previews: Vec<PreviewEndpoint>,
 }
 
 /// The cgroup path of run `run_id` (relative to each hierarchy's root).
@@ -197,6 +200,13 @@ pub(crate) fn prepare(
             what: format!("the runtime made no cgroup at {cgroups_path}"),
         });
     }
+    let previews = publish_ports(
+        run,
+        options,
+        &cgroups,
+        &bundle_dir,
+        (ids.host_uid, ids.host_gid),
+    )?;
     let mut env_names: BTreeSet<String> = env.iter().map(|(k, _)| k.clone()).collect();
     env_names.extend(plan.identity.credentials.iter().map(|c| c.name.clone()));
     let mount_points: Vec<MountPoint> = mount_plan.mount_points();
@@ -235,7 +245,41 @@ pub(crate) fn prepare(
         mount_plan_sha256,
         handed_over,
         image,
+        previews,
     })
+}
+
+/// The run's `process.ports` published by the forwarder (none without ports).
+fn publish_ports(
+    run: &RunContext,
+    options: &ContainerOptions,
+    cgroups: &ContainerCgroups,
+    bundle: &Path,
+    (uid, gid): (u32, u32),
+) -> Result<Vec<PreviewEndpoint>, ContainerError> {
+    let ports = &run.contract.process.ports;
+    if ports.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(program) = &options.preview_forwarder else {
+        return Err(ContainerError::Unsupported {
+            setting: "process.ports without a preview forwarder program".into(),
+        });
+    };
+    let pid1 = options
+        .runtime
+        .state(run.run_id.as_str())?
+        .and_then(|status| *status.state.pid())
+        .and_then(|pid| u32::try_from(pid).ok())
+        .ok_or_else(|| ContainerError::Lost {
+            what: "the container's pid 1, to publish its ports".into(),
+        })?;
+    let config = ForwarderConfig {
+        ports: ports.clone(),
+        uid,
+        gid,
+    };
+    preview::publish(program, &config, pid1, cgroups, bundle)
 }
 
 /// Makes the container's pid 1 run as its root (uid 0 inside, an unprivileged
