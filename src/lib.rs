@@ -59,6 +59,7 @@ pub use workspace_core as core;
 
 mod danger_host;
 pub mod egress;
+mod helper;
 mod host_credentials;
 pub mod preview;
 mod stack;

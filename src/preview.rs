@@ -20,7 +20,6 @@ use std::sync::mpsc;
 
 use backend_container::process::preview::{ForwarderConfig, NETNS_FD, READY};
 use nix::sched::{CloneFlags, setns};
-use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
 use tokio::sync::oneshot;
 use workspace_core::boundary::PreviewEndpoint;
 
@@ -146,12 +145,10 @@ fn inside(netns: File) -> Result<mpsc::Sender<Request>, PreviewError> {
 }
 
 fn drop_privileges(config: &ForwarderConfig) -> Result<(), PreviewError> {
-    let step = "dropping to the run's host user";
-    let fail = |source| PreviewError::System { step, source };
-    setgroups(&[]).map_err(fail)?;
-    setgid(Gid::from_raw(config.gid)).map_err(fail)?;
-    setuid(Uid::from_raw(config.uid)).map_err(fail)?;
-    Ok(())
+    crate::helper::become_run_user(config.uid, config.gid).map_err(|source| PreviewError::System {
+        step: crate::helper::BECOMING_RUN_USER,
+        source,
+    })
 }
 
 async fn forward_all(

@@ -16,46 +16,11 @@ mod support;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 
-use agent_workspace::container_stack;
-use support::{Fixture, command};
+use support::Fixture;
+use support::container::{create, runner, sh};
 use workspace_core::boundary::KillCause;
-use workspace_core::contract::{ByteSize, Contract};
-use workspace_core::runner::{CommandIo, CommandOutcome, CreateOptions, Runner, Workspace};
-
-fn runner(fixture: &Fixture) -> Runner {
-    let state = fixture.base.path().join("runc-state");
-    let stack = container_stack(&fixture.cgroup_parent, Some("runc"), &state)
-        .unwrap_or_else(|e| panic!("{e} (these tests need runc: apt-get install runc)"));
-    fixture.runner_with(stack)
-}
-
-async fn create(runner: &Runner, contract: Contract) -> Workspace {
-    runner
-        .create(contract, CreateOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)))
-}
-
-/// Runs `script` with `sh -c`; its outcome and standard output.
-async fn sh(
-    fixture: &Fixture,
-    workspace: &mut Workspace,
-    script: &str,
-) -> (CommandOutcome, String) {
-    let ended = workspace
-        .exec(
-            &command(&["sh", "-c", script], Some(30_000)),
-            CommandIo::captured(),
-        )
-        .await
-        .unwrap();
-    let out = fixture
-        .paths(workspace.run_id())
-        .evidence
-        .join(format!("commands/{:04}/stdout", ended.seq));
-    let text = std::fs::read_to_string(out).unwrap();
-    (ended, text)
-}
+use workspace_core::contract::ByteSize;
+use workspace_core::runner::Workspace;
 
 async fn finish(fixture: &Fixture, workspace: Workspace) {
     let run_id = workspace.run_id().clone();

@@ -9,18 +9,11 @@
 
 mod support;
 
-use agent_workspace::container_stack;
+use support::container::{self, runner};
 use support::oci_image::{OciImage, RELEASE};
 use support::{Fixture, HELLO, command};
 use workspace_core::contract::Contract;
-use workspace_core::runner::{CommandIo, CreateOptions, Runner, Workspace};
-
-fn runner(fixture: &Fixture) -> Runner {
-    let state = fixture.base.path().join("runc-state");
-    let stack = container_stack(&fixture.cgroup_parent, Some("runc"), &state)
-        .unwrap_or_else(|e| panic!("{e} (these tests need runc: apt-get install runc)"));
-    fixture.runner_with(stack)
-}
+use workspace_core::runner::{CommandIo, CreateOptions, Workspace};
 
 fn on_image(fixture: &Fixture, image: &OciImage) -> Contract {
     let mut contract = fixture.contract();
@@ -28,17 +21,10 @@ fn on_image(fixture: &Fixture, image: &OciImage) -> Contract {
     contract
 }
 
-/// Runs `script` with `sh -c` and returns its exit code and standard output.
+/// Runs `script` with `sh -c`; its exit code and standard output.
 async fn sh(fixture: &Fixture, workspace: &mut Workspace, script: &str) -> (i32, String) {
-    let ended = workspace
-        .exec(&command(&["sh", "-c", script], None), CommandIo::captured())
-        .await
-        .unwrap();
-    let out = fixture
-        .paths(workspace.run_id())
-        .evidence
-        .join(format!("commands/{:04}/stdout", ended.seq));
-    (ended.shell_status(), std::fs::read_to_string(out).unwrap())
+    let (ended, out) = container::sh(fixture, workspace, script).await;
+    (ended.shell_status(), out)
 }
 
 fn observed_image(fixture: &Fixture, run_id: &workspace_core::RunId) -> serde_json::Value {
@@ -149,12 +135,7 @@ async fn a_layer_that_is_not_what_its_digest_says_fails_before_anything_runs() {
         .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(kept.is_empty(), "{kept:?}");
-    let runc = std::process::Command::new("runc")
-        .arg("--root")
-        .arg(fixture.base.path().join("runc-state"))
-        .args(["list", "-q"])
-        .output()
-        .unwrap();
-    assert!(runc.stdout.is_empty(), "{runc:?}");
+    let known = container::runc_knows(&container::state(&fixture));
+    assert!(known.is_empty(), "{known:?}");
     fixture.assert_nothing_left(&error.run_id, &[]);
 }

@@ -9,42 +9,9 @@
 
 mod support;
 
-use std::path::Path;
-
-use agent_workspace::container_stack;
+use support::container::{self, create, runc_knows, runner};
 use support::{Fixture, command, marker, wait_until_gone};
 use workspace_core::runner::{CommandIo, CreateOptions};
-
-fn runner(fixture: &Fixture) -> workspace_core::runner::Runner {
-    let state = fixture.base.path().join("runc-state");
-    let stack = container_stack(&fixture.cgroup_parent, Some("runc"), &state)
-        .unwrap_or_else(|e| panic!("{e} (these tests need runc: apt-get install runc)"));
-    fixture.runner_with(stack)
-}
-
-/// A workspace of `contract`, the whole error chain shown when it fails.
-async fn create(
-    runner: &workspace_core::runner::Runner,
-    contract: workspace_core::contract::Contract,
-) -> workspace_core::runner::Workspace {
-    runner
-        .create(contract, CreateOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)))
-}
-
-fn runc_knows(state: &Path) -> Vec<String> {
-    let out = std::process::Command::new("runc")
-        .arg("--root")
-        .arg(state)
-        .args(["list", "-q"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_started_by_one_command_answers_the_next_and_nothing_is_left() {
@@ -104,7 +71,7 @@ async fn a_server_started_by_one_command_answers_the_next_and_nothing_is_left() 
     assert!(patch.contains("made.txt"), "{patch}");
     fixture.assert_nothing_left(&run_id, &[&server]);
     assert!(
-        runc_knows(&fixture.base.path().join("runc-state")).is_empty(),
+        runc_knows(&container::state(&fixture)).is_empty(),
         "runc still knows containers"
     );
     assert!(wait_until_gone(&server, std::time::Duration::from_secs(5)).is_empty());

@@ -31,7 +31,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::sched::{CloneFlags, setns};
-use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
 use workspace_core::contract::{Network, NetworkMode};
 use workspace_core::egress::{
     DestinationError, EgressConfig, EgressPolicy, HTTP_PROXY_PORT, SOCKS_PROXY_PORT,
@@ -192,12 +191,10 @@ fn inside(
 }
 
 fn drop_privileges(config: &EgressConfig) -> Result<(), EgressError> {
-    let step = "dropping to the run's host user";
-    let fail = |source| EgressError::System { step, source };
-    setgroups(&[]).map_err(fail)?;
-    setgid(Gid::from_raw(config.gid)).map_err(fail)?;
-    setuid(Uid::from_raw(config.uid)).map_err(fail)?;
-    Ok(())
+    crate::helper::become_run_user(config.uid, config.gid).map_err(|source| EgressError::System {
+        step: crate::helper::BECOMING_RUN_USER,
+        source,
+    })
 }
 
 async fn accept_all(

@@ -7,6 +7,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test support: panicking is how a test fails
 
 pub mod cli;
+pub mod container;
 pub mod crash;
 pub mod crash_child;
 pub mod gates;

@@ -180,32 +180,21 @@ impl Applier<'_> {
     /// The host path of directory `rel`, made where missing (mode 0755); a
     /// component that is a symbolic link or not a directory is refused.
     fn make_dirs(&self, rel: &Path, shown: &str) -> Result<PathBuf, ImageError> {
-        let mut at = self.root.to_path_buf();
-        for component in rel.components() {
-            at.push(component);
-            match fs::symlink_metadata(&at) {
-                Ok(meta) if meta.is_dir() => {}
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    return Err(self.through_link(shown, &at));
-                }
-                Ok(_) => {
-                    return Err(self.malformed(
-                        shown,
-                        format!("lies under {}, which is not a directory", self.inside(&at)),
-                    ));
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    fs::create_dir(&at).map_err(|source| self.unpack_error(shown, source))?;
-                }
-                Err(source) => return Err(self.unpack_error(shown, source)),
-            }
-        }
-        Ok(at)
+        self.walk(rel, true, shown)?
+            .ok_or_else(|| self.malformed(shown, "lies under what is not a directory".into()))
     }
 
     /// The host path of directory `rel` if it exists (`None` if it does not);
     /// a symbolic link on the way is refused.
     fn existing_dir(&self, rel: &Path, shown: &str) -> Result<Option<PathBuf>, ImageError> {
+        self.walk(rel, false, shown)
+    }
+
+    /// Walks from the root to directory `rel` one component at a time, never
+    /// through a symbolic link (refused); a missing directory is made when
+    /// `make`, else the walk ends with `None`, as it does at a component that
+    /// is not a directory (refused when `make`).
+    fn walk(&self, rel: &Path, make: bool, shown: &str) -> Result<Option<PathBuf>, ImageError> {
         let mut at = self.root.to_path_buf();
         for component in rel.components() {
             at.push(component);
@@ -214,7 +203,16 @@ impl Applier<'_> {
                 Ok(meta) if meta.file_type().is_symlink() => {
                     return Err(self.through_link(shown, &at));
                 }
+                Ok(_) if make => {
+                    return Err(self.malformed(
+                        shown,
+                        format!("lies under {}, which is not a directory", self.inside(&at)),
+                    ));
+                }
                 Ok(_) => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::NotFound && make => {
+                    fs::create_dir(&at).map_err(|source| self.unpack_error(shown, source))?;
+                }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
                 Err(source) => return Err(self.unpack_error(shown, source)),
             }
