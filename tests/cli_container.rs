@@ -228,3 +228,73 @@ fn conformance_passes_on_the_container_backend_and_contract_check_names_what_it_
     assert_eq!(refused.status.code(), Some(2), "{said}");
     assert!(said.contains("environment.services[0].template"), "{said}");
 }
+
+#[test]
+fn the_runtime_is_chosen_by_flag_recorded_and_refused_where_it_cannot_run() {
+    let fixture = CliFixture::new("container-runtime");
+    let repo = fixture.repo();
+    let repo = repo.to_str().unwrap();
+    let evidence = fixture.evidence();
+    let run = create_with(
+        &fixture,
+        &[
+            "--runtime",
+            "/usr/sbin/runc",
+            "--evidence",
+            evidence.to_str().unwrap(),
+        ],
+    );
+    let ran = fixture.agent_workspace(&["exec", &run, "--", "true"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    let observed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join(&run).join("observed.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        observed["probe"]["facts"]["runtime"]["name"], "runc",
+        "{observed}"
+    );
+    assert!(
+        observed["probe"]["facts"]["runtime"]["version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("runc version")),
+        "{observed}"
+    );
+    let destroyed = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(
+        destroyed.status.code(),
+        Some(0),
+        "{}",
+        text(&destroyed.stderr)
+    );
+
+    // A runtime for the namespace backend is bad input, named.
+    let out = fixture.agent_workspace(&["run", "--repo", repo, "--runtime", "runc", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--runtime"),
+        "{}",
+        text(&out.stderr)
+    );
+    // One that is not there, and crun on this hybrid cgroup layout, say why.
+    for (runtime, says) in [("no-such-runtime", "no-such-runtime"), ("crun", "hybrid")] {
+        let out = fixture.agent_workspace(&[
+            "run",
+            "--backend",
+            "container",
+            "--runtime",
+            runtime,
+            "--repo",
+            repo,
+            "--",
+            "true",
+        ]);
+        let said = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{runtime}: {said}");
+        assert!(said.contains(says), "{runtime}: {said}");
+    }
+    assert!(
+        containers(&fixture).is_empty(),
+        "{:?}",
+        containers(&fixture)
+    );
+}

@@ -105,6 +105,11 @@ impl Runtime {
         Ok(runtime)
     }
 
+    /// The runtime's program, as found.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
     /// The runtime's name (`runc`).
     pub fn name(&self) -> &str {
         &self.name

@@ -134,7 +134,7 @@ fn kept_by(
         problems.push("--backend", message);
         ContractError::Invalid { problems }
     };
-    let runner = super::session::runner_on(host, None, backend).map_err(|_| {
+    let runner = super::session::runner_on(host, None, backend, None).map_err(|_| {
         unsupported(format!(
             "the {} backend cannot be set up on this host",
             backend.name()

@@ -41,6 +41,11 @@ pub(crate) struct ContractArgs {
     /// The isolation backend.
     #[arg(long, value_enum, default_value_t = Backend::Namespace)]
     backend: Backend,
+    /// The OCI runtime of `--backend container`: a name on `PATH` or a path
+    /// [default: the first of runc, crun, youki on `PATH`]; recorded, and every
+    /// later command on the run uses it.
+    #[arg(long, value_name = "NAME|PATH")]
+    runtime: Option<String>,
     /// The network policy [default: the contract's, else `deny`].
     #[arg(long, value_enum)]
     network: Option<Network>,
@@ -94,9 +99,20 @@ impl ContractArgs {
         self.backend
     }
 
+    /// The OCI runtime `--runtime` names.
+    pub(crate) fn runtime(&self) -> Option<&str> {
+        self.runtime.as_deref()
+    }
+
     /// The contract these flags ask for: loaded (or the preset), overridden,
     /// its repository and revision checked, validated. Nothing is created.
     pub(crate) fn resolve(&self, objective: &str) -> Result<Contract, BadInput> {
+        if self.runtime.is_some() && self.backend != Backend::Container {
+            return Err(BadInput(
+                "--runtime names the OCI runtime of --backend container; the namespace backend has none"
+                    .into(),
+            ));
+        }
         let mut contract = match &self.contract {
             Some(file) => load_contract(file)?,
             None => Contract::preset(

@@ -31,7 +31,12 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
         Err(bad) => return bad_input(bad),
     };
     block_on(async move {
-        let runner = match runner_on(host, args.evidence, args.contract.backend()) {
+        let runner = match runner_on(
+            host,
+            args.evidence,
+            args.contract.backend(),
+            args.contract.runtime(),
+        ) {
             Ok(runner) => runner,
             Err(code) => return code,
         };

@@ -63,7 +63,12 @@ pub(crate) fn run(args: ProbeArgs, host: &HostArgs) -> ExitCode {
     };
     // A probe runs no command, so there is nothing for the checks to check.
     contract.promotion.required_checks.clear();
-    let runner = match runner_on(host, args.evidence, args.contract.backend()) {
+    let runner = match runner_on(
+        host,
+        args.evidence,
+        args.contract.backend(),
+        args.contract.runtime(),
+    ) {
         Ok(runner) => runner,
         Err(code) => return code,
     };

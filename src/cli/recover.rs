@@ -44,12 +44,12 @@ pub(crate) struct RecoverArgs {
 /// journal could not be used, or the journal directory could not be listed;
 /// 125 when the backend could not be set up.
 pub(crate) fn run(args: &RecoverArgs, host: &HostArgs) -> ExitCode {
-    let runner = match runner_on(host, args.evidence.clone(), Backend::Namespace) {
+    let runner = match runner_on(host, args.evidence.clone(), Backend::Namespace, None) {
         Ok(runner) => runner,
         Err(code) => return code,
     };
     // Without an OCI runtime on this host no container run can exist here.
-    let container = runner_on(host, args.evidence.clone(), Backend::Container).ok();
+    let container = runner_on(host, args.evidence.clone(), Backend::Container, None).ok();
     let json = args.json;
     block_on(async move {
         let hooks = ByBackend::new(&runner, container.as_ref());

@@ -57,7 +57,12 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
     };
     let (json, interactive) = (args.json, args.interactive);
     block_on(async move {
-        let runner = match runner_on(host, args.evidence, args.contract.backend()) {
+        let runner = match runner_on(
+            host,
+            args.evidence,
+            args.contract.backend(),
+            args.contract.runtime(),
+        ) {
             Ok(runner) => runner,
             Err(code) => return code,
         };

@@ -47,6 +47,7 @@ pub(crate) fn runner_on(
     host: &HostArgs,
     evidence: Option<PathBuf>,
     backend: Backend,
+    runtime: Option<&str>,
 ) -> Result<Runner, ExitCode> {
     let dirs = host.dirs();
     let cannot = |e: &dyn std::error::Error| {
@@ -66,7 +67,7 @@ pub(crate) fn runner_on(
         .map_err(|e| cannot(&e))?,
         Backend::Container => agent_workspace::container_stack(
             &host.cgroup_parent,
-            None,
+            runtime,
             &dirs.runtime.join("containers"),
         )
         .map_err(|e| cannot(&e))?,
@@ -155,8 +156,10 @@ where
     } else {
         Backend::Namespace
     };
+    let runtime = backend_container::process::sealed_runtime(&run_dir);
+    let runtime = runtime.as_deref().and_then(|p| p.to_str());
     block_on(async move {
-        match runner_on(host, None, backend) {
+        match runner_on(host, None, backend, runtime) {
             Ok(runner) => body(runner, run_id).await,
             Err(code) => code,
         }

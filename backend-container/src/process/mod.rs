@@ -122,6 +122,13 @@ pub fn sealed_in(run_dir: &Path) -> bool {
     seal::state_file(run_dir).is_file()
 }
 
+/// The runtime program that made the container of the run whose private
+/// directory is `run_dir` (`None` if it recorded none): a later process drives
+/// it with that runtime again.
+pub fn sealed_runtime(run_dir: &Path) -> Option<std::path::PathBuf> {
+    seal::sealed_runtime(run_dir)
+}
+
 /// The Process boundary of the container backend (see the [module docs](self)).
 #[derive(Debug)]
 pub struct ContainerProcess {

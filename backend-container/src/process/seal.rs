@@ -60,6 +60,10 @@ struct SealedState {
     workdir: String,
     cgroups_path: String,
     next_command: u32,
+    /// The runtime program that made the container (later runners drive it
+    /// with the same one).
+    #[serde(default)]
+    runtime: Option<PathBuf>,
 }
 
 /// What [`prepare`] made, for the probe and the evidence.
@@ -178,6 +182,7 @@ pub(crate) fn prepare(
         workdir: mount_plan.workdir.clone(),
         cgroups_path: cgroups_path.clone(),
         next_command: 1,
+        runtime: Some(options.runtime.program().to_path_buf()),
     };
     write_state(&bundle_dir, &state)?;
     // The container's pid 1 keeps the capacity ticket's lock open
@@ -433,6 +438,12 @@ fn run_env(plan: &SealPlan) -> Vec<(String, String)> {
 }
 
 /// Where run `run_dir`'s sealed state is.
+/// The runtime program recorded when the run in `run_dir` was sealed.
+pub(crate) fn sealed_runtime(run_dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read(state_file(run_dir)).ok()?;
+    serde_json::from_slice::<SealedState>(&text).ok()?.runtime
+}
+
 pub(crate) fn state_file(run_dir: &Path) -> PathBuf {
     run_dir.join(BUNDLE_DIR).join(STATE_FILE)
 }
