@@ -14,6 +14,7 @@
 mod support;
 
 use std::net::TcpListener;
+use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::PermissionsExt;
 
 use support::Fixture;
@@ -224,4 +225,81 @@ fn checkout_of(fixture: &Fixture, workspace: &Workspace) -> std::path::PathBuf {
     )
     .unwrap();
     std::path::PathBuf::from(source["workspace"].as_str().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_can_neither_write_the_base_system_nor_see_the_hosts_interfaces_cgroups_homes_or_sockets()
+ {
+    let fixture = Fixture::new("container-attack-host");
+    let runner = runner(&fixture);
+    // A host abstract socket and a host TCP port, both the test's own.
+    let abstract_name = format!("aw-container-attack-{}", std::process::id());
+    let address =
+        std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+    let unix = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+    unix.set_nonblocking(true).unwrap();
+    let held = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let usr_before = std::fs::read_dir("/usr").unwrap().count();
+    let mut workspace = create(&runner, fixture.contract()).await;
+
+    for attack in [
+        "touch /usr/aw-planted",
+        "mkdir /usr/aw-planted-dir",
+        "touch /bin/aw-planted",
+        "touch /sys/kernel/aw-planted",
+        "mkdir /sys/fs/cgroup/aw-planted",
+        "echo $$ > /sys/fs/cgroup/cgroup.procs",
+        "ulimit -Hn 1000000",
+    ] {
+        let (ended, _) = sh(&fixture, &mut workspace, attack).await;
+        assert_ne!(ended.shell_status(), 0, "{attack} succeeded");
+    }
+    // Nothing of the host's networks, cgroups or homes is to be seen.
+    let (ended, out) = sh(
+        &fixture,
+        &mut workspace,
+        "ls /sys/class/net; grep -c : /proc/net/dev; ls /sys/fs/cgroup | wc -l; \
+         ls -A /home; test -e /root/.ssh && echo ssh; true",
+    )
+    .await;
+    assert_eq!(ended.shell_status(), 0, "{ended:?}");
+    // `/home` holds the run's own home (a tmpfs of its own), not the host's homes.
+    assert_eq!(
+        out, "lo\n1\n0\nagent\n",
+        "host interfaces, cgroups or homes seen"
+    );
+    // The host's abstract socket is the host network namespace's.
+    let script = format!(
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0{abstract_name}')\""
+    );
+    let (ended, _) = sh(&fixture, &mut workspace, &script).await;
+    assert_ne!(
+        ended.shell_status(),
+        0,
+        "the host's abstract socket was reached"
+    );
+    assert!(
+        unix.accept().is_err(),
+        "the host's abstract socket saw a connection"
+    );
+    // The port the host holds is free in the container's own network.
+    let script = format!(
+        "python3 -c \"import socket; s = socket.socket(); s.bind(('127.0.0.1', {port})); print('bound')\""
+    );
+    let (ended, out) = sh(&fixture, &mut workspace, &script).await;
+    assert_eq!(
+        (ended.shell_status(), out.trim()),
+        (0, "bound"),
+        "{ended:?}"
+    );
+
+    finish(&fixture, workspace).await;
+    assert!(!std::path::Path::new("/usr/aw-planted").exists());
+    assert_eq!(std::fs::read_dir("/usr").unwrap().count(), usr_before);
+    assert_eq!(
+        held.local_addr().unwrap().port(),
+        port,
+        "the host's port moved"
+    );
 }
