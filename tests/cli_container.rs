@@ -119,6 +119,14 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
         std::net::TcpStream::connect(endpoint).is_err(),
         "the preview endpoint {endpoint} still listens after destroy"
     );
+    // And `ports` no longer names it.
+    let ports = fixture.agent_workspace(&["ports", &run]);
+    assert_eq!(ports.status.code(), Some(2), "{}", text(&ports.stdout));
+    assert!(
+        text(&ports.stderr).contains("has ended"),
+        "{}",
+        text(&ports.stderr)
+    );
     assert!(!fixture.runtime().join("runs").join(&run).exists());
 }
 

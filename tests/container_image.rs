@@ -95,7 +95,9 @@ async fn a_run_on_a_pinned_image_sees_the_image_and_not_the_hosts_base_system() 
         .unwrap();
     assert!(report.cleaned, "{:?}", report.cleanup_errors);
     assert_eq!(report.outcome.commands[0].shell_status(), 0);
-    assert_eq!(observed_image(&fixture, &report.run_id)["reused"], true);
+    let reused = observed_image(&fixture, &report.run_id);
+    assert_eq!(reused["reused"], true);
+    assert_eq!(reused["reference"], image.reference());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,6 +116,8 @@ async fn a_layer_that_is_not_what_its_digest_says_fails_before_anything_runs() {
         .expect_err("a tampered layer must fail the run");
     let text = workspace_core::error_chain(&error);
     let layer = tampered.file_name().unwrap().to_string_lossy();
+    // (A digest already in the cache would run what was verified then; this
+    // host's cache is the fixture's own, so the layout is read now.)
     assert!(
         text.contains(&format!("layer 2 (sha256:{layer})")) && text.contains("hashes to"),
         "{text}"
@@ -138,4 +142,31 @@ async fn a_layer_that_is_not_what_its_digest_says_fails_before_anything_runs() {
     let known = container::runc_knows(&container::state(&fixture));
     assert!(known.is_empty(), "{known:?}");
     fixture.assert_nothing_left(&error.run_id, &[]);
+}
+
+#[test]
+fn a_digest_the_layout_does_not_hold_is_named_and_nothing_is_cached() {
+    let fixture = Fixture::new("container-image-missing");
+    let image = OciImage::build(fixture.base.path());
+    let store = backend_container::image::ImageStore::new(fixture.base.path().join("images"));
+    let absent = "f".repeat(64);
+    let reference = workspace_core::contract::ImageReference::parse(&format!(
+        "oci-layout:{}@sha256:{absent}",
+        image.dir.display()
+    ))
+    .unwrap();
+    let error = store
+        .unpacked(&reference)
+        .expect_err("an absent manifest was unpacked");
+    let text = error.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "the manifest (sha256:{absent}) is not in the image layout"
+        )),
+        "{text}"
+    );
+    let kept: Vec<_> = std::fs::read_dir(store.dir().join("sha256"))
+        .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(kept.is_empty(), "{kept:?}");
 }

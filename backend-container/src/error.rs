@@ -34,7 +34,7 @@ pub enum ContainerError {
         source: oci_spec::OciSpecError,
     },
     /// No OCI runtime was found.
-    #[error("no OCI runtime: {tried} (install runc: Debian package runc)")]
+    #[error("no OCI runtime: {tried} (install one, e.g. runc: Debian package runc)")]
     NoRuntime {
         /// What was looked for, and where.
         tried: String,

@@ -75,7 +75,13 @@ impl Runtime {
             .iter()
             .find_map(|name| on_path(name))
             .ok_or_else(|| ContainerError::NoRuntime {
-                tried: format!("{} on PATH", candidates.join(", ")),
+                tried: match name {
+                    Some(path) if path.contains('/') => {
+                        format!("no executable at {path}")
+                    }
+                    Some(name) => format!("{name} is not on PATH"),
+                    None => format!("none of {} is on PATH", candidates.join(", ")),
+                },
             })?;
         let name = program
             .file_name()

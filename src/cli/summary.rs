@@ -239,7 +239,7 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
     let run = &error.run_id;
     match error.kind.as_ref() {
         // Asking an ended run for more is bad input, not a failure of the run.
-        RunErrorKind::NotSuspended { state } => {
+        RunErrorKind::NotSuspended { state } | RunErrorKind::Ended { state } => {
             let next = if *state == StateName::Cleaned {
                 "there is nothing left to do with it"
             } else {

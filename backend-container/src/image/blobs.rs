@@ -59,7 +59,23 @@ impl Layout {
         }
         let hex = digest.digest();
         let path = self.dir.join("blobs/sha256").join(hex);
-        let mut file = File::open(&path).map_err(ImageError::io("opening a blob", &path))?;
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ImageError::MissingBlob {
+                    blob: blob.to_owned(),
+                    digest: digest.to_string(),
+                    layout: self.dir.clone(),
+                });
+            }
+            Err(source) => {
+                return Err(ImageError::Io {
+                    step: "opening a blob",
+                    path,
+                    source,
+                });
+            }
+        };
         let (actual, bytes) = sha256_of(&mut file, &path)?;
         if let Some(expected) = size
             && expected != bytes

@@ -32,6 +32,16 @@ pub enum ImageError {
         #[source]
         source: std::io::Error,
     },
+    /// A blob the image names is not in the layout.
+    #[error("{blob} ({digest}) is not in the image layout {} (no blobs/sha256/ file of that digest)", layout.display())]
+    MissingBlob {
+        /// Which blob.
+        blob: String,
+        /// Its digest.
+        digest: String,
+        /// The layout directory.
+        layout: PathBuf,
+    },
     /// A blob's content is not what its digest says.
     #[error("{blob}: its content hashes to sha256:{actual}, not {expected}")]
     DigestMismatch {

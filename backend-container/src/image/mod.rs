@@ -8,7 +8,11 @@
 //! entry reaches out of it). The result is renamed into a cache directory per
 //! manifest digest, owner-only, so each image is unpacked once per host and
 //! every later run reuses it; a run binds its directories read-only as its
-//! base system instead of the host's.
+//! base system instead of the host's. The cache is content-addressed: an
+//! image found there is used as is, without reading the layout again, since
+//! its digest names exactly the content verified when it was unpacked
+//! ([`UnpackedImage::reused`]).
+//! A layout changed or removed since does not change what the digest runs.
 //!
 //! Understood: image manifests (not indexes: the digest pins one platform),
 //! layers as tar or gzip-compressed tar (OCI and Docker media types). Refused,

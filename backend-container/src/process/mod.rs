@@ -327,9 +327,15 @@ impl ProcessBoundary for ContainerProcess {
             serde_json::json!({ "changed": prepared.handed_over }),
         );
         if let Some(image) = &prepared.image {
+            // The record is of the unpacking (its reference the one it was
+            // unpacked for); the reference is this run's.
             observed.facts.insert(
                 "image".into(),
-                serde_json::json!({ "record": image.record, "reused": image.reused }),
+                serde_json::json!({
+                    "reference": run.contract.environment.runtime.image,
+                    "record": image.record,
+                    "reused": image.reused,
+                }),
             );
         }
         let live = Arc::new(prepared.live);

@@ -254,7 +254,7 @@ impl ProcessCapabilities {
                 problems,
                 "environment.runtime.image",
                 backend,
-                "a pinned image (it runs the host's base system)",
+                "a pinned image (it runs the host's base system; `--backend container` runs images)",
             );
         }
         if self.service_templates {
@@ -391,7 +391,7 @@ mod tests {
         host.check_environment("namespace", &environment, &mut problems);
         assert_eq!(
             problems.to_string(),
-            "environment.runtime.image: namespace cannot enforce a pinned image (it runs the host's base system)"
+            "environment.runtime.image: namespace cannot enforce a pinned image (it runs the host's base system; `--backend container` runs images)"
         );
         host.images = true;
         let mut problems = Problems::new();

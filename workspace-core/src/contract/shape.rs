@@ -32,6 +32,19 @@ pub enum TaskShape {
     HighConsequenceChange,
 }
 
+impl std::fmt::Display for TaskShape {
+    /// The name a contract spells it with (`narrow-fix`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ReadOnlyOrientation => "read-only-orientation",
+            Self::NarrowFix => "narrow-fix",
+            Self::ParallelChanges => "parallel-changes",
+            Self::IntegrationInvestigation => "integration-investigation",
+            Self::HighConsequenceChange => "high-consequence-change",
+        })
+    }
+}
+
 impl TaskShape {
     /// All shapes, in order of increasing consequence.
     pub const ALL: [TaskShape; 5] = [
@@ -139,7 +152,7 @@ impl Contract {
                 if self.filesystem.writable.is_empty() {
                     problems.push(
                         "filesystem.writable",
-                        format!("{shape:?} needs at least one writable path"),
+                        format!("shape {shape} needs at least one writable path (e.g. writable = [\".\"])"),
                     );
                 }
             }
@@ -185,6 +198,19 @@ impl Contract {
                     "a high-consequence change allows no read-write host mounts",
                 );
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::TaskShape;
+
+    #[test]
+    fn a_shape_is_shown_as_a_contract_spells_it() {
+        for shape in TaskShape::ALL {
+            let spelled = serde_json::to_string(&shape).unwrap_or_default();
+            assert_eq!(format!("\"{shape}\""), spelled);
         }
     }
 }

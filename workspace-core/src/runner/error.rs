@@ -73,6 +73,12 @@ pub enum RunErrorKind {
         #[source]
         source: std::io::Error,
     },
+    /// The run has ended: nothing of it is live any more.
+    #[error("the run has ended ({state})")]
+    Ended {
+        /// Its state.
+        state: crate::lifecycle::StateName,
+    },
     /// The run is neither suspended nor detached, so it cannot be resumed.
     #[error("the run is {state}, not suspended or detached")]
     NotSuspended {

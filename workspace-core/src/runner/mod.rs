@@ -79,6 +79,7 @@ use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
 use crate::capacity::{AdmissionControl, Capacity};
 use crate::contract::{CleanupOwner, Contract};
 use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
+use crate::lifecycle::StateName;
 use crate::lifecycle::{Lifecycle, Timeouts, TransitionObserver};
 use crate::recovery::{RecoveryError, RecoveryReport, recover};
 
@@ -345,6 +346,22 @@ impl Runner {
     pub fn previews(&self, run_id: &RunId) -> Result<Vec<PreviewEndpoint>, RunError> {
         let config = &self.inner.config;
         let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
+        // An ended run's endpoints were closed with it: its record is history.
+        let read = crate::journal::read::<crate::lifecycle::Transition>(&paths.journal);
+        if let Some(state) = read
+            .ok()
+            .and_then(|read| read.records.last().map(|r| r.event.to.name()))
+            && matches!(
+                state,
+                StateName::Exporting
+                    | StateName::Exported
+                    | StateName::CleaningUp
+                    | StateName::Cleaned
+                    | StateName::Failed
+            )
+        {
+            return Err(RunError::refused(run_id, RunErrorKind::Ended { state }));
+        }
         paths
             .previews()
             .map_err(|kind| RunError::refused(run_id, kind))
