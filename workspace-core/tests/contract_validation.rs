@@ -609,3 +609,31 @@ fn the_json_schema_describes_every_section() {
     }
     assert_eq!(schema["additionalProperties"], serde_json::json!(false));
 }
+
+#[test]
+fn every_missing_required_field_and_every_other_mistake_are_one_report() {
+    // No objective, no shape, a service without its command, and a wrong type
+    // elsewhere: all four in one report, not one per attempt.
+    let text = "[source]\nrepo = \".\"\nrevision = \"HEAD\"\n\
+                [process]\nports = \"8000\"\n\
+                [[environment.services]]\nname = \"db\"\nhealth = { tcp = 5432 }\n";
+    let err = Contract::from_toml(text).expect_err("four mistakes");
+    let problems: Vec<String> = err
+        .problems()
+        .unwrap()
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    let all = problems.join("\n");
+    for expected in [
+        "missing field `objective`",
+        "missing field `shape`",
+        "missing field `command`",
+        "process.ports",
+    ] {
+        assert!(all.contains(expected), "{expected} not reported:\n{all}");
+    }
+    // A stand-in is never a contract: the fields it filled are not checked
+    // as if they had been written (no "objective is empty").
+    assert!(!all.contains("is empty"), "{all}");
+}
