@@ -177,6 +177,13 @@ async fn a_fork_bomb_and_a_memory_bomb_stop_at_the_containers_limits() {
         (0, "8388608"),
         "{ended:?}"
     );
+    // What it used, read from its own cgroup.
+    let peak = ended.exit.usage.peak_memory_bytes.unwrap_or(0);
+    assert!(
+        (8 << 20..64 << 20).contains(&peak),
+        "peak memory {peak}: {ended:?}"
+    );
+    assert!(ended.exit.usage.cpu_time_us.unwrap_or(0) > 0, "{ended:?}");
 
     let bomb = "python3 -c \"b = b'x' * (300 << 20); print('allocated')\"";
     let (ended, out) = sh(&fixture, &mut workspace, bomb).await;

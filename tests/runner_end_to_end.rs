@@ -9,8 +9,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{
-    Fixture, HELLO, assert_has_files, assert_intact, git, journal_states, list_tree, marker,
-    read_json, read_outcome, shell, wait_for_process,
+    Fixture, HELLO, assert_has_files, assert_intact, command, git, journal_states, list_tree,
+    marker, read_json, read_outcome, shell, wait_for_process,
 };
 use tokio_util::sync::CancellationToken;
 use workspace_core::boundary::{BoundaryKind, KillCause};
@@ -761,4 +761,36 @@ async fn a_standalone_checkout_leaves_what_gitignore_ignores_out_of_its_patch() 
     assert_eq!(report.outcome.changed_paths, 1);
     let changes = read_json(&report.evidence, "changes.json");
     assert_eq!(support::ignored_paths(&changes), ["a.log"], "{changes}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_command_used_is_read_from_its_cgroup_into_the_evidence() {
+    let fx = Fixture::new("usage");
+    // 32 MiB held at once, and some CPU.
+    let script = "b = b'x' * (32 << 20); sum(range(3 * 10**6))";
+    let report = fx
+        .runner()
+        .run(
+            fx.contract(),
+            &command(&["python3", "-c", script], None),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(report.evidence.join("commands/0001/command.json")).unwrap(),
+    )
+    .unwrap();
+    let usage = &record["usage"];
+    let peak = usage["peak_memory_bytes"].as_u64().unwrap_or(0);
+    assert!(peak >= 32 << 20, "peak memory {peak}: {record}");
+    assert!(peak < 1 << 30, "peak memory {peak}: {record}");
+    assert!(usage["cpu_time_us"].as_u64().unwrap_or(0) > 0, "{record}");
+    // The outcome carries the same figures.
+    assert_eq!(
+        report.outcome.commands[0].exit.usage.peak_memory_bytes,
+        Some(peak)
+    );
 }

@@ -135,6 +135,15 @@ impl CommandCgroup {
         pids_below(&self.dirs)
     }
 
+    /// What its processes used so far, as its counters show.
+    pub(crate) fn usage(&self) -> workspace_core::evidence::ResourceUsage {
+        workspace_core::evidence::ResourceUsage::from_cgroup_files(|name| {
+            self.dirs
+                .iter()
+                .find_map(|d| std::fs::read_to_string(d.join(name)).ok())
+        })
+    }
+
     /// Moves host process `pid` (all its threads) into it, in every hierarchy.
     pub(crate) fn add(&self, pid: u32) -> Result<(), ContainerError> {
         for dir in &self.dirs {

@@ -447,6 +447,8 @@ impl ContainerExecution {
             status,
             killed,
             forks_refused: self.forks.since_start(),
+            // Read while the command's cgroup still exists: its whole tree's.
+            usage: self.cgroup.usage(),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use workspace_core::RunId;
 use workspace_core::boundary::ResolvedLimits;
+use workspace_core::evidence::ResourceUsage;
 
 use super::kill_method::KillMethod;
 use super::limits::{self, AppliedLimits};
@@ -322,6 +323,17 @@ impl RunCgroup {
                     Hierarchy::V2 => "memory.events",
                 })
             })
+    }
+
+    /// What the group's processes used so far (its peak memory, CPU time and
+    /// peak process count, as far as this host's cgroups keep them), read from
+    /// whichever of its directories has each counter.
+    pub fn usage(&self) -> ResourceUsage {
+        ResourceUsage::from_cgroup_files(|name| {
+            self.dirs
+                .iter()
+                .find_map(|d| std::fs::read_to_string(d.path.join(name)).ok())
+        })
     }
 
     /// The pids controller's events file (`pids.events`, both layouts): how

@@ -288,6 +288,8 @@ impl Execution for NamespaceExecution {
             status,
             killed,
             forks_refused,
+            // Read while the command's cgroup still exists: its whole tree's.
+            usage: self.tree.usage(),
         };
         tracing::debug!(run_id = %self.run_id, ?exit, "command ended");
         self.exit = Some(exit.clone());

@@ -316,6 +316,13 @@ pub struct ExitRecord {
     /// (a fork bomb, or a build wider than the limit): why it may have failed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub forks_refused: u64,
+    /// What its tree used, read from its cgroup when it ended (nothing where
+    /// the backend counts nothing).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::evidence::ResourceUsage::is_empty"
+    )]
+    pub usage: crate::evidence::ResourceUsage,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -329,6 +336,7 @@ impl ExitRecord {
             status,
             killed: None,
             forks_refused: 0,
+            usage: crate::evidence::ResourceUsage::default(),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::EvidenceError;
+use super::ResourceUsage;
 use super::atomic::{to_pretty_json, write_atomic};
 
 /// The name of the record inside a command directory.
@@ -64,15 +65,19 @@ pub struct CommandEnd {
     /// Why it ended abnormally, if known (e.g. "timed out after 600 s", "spawn
     /// failed: No such file or directory").
     pub cause: Option<String>,
+    /// What its tree used, as its cgroup counted it.
+    pub usage: ResourceUsage,
 }
 
 impl CommandEnd {
-    /// An end record stamped with the current time and no cause.
+    /// An end record stamped with the current time, no cause and nothing
+    /// counted.
     pub fn now(exit: ExitStatusRecord) -> Self {
         Self {
             exit,
             finished_unix_ms: unix_ms_now(),
             cause: None,
+            usage: ResourceUsage::default(),
         }
     }
 }
@@ -141,6 +146,9 @@ pub struct CommandRecord {
     pub stdout_bytes: Option<u64>,
     /// Size of the captured stderr, once finished.
     pub stderr_bytes: Option<u64>,
+    /// What its tree used, once finished (what its cgroup counted).
+    #[serde(default, skip_serializing_if = "ResourceUsage::is_empty")]
+    pub usage: ResourceUsage,
 }
 
 /// Records one command into its own directory `commands/NNNN/`.
@@ -190,6 +198,7 @@ impl CommandRecorder {
             cause: None,
             stdout_bytes: None,
             stderr_bytes: None,
+            usage: ResourceUsage::default(),
         };
         write_record(&dir, &record)?;
         let stdout = create_output(&dir.join(STDOUT_FILE))?;
@@ -256,6 +265,7 @@ impl CommandRecorder {
         self.record.exit = end.exit;
         self.record.finished_unix_ms = Some(end.finished_unix_ms);
         self.record.cause = end.cause;
+        self.record.usage = end.usage;
         self.close_and_write()?;
         Ok(self.record.clone())
     }

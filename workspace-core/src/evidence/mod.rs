@@ -82,6 +82,7 @@ mod error;
 mod fingerprint;
 mod layout;
 mod manifest;
+mod usage;
 mod verify;
 mod writer;
 
@@ -96,6 +97,7 @@ pub use error::EvidenceError;
 pub use fingerprint::{FINGERPRINT_KEY_FILE, FingerprintKey, FingerprintKeyError};
 pub use layout::{COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 pub use manifest::{Manifest, ManifestEntry};
+pub use usage::ResourceUsage;
 pub use verify::{Tamper, VerifyReport, verify};
 pub use writer::EvidenceWriter;
 

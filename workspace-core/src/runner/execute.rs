@@ -228,6 +228,7 @@ pub(super) async fn execute(
     causes.extend(output_errors);
     let end = CommandEnd {
         cause: (!causes.is_empty()).then(|| causes.join("; ")),
+        usage: exit.usage,
         ..CommandEnd::now(exit.status)
     };
     recorder.finish(end)?;

@@ -29,6 +29,7 @@ pub(super) fn end(exit: ExitStatusRecord) -> CommandEnd {
         exit,
         finished_unix_ms: 2_000,
         cause: None,
+        usage: Default::default(),
     }
 }
 
