@@ -788,9 +788,16 @@ async fn what_a_command_used_is_read_from_its_cgroup_into_the_evidence() {
     assert!(peak >= 32 << 20, "peak memory {peak}: {record}");
     assert!(peak < 1 << 30, "peak memory {peak}: {record}");
     assert!(usage["cpu_time_us"].as_u64().unwrap_or(0) > 0, "{record}");
-    // The outcome carries the same figures.
+    // The outcome carries the same figures, and the whole workspace's: at
+    // least what its one command used.
     assert_eq!(
         report.outcome.commands[0].exit.usage.peak_memory_bytes,
         Some(peak)
+    );
+    let whole = report.outcome.usage;
+    assert!(whole.peak_memory_bytes.unwrap_or(0) >= peak, "{whole:?}");
+    assert!(
+        whole.cpu_time_us.unwrap_or(0) >= usage["cpu_time_us"].as_u64().unwrap_or(0),
+        "{whole:?}"
     );
 }

@@ -282,6 +282,7 @@ impl ChildRun {
             late_output: Vec::new(),
             stopped: 0,
             leaks: Some(LeakReport::default()),
+            usage: Default::default(),
             patch_sha256: Some(patch.patch_sha256.clone()),
             changed_paths: patch.changes.len(),
             changed_after_checks: Vec::new(),

@@ -112,6 +112,11 @@ impl ContainerCgroups {
         pids_below(&self.dirs)
     }
 
+    /// What the whole container used so far, as its counters show.
+    pub(crate) fn usage(&self) -> workspace_core::evidence::ResourceUsage {
+        usage_of(&self.dirs)
+    }
+
     /// Removes every command sub-cgroup (the runtime removes its own
     /// directories at delete, and refuses while one is left below them).
     pub(crate) fn remove_children(&self) -> Vec<ContainerError> {
@@ -137,11 +142,7 @@ impl CommandCgroup {
 
     /// What its processes used so far, as its counters show.
     pub(crate) fn usage(&self) -> workspace_core::evidence::ResourceUsage {
-        workspace_core::evidence::ResourceUsage::from_cgroup_files(|name| {
-            self.dirs
-                .iter()
-                .find_map(|d| std::fs::read_to_string(d.join(name)).ok())
-        })
+        usage_of(&self.dirs)
     }
 
     /// Moves host process `pid` (all its threads) into it, in every hierarchy.
@@ -240,6 +241,14 @@ fn hierarchies() -> Vec<PathBuf> {
         .collect();
     dirs.sort();
     dirs
+}
+
+/// The usage the counters of a group's directories (one per hierarchy) show.
+fn usage_of(dirs: &[PathBuf]) -> workspace_core::evidence::ResourceUsage {
+    workspace_core::evidence::ResourceUsage::from_cgroup_files(|name| {
+        dirs.iter()
+            .find_map(|d| std::fs::read_to_string(d.join(name)).ok())
+    })
 }
 
 /// Every pid listed in `dirs` and the groups below them, sorted, once each.

@@ -423,6 +423,13 @@ impl ProcessBoundary for ContainerProcess {
         Ok(Box::new(execution))
     }
 
+    fn usage(&self, run: &RunContext) -> workspace_core::evidence::ResourceUsage {
+        // The container's cgroup: its counters hold every command's too.
+        self.live(&run.run_id)
+            .map(|live| live.cgroups.usage())
+            .unwrap_or_default()
+    }
+
     async fn teardown(&self, run: &RunContext) -> Result<LeakReport, BoundaryError> {
         const OP: &str = "teardown";
         self.runs().remove(&run.run_id);

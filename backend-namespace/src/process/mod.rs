@@ -369,6 +369,15 @@ impl ProcessBoundary for NamespaceProcess {
             .map_err(|e| e.into_boundary(OP))
     }
 
+    fn usage(&self, run: &RunContext) -> workspace_core::evidence::ResourceUsage {
+        // The run's own cgroup: its counters are hierarchical, so they hold
+        // every command's, service's and background process's.
+        self.runs()
+            .get(&run.run_id)
+            .map(|sealed| sealed.cgroup.usage())
+            .unwrap_or_default()
+    }
+
     async fn teardown(&self, run: &RunContext) -> Result<LeakReport, BoundaryError> {
         const OP: &str = "teardown";
         let sealed = self.runs().remove(&run.run_id);

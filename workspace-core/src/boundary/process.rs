@@ -52,6 +52,14 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
     /// what the boundary set up; then reports anything that survived.
     async fn teardown(&self, run: &RunContext) -> Result<LeakReport, BoundaryError>;
 
+    /// What the whole run used so far (every process it ever had: its
+    /// commands, services and what they left running), as the boundary counts
+    /// it; asked once more before teardown. The default counts nothing.
+    fn usage(&self, run: &RunContext) -> crate::evidence::ResourceUsage {
+        let _ = run;
+        crate::evidence::ResourceUsage::default()
+    }
+
     /// Asks every process of the run but the sandbox itself to stop (`SIGTERM`:
     /// services, what commands left running), gives them `grace` to end, then
     /// kills what is left; the sandbox stays until [`teardown`](Self::teardown).

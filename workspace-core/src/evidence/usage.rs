@@ -15,8 +15,8 @@ pub struct ResourceUsage {
     /// `usage_usec`, v1 `cpuacct.usage`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_time_us: Option<u64>,
-    /// The most processes the tree had at once (v2 `pids.peak`; v1 keeps no
-    /// such mark).
+    /// The most processes the tree had at once (`pids.peak`, where the
+    /// kernel keeps it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_pids: Option<u64>,
 }
@@ -68,7 +68,8 @@ mod tests {
                 peak_pids: Some(7),
             }
         );
-        // v1: cpu.stat has no usage_usec; cpuacct counts nanoseconds; no pids peak.
+        // v1: cpu.stat has no usage_usec; cpuacct counts nanoseconds; an older
+        // kernel keeps no pids peak.
         let v1 = |name: &str| match name {
             "memory.max_usage_in_bytes" => Some("4096\n".to_owned()),
             "cpu.stat" => Some("nr_periods 0\nnr_throttled 0\n".to_owned()),

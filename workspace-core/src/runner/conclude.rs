@@ -10,6 +10,7 @@ use super::services::Services;
 use super::state_files::remove_private_state;
 use super::{RunError, Workspace};
 use crate::boundary::{ApprovalRecord, LeakReport};
+use crate::evidence::ResourceUsage;
 use crate::evidence::{EvidenceFile, unix_ms_now};
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
 
@@ -111,6 +112,12 @@ impl Workspace {
                 crate::error_chain(&e)
             ));
         }
+        // Read while everything of the run still exists.
+        let usage = if self.sealing {
+            stack.process.usage(&self.run)
+        } else {
+            ResourceUsage::default()
+        };
         let leaks = if self.sealing {
             match stack.process.teardown(&self.run).await {
                 Ok(report) => Some(report),
@@ -139,6 +146,7 @@ impl Workspace {
             late_output,
             stopped: stopped_at_drain + leaks.as_ref().map_or(0, |leaks| leaks.stopped),
             leaks: leaks.clone(),
+            usage,
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::RunId;
 use crate::boundary::{ExitRecord, KillCause, LeakReport};
-use crate::evidence::ExitStatusRecord;
+use crate::evidence::{ExitStatusRecord, ResourceUsage};
 use crate::lifecycle::{FailureCause, StateName};
 
 fn is_zero(n: &u32) -> bool {
@@ -88,6 +88,10 @@ pub struct Outcome {
     /// What the process boundary's teardown found still alive (empty when clean),
     /// or `None` when teardown itself failed (see `errors`).
     pub leaks: Option<LeakReport>,
+    /// What the whole workspace used, as its boundary counted it just before
+    /// teardown (every command, service and what they left running).
+    #[serde(default, skip_serializing_if = "ResourceUsage::is_empty")]
+    pub usage: ResourceUsage,
     /// The digest of `diff.patch`, when a patch was exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patch_sha256: Option<String>,

@@ -113,6 +113,7 @@ impl RecoveryHooks for StackRecovery {
             late_output: Vec::new(),
             stopped: 0,
             leaks: None,
+            usage: Default::default(),
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),
