@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use clap::Args;
@@ -48,11 +48,18 @@ pub(crate) fn run(args: &RecoverArgs, host: &HostArgs) -> ExitCode {
         Ok(runner) => runner,
         Err(code) => return code,
     };
-    // Without an OCI runtime on this host no container run can exist here.
-    let container = runner_on(host, args.evidence.clone(), Backend::Container, None).ok();
     let json = args.json;
+    let evidence = args.evidence.clone();
+    // Each container run with the runtime it recorded (the first on `PATH` for
+    // one that recorded none); without that runtime here, the run is left to
+    // the namespace stack's recovery, which reports what it cannot end.
+    let containers = move |runtime: Option<&str>| {
+        runner_on(host, evidence.clone(), Backend::Container, runtime)
+            .ok()
+            .map(|runner| StackRecovery::new(runner.stack().clone(), runner.config().clone()))
+    };
     block_on(async move {
-        let hooks = ByBackend::new(&runner, container.as_ref());
+        let hooks = ByBackend::new(&runner, containers);
         let config = runner.config();
         match recover(&config.runtime_dir, &hooks, config.timeouts).await {
             Ok(report) => print_report(&report, json),
@@ -68,44 +75,57 @@ pub(crate) fn run(args: &RecoverArgs, host: &HostArgs) -> ExitCode {
 }
 
 /// Recovery with the stack of the backend that sealed each run, chosen when
-/// the run is first met (its reaping removes what showed it).
-struct ByBackend {
-    namespace: StackRecovery,
-    container: Option<StackRecovery>,
+/// the run is first met (its reaping removes what showed it); a container run
+/// with a stack of the runtime it recorded, made once per runtime.
+struct ByBackend<F> {
+    namespace: Arc<StackRecovery>,
+    containers: F,
+    by_runtime: Mutex<HashMap<Option<PathBuf>, Option<Arc<StackRecovery>>>>,
     runtime_dir: PathBuf,
-    chosen: Mutex<HashMap<RunId, bool>>,
+    chosen: Mutex<HashMap<RunId, Arc<StackRecovery>>>,
 }
 
-impl ByBackend {
-    fn new(namespace: &Runner, container: Option<&Runner>) -> Self {
-        let hooks =
-            |runner: &Runner| StackRecovery::new(runner.stack().clone(), runner.config().clone());
+impl<F: Fn(Option<&str>) -> Option<StackRecovery>> ByBackend<F> {
+    fn new(namespace: &Runner, containers: F) -> Self {
         Self {
-            namespace: hooks(namespace),
-            container: container.map(hooks),
+            namespace: Arc::new(StackRecovery::new(
+                namespace.stack().clone(),
+                namespace.config().clone(),
+            )),
+            containers,
+            by_runtime: Mutex::new(HashMap::new()),
             runtime_dir: namespace.config().runtime_dir.clone(),
             chosen: Mutex::new(HashMap::new()),
         }
     }
 
-    fn hooks(&self, run: &LostRun) -> &StackRecovery {
+    fn hooks(&self, run: &LostRun) -> Arc<StackRecovery> {
         let mut chosen = self
             .chosen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let container = *chosen.entry(run.run_id.clone()).or_insert_with(|| {
+        let hooks = chosen.entry(run.run_id.clone()).or_insert_with(|| {
             let run_dir = RunPaths::new(&self.runtime_dir, &self.runtime_dir, &run.run_id).run_dir;
-            backend_container::process::sealed_in(&run_dir)
+            if !backend_container::process::sealed_in(&run_dir) {
+                return Arc::clone(&self.namespace);
+            }
+            let runtime = backend_container::process::sealed_runtime(&run_dir);
+            let mut by_runtime = self
+                .by_runtime
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let made = by_runtime.entry(runtime.clone()).or_insert_with(|| {
+                let name = runtime.as_deref().and_then(|p| p.to_str());
+                (self.containers)(name).map(Arc::new)
+            });
+            made.clone().unwrap_or_else(|| Arc::clone(&self.namespace))
         });
-        match (&self.container, container) {
-            (Some(hooks), true) => hooks,
-            _ => &self.namespace,
-        }
+        Arc::clone(hooks)
     }
 }
 
 #[async_trait]
-impl RecoveryHooks for ByBackend {
+impl<F: Fn(Option<&str>) -> Option<StackRecovery> + Send + Sync> RecoveryHooks for ByBackend<F> {
     async fn reap(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
         self.hooks(run).reap(run).await
     }
