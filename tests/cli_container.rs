@@ -191,7 +191,8 @@ fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
 #[test]
 fn conformance_passes_on_the_container_backend_and_contract_check_names_what_it_cannot_keep() {
     let fixture = CliFixture::new("container-kit");
-    let out = fixture.agent_workspace(&["conformance", "--backend", "container"]);
+    let out =
+        fixture.agent_workspace(&["conformance", "--backend", "container", "--runtime", "runc"]);
     let stderr = text(&out.stderr);
     assert_eq!(
         out.status.code(),
@@ -202,6 +203,15 @@ fn conformance_passes_on_the_container_backend_and_contract_check_names_what_it_
     assert!(
         stderr.contains("conformance of the container backend: 10 passed, 0 failed, 0 unsupported"),
         "{stderr}"
+    );
+
+    // A runtime for a stack without one is bad input.
+    let out = fixture.agent_workspace(&["conformance", "--runtime", "runc"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--runtime"),
+        "{}",
+        text(&out.stderr)
     );
 
     // Preview ports are kept (a forwarder publishes them); service templates,

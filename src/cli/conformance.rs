@@ -13,7 +13,8 @@ use super::session::block_on;
 pub(crate) enum KitBackend {
     /// The embedded default: Linux namespaces, cgroups and seccomp.
     Namespace,
-    /// One OCI container per workspace, through the first runtime on `PATH`.
+    /// One OCI container per workspace, through `--runtime` (else the first
+    /// runtime on `PATH`).
     Container,
     /// No isolation at all, a reference the kit must fail (never run agents on
     /// it); also `host`.
@@ -26,6 +27,9 @@ pub(crate) struct ConformanceArgs {
     /// The backend to test.
     #[arg(long, value_enum, default_value_t = KitBackend::Namespace)]
     backend: KitBackend,
+    /// The OCI runtime of `--backend container`: a name on `PATH` or a path.
+    #[arg(long, value_name = "NAME|PATH")]
+    runtime: Option<String>,
     /// Print the results as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -35,6 +39,17 @@ pub(crate) struct ConformanceArgs {
 /// system's temporary directory, in cgroups of its own), prints one line per
 /// case (or JSON), and exits 0 only when none failed.
 pub(crate) fn run(args: &ConformanceArgs, host: &HostArgs) -> ExitCode {
+    if args.runtime.is_some() && args.backend != KitBackend::Container {
+        eprintln!(
+            "agent-workspace: --runtime names the OCI runtime of --backend container; the {} stack has none",
+            if args.backend == KitBackend::Namespace {
+                "namespace"
+            } else {
+                "danger-host"
+            }
+        );
+        return ExitCode::from(super::EXIT_BAD_INPUT);
+    }
     let parent = format!("{}-conformance-{}", host.cgroup_parent, std::process::id());
     let kit = match args.backend {
         KitBackend::Namespace => {
@@ -45,10 +60,14 @@ pub(crate) fn run(args: &ConformanceArgs, host: &HostArgs) -> ExitCode {
             })
         }
         KitBackend::Container => {
-            let parent = parent.clone();
+            let (parent, runtime) = (parent.clone(), args.runtime.clone());
             Kit::new(move |scratch| {
-                agent_workspace::container_stack(&parent, None, &scratch.join("containers"))
-                    .map_err(|e| workspace_core::error_chain(&e))
+                agent_workspace::container_stack(
+                    &parent,
+                    runtime.as_deref(),
+                    &scratch.join("containers"),
+                )
+                .map_err(|e| workspace_core::error_chain(&e))
             })
         }
         KitBackend::DangerHost => Kit::new(|_| Ok(agent_workspace::danger_no_isolation_stack())),
