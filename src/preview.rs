@@ -166,6 +166,8 @@ async fn forward_all(
         accepting.spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
+                    // Out of descriptors, say: a pause, not a spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     continue;
                 };
                 let connect = connect.clone();

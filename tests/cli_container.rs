@@ -38,6 +38,17 @@ fn containers(fixture: &CliFixture) -> Vec<String> {
     text(&out.stdout).lines().map(str::to_owned).collect()
 }
 
+/// `destroy RUN`, which must succeed.
+fn destroy(fixture: &CliFixture, run: &str) {
+    let destroyed = fixture.agent_workspace(&["destroy", run]);
+    assert_eq!(
+        destroyed.status.code(),
+        Some(0),
+        "{}",
+        text(&destroyed.stderr)
+    );
+}
+
 fn create(fixture: &CliFixture) -> String {
     create_with(fixture, &[])
 }
@@ -102,13 +113,7 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
         answer.starts_with("HTTP/1.0 200") && answer.ends_with(support::HELLO),
         "{answer}"
     );
-    let destroyed = fixture.agent_workspace(&["destroy", &run]);
-    assert_eq!(
-        destroyed.status.code(),
-        Some(0),
-        "{}",
-        text(&destroyed.stderr)
-    );
+    destroy(&fixture, &run);
     assert!(
         containers(&fixture).is_empty(),
         "{:?}",
@@ -277,13 +282,7 @@ fn the_runtime_is_chosen_by_flag_recorded_and_refused_where_it_cannot_run() {
             .is_some_and(|v| v.starts_with("runc version")),
         "{observed}"
     );
-    let destroyed = fixture.agent_workspace(&["destroy", &run]);
-    assert_eq!(
-        destroyed.status.code(),
-        Some(0),
-        "{}",
-        text(&destroyed.stderr)
-    );
+    destroy(&fixture, &run);
 
     // A runtime for the namespace backend is bad input, named.
     let out = fixture.agent_workspace(&["run", "--repo", repo, "--runtime", "runc", "--", "true"]);

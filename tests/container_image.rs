@@ -79,6 +79,16 @@ async fn a_run_on_a_pinned_image_sees_the_image_and_not_the_hosts_base_system() 
     assert_eq!(recorded["record"]["layers"].as_array().unwrap().len(), 2);
     assert_eq!(recorded["record"]["platform"], "linux/amd64");
     assert_eq!(recorded["reused"], false);
+    // The unpacked image (set-user-id bits gone, but a host copy all the same)
+    // is out of every other host user's reach.
+    use std::os::unix::fs::PermissionsExt;
+    let cache = fixture.base.path().join("images/sha256");
+    let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "the image cache is open to others: {mode:o}"
+    );
     let report = workspace.finish().await.unwrap();
     assert!(report.cleaned, "{:?}", report.cleanup_errors);
     fixture.assert_nothing_left(&run_id, &[]);

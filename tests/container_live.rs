@@ -292,6 +292,27 @@ async fn a_port_of_the_container_answers_at_its_preview_endpoint_until_the_works
         }
     };
     assert!(answer.ends_with("preview-content\n"), "{answer}");
+    // The forwarder holds no privilege of the host's: it runs as the run's
+    // unprivileged host user, with no capability.
+    let forwarder = forwarder_of(run_id.as_str()).expect("the run's preview forwarder");
+    let status = std::fs::read_to_string(format!("/proc/{forwarder}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        field("Uid:")
+            .iter()
+            .chain(&field("Gid:"))
+            .all(|id| id != "0"),
+        "{status}"
+    );
+    assert_eq!(field("CapEff:"), ["0000000000000000"], "{status}");
 
     let report = workspace.finish().await.unwrap();
     assert!(report.cleaned, "{:?}", report.cleanup_errors);
@@ -301,4 +322,18 @@ async fn a_port_of_the_container_answers_at_its_preview_endpoint_until_the_works
     );
     fixture.assert_nothing_left(&run_id, &[&server]);
     assert!(wait_until_gone(&server, std::time::Duration::from_secs(5)).is_empty());
+}
+
+/// The host pid of the preview forwarder of run `run_id` (its configuration
+/// lies in the run's bundle, which its command line names).
+fn forwarder_of(run_id: &str) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            (cmdline.contains("preview-forward") && cmdline.contains(run_id)).then_some(pid)
+        })
 }

@@ -617,14 +617,7 @@ fn every_missing_required_field_and_every_other_mistake_are_one_report() {
     let text = "[source]\nrepo = \".\"\nrevision = \"HEAD\"\n\
                 [process]\nports = \"8000\"\n\
                 [[environment.services]]\nname = \"db\"\nhealth = { tcp = 5432 }\n";
-    let err = Contract::from_toml(text).expect_err("four mistakes");
-    let problems: Vec<String> = err
-        .problems()
-        .unwrap()
-        .iter()
-        .map(|p| p.to_string())
-        .collect();
-    let all = problems.join("\n");
+    let all = problems_of(text).join("\n");
     for expected in [
         "missing field `objective`",
         "missing field `shape`",

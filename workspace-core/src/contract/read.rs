@@ -94,6 +94,8 @@ pub(super) trait Tree: Clone + for<'de> serde::Deserializer<'de> {
 /// A missing field filled in, and how many stand-ins it was given.
 struct Filled {
     parent: Vec<Segment>,
+    /// The parent as a problem names it.
+    parent_shown: String,
     field: String,
     shown: String,
     tries: usize,
@@ -124,19 +126,21 @@ pub(super) fn read_all<T: Tree>(
         if let Some(stand_in) = filled.iter_mut().find(|f| f.shown == shown) {
             stand_in.tries += 1;
             let next = StandIn::asked_for(&message).filter(|_| stand_in.tries < MAX_STAND_INS);
-            let (parent, field) = (stand_in.parent.clone(), stand_in.field.clone());
+            let (parent, parent_shown) = (stand_in.parent.clone(), stand_in.parent_shown.clone());
+            let field = stand_in.field.clone();
             if let Some(next) = next
                 && tree.take_out(&path)
                 && tree.fill_in(&parent, &field, &next)
             {
                 continue;
             }
-            // None fits: the field's table goes, as without stand-ins.
+            // None fits: the field's table goes, as without stand-ins (its
+            // being missing then is the same mistake, already reported).
             filled.retain(|f| f.shown != shown);
-            taken_out.push(shown);
             if problems.len() >= MAX_PROBLEMS || !tree.take_out(&parent) {
                 return (None, problems);
             }
+            taken_out.push(parent_shown);
             continue;
         }
         // A required table taken out for a mistake inside it is now "missing":
@@ -158,6 +162,7 @@ pub(super) fn read_all<T: Tree>(
             filled.push(Filled {
                 shown: join(&shown, &field),
                 parent: path,
+                parent_shown: shown,
                 field,
                 tries: 0,
             });
