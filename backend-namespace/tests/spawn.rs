@@ -535,7 +535,7 @@ fn an_init_killed_during_setup_is_a_failure_not_a_started_command() {
     );
     let fixture = Fixture::new();
     let mut request = fixture.request("echo started");
-    request.cgroup_procs = vec![cgroup.0.join("cgroup.procs")];
+    request.cgroups = vec![cgroup.0.clone()];
     // pid 1 joins the cgroup first thing after the go byte; its next page faults
     // exceed the limit and the OOM killer ends it before it forks the command (or
     // a kernel allocation fails and it reports that). Either way: no Ok.
@@ -600,7 +600,7 @@ fn a_setup_stuck_in_a_frozen_cgroup_times_out_and_the_child_is_killed() {
     let fixture = Fixture::new();
     let mut request = fixture.request("echo started");
     // pid 1 joins the frozen group first thing after the go byte and freezes there.
-    request.cgroup_procs = vec![frozen.0.join("cgroup.procs")];
+    request.cgroups = vec![frozen.0.clone()];
     request.setup_timeout = Duration::from_millis(500);
     let start = Instant::now();
     match spawn(&request) {

@@ -89,11 +89,7 @@ impl RunSpec {
         request.env = self.env.clone();
         request.uid = self.uid;
         request.gid = self.gid;
-        request.cgroup_procs = cgroup
-            .paths()
-            .into_iter()
-            .map(|p| p.join("cgroup.procs"))
-            .collect();
+        request.cgroups = cgroup.paths().into_iter().map(PathBuf::from).collect();
         request.rlimits = self.rlimits;
         request
     }
@@ -271,11 +267,7 @@ pub(crate) fn prepare(
     request.host_uid = host_uid;
     request.host_gid = host_gid;
     request.rlimits = spec.rlimits;
-    request.cgroup_procs = init
-        .paths()
-        .into_iter()
-        .map(|p| p.join("cgroup.procs"))
-        .collect();
+    request.cgroups = init.paths().into_iter().map(PathBuf::from).collect();
     let previews = publish(&run.contract.process.ports, &mut request)?;
     for held in &plan.held_open {
         request

@@ -21,8 +21,9 @@
 //!    6.. (cgroup files), then `close_range(n, ~0)`: an inherited descriptor could keep a host `flock` lease
 //!    or journal lock held;
 //! 3. wait for the parent's "maps written, go" byte;
-//! 4. join the run's cgroups (write `0` to each `cgroup.procs`), then
-//!    `unshare(CLONE_NEWCGROUP)` so the namespace root is the run's cgroup;
+//! 4. join the run's cgroups (the clone placed it in the v2 one already; write
+//!    `0` to each v1 hierarchy's `tasks`), then `unshare(CLONE_NEWCGROUP)` so
+//!    the namespace root is the run's cgroup;
 //! 5. clear supplementary groups (when the parent left `setgroups` allowed);
 //! 6. open every bind source (`O_PATH`, still with the host root's fs ids,
 //!    `openat2` refusing any symlink, and checked to be the `(dev, ino)` the
@@ -53,7 +54,7 @@ use nix::libc;
 use super::error::{ChildStage, Report, SpawnError, op};
 use super::prepared::Prepared;
 use super::protocol::{FD_CGROUP, FD_ERROR, FD_GO, GO_CLEAR_GROUPS};
-use super::raw::{self, Errno, Fd};
+use super::raw::{self, Birth, Errno, Fd};
 use super::{Pid1, init, mounts};
 
 /// `CAP_LAST_CAP` is below this on every kernel so far; the loop stops at `EINVAL`.
@@ -80,31 +81,33 @@ pub(crate) fn clone_child(prepared: &Prepared) -> Result<i32, SpawnError> {
 pub(crate) fn clone_with(
     prepared: &Prepared,
     namespaces: c_int,
-    entry: fn(&Prepared) -> !,
+    entry: fn(&Prepared, Birth) -> !,
 ) -> Result<i32, SpawnError> {
+    let into_cgroup = prepared.cgroup_v2.as_ref().map(AsRawFd::as_raw_fd);
     // `entry` exits on unwinding too (see `ExitOnUnwind`).
-    raw::fork_like(namespaces, prepared, entry).map_err(|errno| SpawnError::Clone {
+    raw::fork_like(namespaces, into_cgroup, prepared, entry).map_err(|errno| SpawnError::Clone {
         source: NixErrno::from_raw(errno),
     })
 }
 
 /// The child: set up, then become pid 1 and fork the command; on failure report
 /// `(stage, step, op, errno)` on the error pipe and `_exit(127)`.
-fn run(prepared: &Prepared) -> ! {
-    run_setup(prepared, setup)
+fn run(prepared: &Prepared, birth: Birth) -> ! {
+    run_setup(prepared, birth, setup)
 }
 
 /// Runs `setup` in a cloned child; reports its failure on the error pipe and
 /// `_exit(127)`s (a successful setup ends in `execve` or never returns).
 pub(super) fn run_setup(
     prepared: &Prepared,
-    setup: fn(&Prepared, &mut c_int) -> Result<Infallible, Report>,
+    birth: Birth,
+    setup: fn(&Prepared, Birth, &mut c_int) -> Result<Infallible, Report>,
 ) -> ! {
     // Ends this process if anything below unwinds: a panic must never return into
     // the frames of the thread that called `clone_child` (a copy of the runner).
     let _guard = ExitOnUnwind;
     let mut error_fd = prepared.child_fds.error_write.as_raw_fd();
-    let Err(report) = setup(prepared, &mut error_fd);
+    let Err(report) = setup(prepared, birth, &mut error_fd);
     let _ = raw::write_all(error_fd, &report.encode());
     // SAFETY: `_exit` ends the process without running the parent's atexit
     // handlers or destructors.
@@ -162,9 +165,14 @@ pub(super) fn fail(stage: ChildStage, op: u32) -> impl Fn(Errno) -> Report {
 /// What every cloned child does first, before anything of the run exists:
 /// signals reset, `umask`, the kept descriptors moved and every other one closed,
 /// the go byte read, non-dumpable, the runner's command line blanked, the run's
-/// cgroups joined (still in the host's view of them). Returns the go byte and how
-/// many cgroup files were kept (the descriptors after them follow).
-pub(super) fn begin(p: &Prepared, error_fd: &mut c_int) -> Result<(u8, c_int), Report> {
+/// cgroups joined (still in the host's view of them) where `birth` did not
+/// place it already. Returns the go byte and how many cgroup files were kept
+/// (the descriptors after them follow).
+pub(super) fn begin(
+    p: &Prepared,
+    birth: Birth,
+    error_fd: &mut c_int,
+) -> Result<(u8, c_int), Report> {
     reset_signals();
     // SAFETY: umask only changes this process's creation mask.
     unsafe { libc::umask(0o022) };
@@ -190,16 +198,21 @@ pub(super) fn begin(p: &Prepared, error_fd: &mut c_int) -> Result<(u8, c_int), R
     stay_undumpable();
     forget_runner_command_line(p);
 
+    // The v2 `cgroup.procs` comes last; a child born in that cgroup skips it
+    // (writing it again would take the lock `CLONE_INTO_CGROUP` avoided).
+    let joined = cgroups - c_int::from(birth == Birth::InCgroup);
     for fd in FD_CGROUP..FD_CGROUP + cgroups {
-        raw::write_all(fd, b"0").map_err(fail(ChildStage::Cgroup, op::WRITE))?;
+        if fd < FD_CGROUP + joined {
+            raw::write_all(fd, b"0").map_err(fail(ChildStage::Cgroup, op::WRITE))?;
+        }
         // SAFETY: the cgroup file descriptor is ours and no longer needed.
         unsafe { libc::close(fd) };
     }
     Ok((go, cgroups))
 }
 
-fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
-    let (go, _cgroups) = begin(p, error_fd)?;
+fn setup(p: &Prepared, birth: Birth, error_fd: &mut c_int) -> Result<Infallible, Report> {
+    let (go, _cgroups) = begin(p, birth, error_fd)?;
     // SAFETY: unshare of the cgroup namespace affects this process only.
     raw::check(unsafe { libc::unshare(libc::CLONE_NEWCGROUP) })
         .map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
@@ -324,7 +337,7 @@ pub(super) fn keep_descriptors(p: &Prepared, error_fd: &mut c_int) -> Result<c_i
             unsafe { libc::close(fd) };
         }
     }
-    Ok(p.child_fds.cgroup_procs.len() as c_int)
+    Ok(p.child_fds.cgroup_files.len() as c_int)
 }
 
 /// Builds the new root and pivots into it (stage 6 in the module docs).
@@ -381,7 +394,7 @@ fn build_root(p: &Prepared) -> Result<(), Report> {
 
     let fds = mounts::StepFds {
         slots: &p.source_fds,
-        lowers: FD_CGROUP + p.child_fds.cgroup_procs.len() as c_int,
+        lowers: FD_CGROUP + p.child_fds.cgroup_files.len() as c_int,
         how: &p.source_how,
     };
     mounts::apply(&p.steps, root.raw(), &fds)?;

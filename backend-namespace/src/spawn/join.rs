@@ -181,9 +181,11 @@ pub struct JoinRequest {
     /// Run without any seccomp filter. Dangerous (see
     /// [`SpawnRequest::danger_no_seccomp`](super::SpawnRequest::danger_no_seccomp)).
     pub danger_no_seccomp: bool,
-    /// `cgroup.procs` files the command joins before it enters the sandbox (its
-    /// own cgroups, at most 16); it then gets a cgroup namespace rooted there.
-    pub cgroup_procs: Vec<PathBuf>,
+    /// The cgroup directories (one per hierarchy, at most 16: the command's
+    /// own) the command joins before it enters the sandbox, as
+    /// [`SpawnRequest::cgroups`](super::SpawnRequest::cgroups) does; it then
+    /// gets a cgroup namespace rooted there.
+    pub cgroups: Vec<PathBuf>,
     /// The resource limits the command starts with (soft = hard).
     pub rlimits: ResourceLimits,
     /// How long [`join`] waits for the child's setup. Must not be zero.
@@ -206,7 +208,7 @@ impl JoinRequest {
             controlling_terminal: false,
             seccomp: None,
             danger_no_seccomp: false,
-            cgroup_procs: Vec::new(),
+            cgroups: Vec::new(),
             rlimits: ResourceLimits::default(),
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
         }

@@ -9,7 +9,8 @@
 //!    close every other one;
 //! 2. wait for the go byte (it says whether supplementary groups may be cleared),
 //!    become non-dumpable, blank the runner's command line;
-//! 3. join the command's cgroups while still in the host's namespaces;
+//! 3. join the command's cgroups while still in the host's namespaces (the
+//!    clone placed it in the v2 one already, where it could);
 //! 4. `setns(pidfd, user | mount | net | uts | ipc | pid)`: the user namespace is
 //!    entered first, so the others are entered with its capabilities; the mount
 //!    namespace puts the child at the sandbox's root; `pid` applies to children;
@@ -31,7 +32,7 @@ use super::error::{ChildStage, Report, SpawnError, op};
 use super::init::{self, Supervisor};
 use super::prepared::Prepared;
 use super::protocol::{FD_CGROUP, GO_CLEAR_GROUPS};
-use super::raw;
+use super::raw::{self, Birth};
 
 /// The namespaces a joining child enters through the sandbox's pidfd.
 const JOINED_NAMESPACES: c_int = libc::CLONE_NEWUSER
@@ -46,12 +47,12 @@ pub(crate) fn clone_joining_child(prepared: &Prepared) -> Result<i32, SpawnError
     clone_with(prepared, 0, run)
 }
 
-fn run(prepared: &Prepared) -> ! {
-    run_setup(prepared, setup)
+fn run(prepared: &Prepared, birth: Birth) -> ! {
+    run_setup(prepared, birth, setup)
 }
 
-fn setup(p: &Prepared, error_fd: &mut c_int) -> Result<Infallible, Report> {
-    let (go, cgroups) = begin(p, error_fd)?;
+fn setup(p: &Prepared, birth: Birth, error_fd: &mut c_int) -> Result<Infallible, Report> {
+    let (go, cgroups) = begin(p, birth, error_fd)?;
     let sandbox = FD_CGROUP + cgroups;
     // SAFETY: setns on the sandbox's pidfd (kept at this number) with namespace
     // flags; this process is single-threaded and shares no fs struct.

@@ -76,9 +76,10 @@
 //! * [`SpawnRequest::rlimits`]: `RLIMIT_NOFILE`, `RLIMIT_CORE` and `RLIMIT_FSIZE`,
 //!   soft = hard, set by pid 1 with `prlimit64` after the id change and before the
 //!   seccomp filter (the command inherits them and cannot raise them);
-//! * [`SpawnRequest::cgroup_procs`]: `cgroup.procs` files (one per hierarchy) opened
-//!   before clone; the child writes `0` to each before anything else, then enters a
-//!   new cgroup namespace rooted there.
+//! * [`SpawnRequest::cgroups`]: cgroup directories (one per hierarchy) opened
+//!   before clone; the clone places the child in the v2 one and the child
+//!   writes `0` to each v1 one's `tasks` before anything else, then enters a new
+//!   cgroup namespace rooted there.
 //!
 //! # Limits of this version
 //!
@@ -198,8 +199,12 @@ pub struct SpawnRequest {
     /// [`crate::seccomp`]. Setting it together with [`SpawnRequest::seccomp`] is an
     /// invalid request.
     pub danger_no_seccomp: bool,
-    /// `cgroup.procs` files the run joins before anything else (at most 16).
-    pub cgroup_procs: Vec<PathBuf>,
+    /// The cgroup directories the run joins before anything else: one per
+    /// hierarchy, at most 16, at most one of them cgroup v2. The child is
+    /// cloned into the v2 one (`clone3` with `CLONE_INTO_CGROUP`) and moves
+    /// itself into each v1 one through its `tasks` file; neither waits for the
+    /// grace period a `cgroup.procs` write can cost.
+    pub cgroups: Vec<PathBuf>,
     /// The resource limits the command starts with (soft = hard); the default
     /// only forbids core dumps.
     pub rlimits: ResourceLimits,
@@ -259,7 +264,7 @@ impl SpawnRequest {
             controlling_terminal: false,
             seccomp: None,
             danger_no_seccomp: false,
-            cgroup_procs: Vec::new(),
+            cgroups: Vec::new(),
             rlimits: ResourceLimits::default(),
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
             publish: Vec::new(),

@@ -93,7 +93,11 @@ pub(crate) struct ChildFds {
     pub go_read: OwnedFd,
     pub error_write: OwnedFd,
     pub status_write: OwnedFd,
-    pub cgroup_procs: Vec<OwnedFd>,
+    /// The files the child writes `0` to, to join the run's cgroups: each v1
+    /// hierarchy's `tasks`, then the v2 directory's `cgroup.procs`, which the
+    /// child writes only when its clone could not place it there
+    /// ([`Prepared::cgroup_v2`]).
+    pub cgroup_files: Vec<OwnedFd>,
     /// Detached idmapped mounts of overlay lower layers (`idmapped.rs`).
     pub lowers: Vec<OwnedFd>,
     /// The pidfd of the sandbox a joining child enters (`join.rs`).
@@ -138,6 +142,10 @@ pub(crate) struct Prepared {
     pub rlimits: Vec<(c_int, Rlimit64)>,
     pub child_fds: ChildFds,
     pub parent_fds: ParentFds,
+    /// The run's cgroup v2 directory (`O_PATH`), which the clone places the
+    /// child in (`CLONE_INTO_CGROUP`); its `cgroup.procs` is the last of
+    /// [`ChildFds::cgroup_files`].
+    pub cgroup_v2: Option<OwnedFd>,
     /// The raw numbers of every descriptor the child keeps, in their final order
     /// (stdio, go, error, status, cgroup files, idmapped lower layers or the
     /// sandbox pidfd, what pid 1 holds open, published ports' listeners).
@@ -168,7 +176,7 @@ pub(crate) struct CommandParts<'a> {
     pub controlling_terminal: bool,
     pub seccomp: Option<&'a SeccompFilter>,
     pub danger_no_seccomp: bool,
-    pub cgroup_procs: &'a [std::path::PathBuf],
+    pub cgroups: &'a [std::path::PathBuf],
     pub rlimits: &'a super::ResourceLimits,
     pub pid1: Pid1,
 }
@@ -189,7 +197,7 @@ impl SpawnRequest {
             controlling_terminal: self.controlling_terminal,
             seccomp: self.seccomp.as_ref(),
             danger_no_seccomp: self.danger_no_seccomp,
-            cgroup_procs: &self.cgroup_procs,
+            cgroups: &self.cgroups,
             rlimits: &self.rlimits,
             pid1: self.pid1,
         }
@@ -212,7 +220,7 @@ impl JoinRequest {
             controlling_terminal: self.controlling_terminal,
             seccomp: self.seccomp.as_ref(),
             danger_no_seccomp: self.danger_no_seccomp,
-            cgroup_procs: &self.cgroup_procs,
+            cgroups: &self.cgroups,
             rlimits: &self.rlimits,
             pid1: Pid1::RunCommand,
         }
@@ -357,8 +365,8 @@ impl Prepared {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let cwd = cstring("cwd", request.cwd)?;
-        if request.cgroup_procs.len() > MAX_CGROUP_FILES {
-            return Err(invalid("cgroup_procs", "more than 16 files"));
+        if request.cgroups.len() > MAX_CGROUP_FILES {
+            return Err(invalid("cgroups", "more than 16 directories"));
         }
         let seccomp = seccomp_program(request.seccomp, request.danger_no_seccomp)?;
         let (go_read, go_write) = pipe()?;
@@ -390,7 +398,7 @@ impl Prepared {
                 go_read,
                 error_write,
                 status_write,
-                cgroup_procs: Vec::new(),
+                cgroup_files: Vec::new(),
                 lowers: Vec::new(),
                 sandbox: None,
                 held: Vec::new(),
@@ -401,6 +409,7 @@ impl Prepared {
                 error_read,
                 status_read,
             },
+            cgroup_v2: None,
             kept: Vec::new(),
             moved: Vec::new(),
             source_fds: Vec::new(),
@@ -408,19 +417,21 @@ impl Prepared {
             published: Vec::new(),
             arg_area: runner_arg_area(),
         };
-        for path in request.cgroup_procs {
-            let fd = nix::fcntl::open(
-                path,
-                OFlag::O_WRONLY | OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .map_err(|source| SpawnError::Prepare {
-                step: "opening a cgroup.procs file",
-                path: path.clone(),
-                source,
-            })?;
-            prepared.child_fds.cgroup_procs.push(fd);
+        let mut v2_procs = None;
+        for dir in request.cgroups {
+            let (file, v2) = open_cgroup(dir)?;
+            match v2 {
+                None => prepared.child_fds.cgroup_files.push(file),
+                Some(_) if prepared.cgroup_v2.is_some() => {
+                    return Err(invalid("cgroups", "names two cgroup v2 directories"));
+                }
+                v2 => {
+                    prepared.cgroup_v2 = v2;
+                    v2_procs = Some(file);
+                }
+            }
         }
+        prepared.child_fds.cgroup_files.extend(v2_procs);
         Ok(prepared)
     }
 
@@ -433,7 +444,7 @@ impl Prepared {
             .stdio
             .iter()
             .chain([&fds.go_read, &fds.error_write, &fds.status_write])
-            .chain(&fds.cgroup_procs)
+            .chain(&fds.cgroup_files)
             .chain(&fds.lowers)
             .chain(&fds.sandbox)
             .chain(&fds.held)
@@ -792,4 +803,41 @@ mod candidate_tests {
         );
         assert!(program_candidates("sh", "/workspace", &[]).is_empty());
     }
+}
+
+/// Opens what a child needs to join the cgroup directory `dir`, and the
+/// directory itself when it is cgroup v2 (the clone places the child there).
+///
+/// A v1 hierarchy is joined through `tasks`, not `cgroup.procs`: the child
+/// writes `0`, which moves the calling thread only, and that is the whole
+/// process, because a fork-style child is single-threaded. Moving one thread of
+/// the caller skips the cgroup core's global thread-group lock (Linux 5.19),
+/// whose write side otherwise waits for an RCU grace period. v2 has no such
+/// path between domain cgroups (`cgroup.threads` refuses it); there the clone
+/// does the placing, and `cgroup.procs` is the fallback for a child cloned
+/// without `clone3`.
+fn open_cgroup(dir: &Path) -> Result<(OwnedFd, Option<OwnedFd>), SpawnError> {
+    let failed = |step, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SpawnError::Prepare { step, path, source }
+    };
+    let dir_fd = nix::fcntl::open(
+        dir,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(failed("opening a cgroup directory", dir))?;
+    let v2 = nix::sys::statfs::fstatfs(&dir_fd)
+        .map_err(failed("reading a cgroup directory's filesystem", dir))?
+        .filesystem_type()
+        == nix::sys::statfs::CGROUP2_SUPER_MAGIC;
+    let name = if v2 { "cgroup.procs" } else { "tasks" };
+    let file = nix::fcntl::openat(
+        &dir_fd,
+        name,
+        OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(failed("opening a cgroup's process list", &dir.join(name)))?;
+    Ok((file, v2.then_some(dir_fd)))
 }

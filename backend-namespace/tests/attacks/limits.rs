@@ -1,4 +1,4 @@
-//! Resource attacks under the run's cgroups (the `cgroup_procs` hook), and the
+//! Resource attacks under the run's cgroups (the `cgroups` hook), and the
 //! layered (overlay) workspace.
 
 use std::os::unix::fs::PermissionsExt;
@@ -12,7 +12,7 @@ use workspace_core::evidence::ExitStatusRecord;
 
 use crate::common::{Fixture, HOST_ID, plan_for, run};
 use crate::support::{
-    Canary, CgroupParent, HostSnapshot, LiveRun, PWNED, attack_fixture, probe_request, procs_files,
+    Canary, CgroupParent, HostSnapshot, LiveRun, PWNED, attack_fixture, cgroup_dirs, probe_request,
     with_probe,
 };
 
@@ -31,13 +31,13 @@ fn fork_bomb_under_a_pids_limit() {
 
     // Positive control: a few processes are fine under the same limit.
     let mut request = fixture.request("sleep 0.1 & sleep 0.1 & wait; echo CONTROL-OK");
-    request.cgroup_procs = procs_files(&group);
+    request.cgroups = cgroup_dirs(&group);
     let (status, out) = run(request);
     assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
     assert!(out.contains("CONTROL-OK"), "{out}");
 
     let mut request = fixture.request("for i in $(seq 200); do sleep 5 & done; wait");
-    request.cgroup_procs = procs_files(&group);
+    request.cgroups = cgroup_dirs(&group);
     let mut child = spawn(&request).unwrap();
     drop(request);
     let mut most = 0;
@@ -84,7 +84,7 @@ fn memory_bomb_under_a_memory_limit() {
     // Positive control: 8 MiB fits.
     let group = parent.run("mem-ok", &limits);
     let mut request = probe_request(&fixture, "memory", "8");
-    request.cgroup_procs = procs_files(&group);
+    request.cgroups = cgroup_dirs(&group);
     let (status, out) = run(request);
     assert_eq!(status, ExitStatusRecord::Code(0), "{out}");
     assert!(out.contains("probe: allocated=8MiB"), "{out}");
@@ -94,7 +94,7 @@ fn memory_bomb_under_a_memory_limit() {
     let group = parent.run("mem-bomb", &limits);
     let mut canary = Canary::start();
     let mut request = probe_request(&fixture, "memory", "300");
-    request.cgroup_procs = procs_files(&group);
+    request.cgroups = cgroup_dirs(&group);
     let (status, out) = run(request);
     assert_eq!(status, ExitStatusRecord::Signal(9), "{out}");
     assert!(!out.contains("probe: allocated"), "{out}");
@@ -123,7 +123,7 @@ fn leave_the_run_cgroup_through_sys() {
          echo tried; read line; exit 0",
     );
     request.stdin = Some(stdin_read);
-    request.cgroup_procs = procs_files(&group);
+    request.cgroups = cgroup_dirs(&group);
     let mut live = LiveRun::start(request);
     live.wait_for("tried");
     // init and the shell are both still in the run's group.

@@ -283,12 +283,9 @@ impl Drop for CgroupParent {
     }
 }
 
-/// The `cgroup.procs` files of a run group, for `SpawnRequest::cgroup_procs`.
-pub fn procs_files(run: &RunCgroup) -> Vec<PathBuf> {
-    run.paths()
-        .into_iter()
-        .map(|p| p.join("cgroup.procs"))
-        .collect()
+/// The directories of a run group, for `SpawnRequest::cgroups`.
+pub fn cgroup_dirs(run: &RunCgroup) -> Vec<PathBuf> {
+    run.paths().into_iter().map(PathBuf::from).collect()
 }
 
 /// A name no other test or process uses (abstract sockets, host paths).
