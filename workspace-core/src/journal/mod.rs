@@ -1,11 +1,12 @@
 //! The run journal: the durable, append-only record of one run's lifecycle.
 //!
 //! Every lifecycle transition of a run is appended to its journal as one JSON line
-//! ([`JournalRecord`]) and made durable with `fsync` (`File::sync_data`) **before** the
-//! transition takes effect. [`Journal::append`] returns only once the record is on
-//! stable storage, and only then may the caller act on it.
+//! ([`JournalRecord`]) **before** the transition takes effect. [`Journal::append`]
+//! returns once the record is on stable storage (`fsync`, `File::sync_data`);
+//! [`Journal::append_unsynced`] once the kernel has it (one `write`). Only then may
+//! the caller act on it.
 //!
-//! # Why fsync before effect
+//! # Why write before effect
 //!
 //! A runner can die at any instant: a panic, an OOM kill, `SIGKILL`, a power cut. If a
 //! transition took effect first (a namespace created, a port leased, a mount made) and
@@ -15,6 +16,18 @@
 //! was about to happen and never did, so recovery treats the last record as "maybe
 //! applied" and its clean-up steps must be idempotent. The opposite error (something
 //! happened that the journal does not mention) cannot occur.
+//!
+//! # Which records are synced
+//!
+//! A written record outlives its runner's process, however it dies: it is in the
+//! page cache. Only a power cut (or a kernel crash) can lose it, and a power cut also
+//! ends every process, namespace, mount, cgroup and listener. So a record needs
+//! `fsync` only when what follows it outlives a power cut too (files created or
+//! deleted on disk) or when the state it enters must still be known after a reboot.
+//! The caller says which ([`crate::lifecycle::Operation`] decides it for the
+//! lifecycle). An unsynced record lost to a power cut takes only later records with
+//! it: each sync covers the whole file, so what survives is always a prefix of what
+//! was written, and it still names every effect that survived.
 //!
 //! # Why the lock
 //!
@@ -165,11 +178,25 @@ impl<E: Serialize> Journal<E> {
     /// Appends `event` as the next record and makes it durable; returns its `seq`.
     ///
     /// The record is written as one line with a single `write_all` and then synced with
-    /// `sync_data`. Only after this returns `Ok` may the caller let the transition take
-    /// effect. If it fails, the transition must not take effect, and this journal
-    /// refuses further appends ([`JournalError::Poisoned`]): the file may now end in a
-    /// partial line, which [`Journal::open_for_recovery`] will truncate.
+    /// `sync_data`, which also makes every earlier record durable. Only after this
+    /// returns `Ok` may the caller let the transition take effect. If it fails, the
+    /// transition must not take effect, and this journal refuses further appends
+    /// ([`JournalError::Poisoned`]): the file may now end in a partial line, which
+    /// [`Journal::open_for_recovery`] will truncate.
     pub fn append(&mut self, event: &E) -> Result<u64, JournalError> {
+        self.write_record(event, true)
+    }
+
+    /// [`append`](Self::append) without the sync: the record survives the death of
+    /// this process (the kernel holds it) but not a power cut, until the next
+    /// [`append`](Self::append) or a recoverer's open syncs the file. For
+    /// transitions whose effects a power cut undoes by itself (see the
+    /// [module docs](self)).
+    pub fn append_unsynced(&mut self, event: &E) -> Result<u64, JournalError> {
+        self.write_record(event, false)
+    }
+
+    fn write_record(&mut self, event: &E, synced: bool) -> Result<u64, JournalError> {
         if self.poisoned {
             return Err(JournalError::Poisoned {
                 path: self.path.clone(),
@@ -191,14 +218,20 @@ impl<E: Serialize> Journal<E> {
         self.poisoned = true;
         self.file
             .write_all(&line)
-            .and_then(|()| self.file.sync_data())
+            .and_then(|()| {
+                if synced {
+                    self.file.sync_data()
+                } else {
+                    Ok(())
+                }
+            })
             .map_err(|source| JournalError::Append {
                 path: self.path.clone(),
                 source,
             })?;
         self.poisoned = false;
         self.next_seq += 1;
-        tracing::debug!(run_id = %self.run_id, seq, path = %self.path.display(), "journal record appended");
+        tracing::debug!(run_id = %self.run_id, seq, synced, path = %self.path.display(), "journal record appended");
         Ok(seq)
     }
 }

@@ -293,7 +293,8 @@ impl Lifecycle {
             .map(|limit| self.entered + limit)
     }
 
-    /// Applies `op`: checks it, journals it (fsync), then takes it into effect.
+    /// Applies `op`: checks it, journals it (synced where it must survive a
+    /// power cut), then takes it into effect.
     pub fn apply(&mut self, op: Operation) -> Result<&State, LifecycleError> {
         let next = next_state(&self.state, self.export_attempted(), &op).map_err(|refusal| {
             tracing::warn!(run_id = %self.run_id, state = %self.state.name(), operation = %op.name(), %refusal, "transition refused");
@@ -310,13 +311,16 @@ impl Lifecycle {
             from: self.state.clone(),
             to: next,
         };
-        self.journal
-            .append(&transition)
-            .map_err(|source| LifecycleError::Journal {
-                run_id: self.run_id.clone(),
-                to,
-                source,
-            })?;
+        let appended = if transition.operation.must_survive_power_loss() {
+            self.journal.append(&transition)
+        } else {
+            self.journal.append_unsynced(&transition)
+        };
+        appended.map_err(|source| LifecycleError::Journal {
+            run_id: self.run_id.clone(),
+            to,
+            source,
+        })?;
         tracing::info!(run_id = %self.run_id, from = %transition.from.name(), to = %to, operation = %transition.operation.name(), "transition");
         self.export_attempts += u32::from(to == StateName::Exporting);
         self.export_completed |= to == StateName::Exported;

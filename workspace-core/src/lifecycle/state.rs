@@ -332,6 +332,39 @@ impl Operation {
             Self::Fail { .. } => OperationName::Fail,
         }
     }
+
+    /// Whether the journal syncs this operation's record before it takes effect
+    /// (the rule is in [`crate::journal`]'s docs): whether what follows it
+    /// outlives a power cut, or the state it enters must be known after one.
+    pub fn must_survive_power_loss(&self) -> bool {
+        match self {
+            // The checkout, the run directory and the leases are made on disk
+            // (again, for a resume, where the host rebooted).
+            Self::Provision { .. } | Self::Resume => true,
+            // A parked run must still be found parked after a reboot, to be
+            // resumed (or said lost) rather than cleaned up.
+            Self::Suspend | Self::Detach => true,
+            // Cleanup deletes the checkout; until its record is durable, a
+            // reboot must find the run before cleanup, with its checkout.
+            Self::CleanUp => true,
+            // Why a run failed is part of its record, not left to be guessed.
+            Self::Fail { .. } => true,
+            // Processes, namespaces, mounts, cgroups and listeners, which a power
+            // cut ends by itself, or files that recovery writes again: the
+            // evidence (durable once sealed, at `FinishExport`) and the
+            // idempotent steps of cleanup.
+            Self::Admit
+            | Self::StartServices
+            | Self::Seal
+            | Self::Run { .. }
+            | Self::Finish
+            | Self::Attach
+            | Self::Drain
+            | Self::Export
+            | Self::FinishExport
+            | Self::FinishCleanUp => false,
+        }
+    }
 }
 
 /// Why an operation is not allowed in a state.
