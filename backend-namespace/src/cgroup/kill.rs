@@ -39,6 +39,20 @@ impl RunCgroup {
         Ok(pids)
     }
 
+    /// The pids of the run's processes as its first hierarchy lists them (its
+    /// child groups included): one read per group where [`pids`](Self::pids)
+    /// reads every hierarchy. Every process the backend starts joins all of
+    /// them, so this counts the same processes; the proof that none is left
+    /// reads them all.
+    pub fn pids_in_one_hierarchy(&self) -> Result<Vec<u32>, CgroupError> {
+        let mut pids = Vec::new();
+        if let Some(dir) = self.dirs.first() {
+            fsio::procs_recursive(&dir.path, &mut pids)?;
+        }
+        pids.sort_unstable();
+        Ok(pids)
+    }
+
     /// Whether the kernel OOM-killed a process of the run because of its memory cap
     /// (v1 `memory.oom_control` / v2 `memory.events`: `oom_kill` > 0).
     ///

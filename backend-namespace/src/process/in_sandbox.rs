@@ -17,13 +17,29 @@ use nix::sched::{CloneFlags, setns};
 use super::error::ProcessError;
 use crate::spawn::Sandbox;
 
-/// Runs `work` on a new thread inside the `namespace` of `sandbox`.
-fn in_namespace<T: Send + 'static>(
+/// Work started on a thread of its own inside one of a sandbox's namespaces.
+pub(super) struct InNamespace<T> {
+    thread: std::thread::JoinHandle<std::io::Result<T>>,
+    step: &'static str,
+}
+
+impl<T> InNamespace<T> {
+    /// Waits for the work's result.
+    pub(super) fn wait(self) -> Result<std::io::Result<T>, ProcessError> {
+        let step = self.step;
+        self.thread
+            .join()
+            .map_err(|_| ProcessError::ThreadPanicked { step })
+    }
+}
+
+/// Starts `work` on a new thread inside the `namespace` of `sandbox`.
+fn start_in_namespace<T: Send + 'static>(
     sandbox: &Sandbox,
     namespace: CloneFlags,
     step: &'static str,
     work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> Result<std::io::Result<T>, ProcessError> {
+) -> Result<InNamespace<T>, ProcessError> {
     let sandbox: OwnedFd =
         sandbox
             .pidfd()
@@ -32,7 +48,7 @@ fn in_namespace<T: Send + 'static>(
                 step: "duplicating the sandbox's pidfd",
                 source,
             })?;
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("aw-in-sandbox".into())
         .spawn(move || {
             setns(&sandbox, namespace).map_err(|e| {
@@ -40,9 +56,18 @@ fn in_namespace<T: Send + 'static>(
             })?;
             work()
         })
-        .map_err(|source| ProcessError::Pipe { step, source })?
-        .join()
-        .map_err(|_| ProcessError::ThreadPanicked { step })
+        .map_err(|source| ProcessError::Pipe { step, source })?;
+    Ok(InNamespace { thread, step })
+}
+
+/// Runs `work` on a new thread inside the `namespace` of `sandbox`.
+fn in_namespace<T: Send + 'static>(
+    sandbox: &Sandbox,
+    namespace: CloneFlags,
+    step: &'static str,
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<std::io::Result<T>, ProcessError> {
+    start_in_namespace(sandbox, namespace, step, work)?.wait()
 }
 
 /// Connects to `127.0.0.1:port` inside the sandbox's network namespace, within
@@ -79,9 +104,10 @@ pub(super) fn connect_out(
     .err())
 }
 
-/// The sandbox's hostname, read in its UTS namespace. Blocking.
-pub(super) fn hostname(sandbox: &Sandbox) -> Result<String, ProcessError> {
-    in_namespace(
+/// Starts reading the sandbox's hostname in its UTS namespace; the result
+/// comes with [`InNamespace::wait`].
+pub(super) fn hostname(sandbox: &Sandbox) -> Result<InNamespace<String>, ProcessError> {
+    start_in_namespace(
         sandbox,
         CloneFlags::CLONE_NEWUTS,
         "reading the sandbox's hostname",
@@ -90,9 +116,5 @@ pub(super) fn hostname(sandbox: &Sandbox) -> Result<String, ProcessError> {
                 .map_err(std::io::Error::from)
                 .map(|name| name.to_string_lossy().into_owned())
         },
-    )?
-    .map_err(|source| ProcessError::Pipe {
-        step: "reading the sandbox's hostname",
-        source,
-    })
+    )
 }

@@ -423,10 +423,10 @@ impl ProcessBoundary for NamespaceProcess {
                 let own: Vec<u32> = [seal::INIT_CGROUP, egress::EGRESS_CGROUP]
                     .into_iter()
                     .filter_map(|name| cgroup.child(name))
-                    .flat_map(|child| child.pids().unwrap_or_default())
+                    .flat_map(|child| child.pids_in_one_hierarchy().unwrap_or_default())
                     .collect();
                 stopped = cgroup
-                    .pids()
+                    .pids_in_one_hierarchy()
                     .unwrap_or_default()
                     .iter()
                     .filter(|pid| !own.contains(pid))

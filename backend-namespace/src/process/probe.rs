@@ -24,7 +24,7 @@ use workspace_core::boundary::ObservedBoundary;
 use super::error::ProcessError;
 use super::in_sandbox;
 use super::seal::{Sealed, pipe};
-use crate::spawn::{Sandbox, SpawnError, SpawnedChild, join};
+use crate::spawn::{SpawnError, SpawnedChild, join};
 use workspace_core::observation::{self as observe, Expected};
 
 /// Runs the probe in the run and compares what it saw (blocking). The probe's
@@ -38,6 +38,9 @@ pub(crate) fn probe(
 ) -> Result<ObservedBoundary, ProcessError> {
     let deadline = Instant::now() + timeout;
     let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    // Pid 1 set the hostname before the sandbox was handed over: it is read
+    // while the probe starts, on a thread of its own.
+    let hostname = in_sandbox::hostname(&sealed.sandbox)?;
     let (stdin_read, stdin_write) = pipe("the probe's stdin pipe")?;
     let (read, write) = pipe("the probe's stdout pipe")?;
     let cgroup = sealed
@@ -77,7 +80,8 @@ pub(crate) fn probe(
             what: "the probe's shell is not in its cgroup",
         });
     };
-    let mut text = from_host(shell, &sealed.sandbox);
+    let hostname = hostname.wait()?.unwrap_or_default();
+    let mut text = from_host(shell, hostname);
     text.push_str(&absent_section(shell, &expected.mount_points));
     text.push_str(&readback_sections(shell, &expected.mount_points));
     let mut stdin = std::fs::File::from(stdin_write);
@@ -275,7 +279,7 @@ fn shows(file: &OwnedFd) -> String {
 
 /// What the host reads of process `pid`, as the sections
 /// [`observe::parse`] reads.
-fn from_host(pid: u32, sandbox: &Sandbox) -> String {
+fn from_host(pid: u32, hostname: String) -> String {
     let proc = format!("/proc/{pid}");
     let read = |name: &str| std::fs::read(format!("{proc}/{name}")).unwrap_or_default();
     let text = |name: &str| String::from_utf8_lossy(&read(name)).into_owned();
@@ -313,7 +317,7 @@ fn from_host(pid: u32, sandbox: &Sandbox) -> String {
                 )
             })
             .collect(),
-        hostname: in_sandbox::hostname(sandbox).unwrap_or_default(),
+        hostname,
         process_count,
     })
 }
