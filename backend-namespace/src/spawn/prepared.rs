@@ -782,29 +782,6 @@ pub(crate) fn program_candidates(
         .collect()
 }
 
-#[cfg(test)]
-mod candidate_tests {
-    use super::program_candidates;
-
-    #[test]
-    fn programs_are_looked_up_like_execvp_inside_the_run() {
-        let env = vec![("PATH".to_owned(), "/usr/local/bin:bin:/usr/bin/".to_owned())];
-        assert_eq!(
-            program_candidates("/bin/sh", "/workspace", &env),
-            ["/bin/sh"]
-        );
-        assert_eq!(
-            program_candidates("./build.sh", "/workspace/", &env),
-            ["/workspace/./build.sh"]
-        );
-        assert_eq!(
-            program_candidates("sh", "/workspace", &env),
-            ["/usr/local/bin/sh", "/usr/bin/sh"]
-        );
-        assert!(program_candidates("sh", "/workspace", &[]).is_empty());
-    }
-}
-
 /// Opens what a child needs to join the cgroup directory `dir`, and the
 /// directory itself when it is cgroup v2 (the clone places the child there).
 ///
@@ -840,4 +817,27 @@ fn open_cgroup(dir: &Path) -> Result<(OwnedFd, Option<OwnedFd>), SpawnError> {
     )
     .map_err(failed("opening a cgroup's process list", &dir.join(name)))?;
     Ok((file, v2.then_some(dir_fd)))
+}
+
+#[cfg(test)]
+mod candidate_tests {
+    use super::program_candidates;
+
+    #[test]
+    fn programs_are_looked_up_like_execvp_inside_the_run() {
+        let env = vec![("PATH".to_owned(), "/usr/local/bin:bin:/usr/bin/".to_owned())];
+        assert_eq!(
+            program_candidates("/bin/sh", "/workspace", &env),
+            ["/bin/sh"]
+        );
+        assert_eq!(
+            program_candidates("./build.sh", "/workspace/", &env),
+            ["/workspace/./build.sh"]
+        );
+        assert_eq!(
+            program_candidates("sh", "/workspace", &env),
+            ["/usr/local/bin/sh", "/usr/bin/sh"]
+        );
+        assert!(program_candidates("sh", "/workspace", &[]).is_empty());
+    }
 }
