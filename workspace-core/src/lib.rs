@@ -17,7 +17,7 @@
 //! );
 //! contract.validate().unwrap();
 //!
-//! // The lifecycle: every transition journaled (fsync) before it takes effect.
+//! // The lifecycle: every transition journaled before it takes effect.
 //! let run = RunId::new("run-1").unwrap();
 //! let mut life = Lifecycle::create(dir.path().join("run-1.jsonl"), run.clone(), Timeouts::default()).unwrap();
 //! life.admit().unwrap();

@@ -16,7 +16,8 @@ pub(crate) const FD_GO: c_int = 3;
 pub(crate) const FD_ERROR: c_int = 4;
 /// The supervisor writes the command's exit status here.
 pub(crate) const FD_STATUS: c_int = 5;
-/// The first of the run's `cgroup.procs` files the child joins.
+/// The first of the files the child writes to join the run's cgroups (`tasks`,
+/// or the v2 `cgroup.procs`).
 pub(crate) const FD_CGROUP: c_int = 6;
 
 /// Where the host's root is reachable while the plan is applied.

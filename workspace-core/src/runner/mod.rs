@@ -21,7 +21,8 @@
 //! the evidence root. The contract is the first file of the evidence, written
 //! before the journal exists.
 //!
-//! Journal writes are small and fsynced on the calling task; a host application
+//! Journal writes are small and done on the calling task (the few that must
+//! survive a power cut are fsynced there); a host application
 //! that cannot afford a few milliseconds of blocking per transition runs the
 //! runner on a runtime of its own.
 //!
