@@ -250,6 +250,58 @@ fn cgroup_pids_limit_caps_forks() {
 }
 
 #[test]
+fn cgroup_cpu_limit_throttles_a_busy_loop() {
+    let layout = layout_with_all_controllers();
+    let parent = ParentGuard::new(&layout);
+    let limits = ResolvedLimits {
+        cpu_millis: Some(100),
+        ..ResolvedLimits::default()
+    };
+    let run = RunCgroup::create(&layout, &parent.name, &run_id("cpu"), &limits).unwrap();
+    // The cpu controller's counters: v1 `cpu.stat` in the cpu hierarchy, v2
+    // `cpu.stat` of the unified group (both have `nr_throttled`).
+    let stat = run
+        .paths()
+        .into_iter()
+        .map(|p| p.join("cpu.stat"))
+        .find(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains("nr_throttled")))
+        .unwrap_or_else(|| panic!("no cpu.stat with nr_throttled in {:?}", run.paths()));
+    let throttled = || -> u64 {
+        std::fs::read_to_string(&stat)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("nr_throttled "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(throttled(), 0, "{}", stat.display());
+    let child = Command::new("sh")
+        .args(["-c", "read x; while :; do :; done"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    run.add_process(child.0.id()).unwrap();
+    release(&mut child);
+    // A tenth of a cpu: the loop exhausts its quota in every period it runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while throttled() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a busy loop under cpu = 100 millis was throttled {} times ({})",
+            throttled(),
+            stat.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    run.kill_all().unwrap();
+    let _ = child.0.wait();
+    assert_gone(run, &layout, &parent.name);
+}
+
+#[test]
 fn cgroup_limit_on_missing_controller_is_an_error() {
     let layout = layout_with_all_controllers().with_placement(
         Controller::Pids,
