@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use workspace_core::boundary::{
     BoundaryError, BoundaryKind, CredentialSource, IssuedCredential, RunContext,
 };
+use workspace_core::clock::unix_ms_now;
 use workspace_core::contract::Credential;
-use workspace_core::evidence::unix_ms_now;
 
 /// The prefix of a `source` this issuer serves.
 pub const ENV_SOURCE_PREFIX: &str = "env:";

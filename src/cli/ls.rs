@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
+
+use workspace_core::clock::{unix_ms, unix_ms_now};
 
 use agent_workspace::namespace::cgroup::{CgroupLayout, run_processes};
 use clap::Args;
@@ -323,9 +325,7 @@ fn row(path: &Path, now: u64) -> Row {
         .unwrap_or_default();
     let modified = std::fs::metadata(path)
         .and_then(|meta| meta.modified())
-        .ok()
-        .and_then(|time| time.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        .map_or(0, unix_ms);
     let mut row = Row {
         run_id,
         state: "unreadable".into(),
@@ -458,15 +458,6 @@ fn table(rows: &[Row]) -> String {
         );
     }
     out
-}
-
-fn unix_ms_now() -> u64 {
-    unix_ms(SystemTime::now())
-}
-
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `2026-01-31 12:34:56` for a time in milliseconds since the Unix epoch (UTC).

@@ -45,7 +45,7 @@ pub(crate) fn run(args: &PruneArgs, host: &HostArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let now = workspace_core::evidence::unix_ms_now();
+    let now = workspace_core::clock::unix_ms_now();
     let cutoff = now.saturating_sub(args.older_than.saturating_mul(24 * 3600 * 1000));
     let (mut journals, mut bundles, mut failed) = (0, 0, 0);
     for (journal, since) in cleaned.into_iter().skip(args.keep) {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use workspace_core::clock::unix_ms_now;
 use workspace_core::egress::{Decision, EgressPolicy, NetworkAttempt, Protocol, Requested};
-use workspace_core::evidence::unix_ms_now;
 
 /// How long a name may take to resolve.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);

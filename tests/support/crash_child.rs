@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use workspace_core::RunId;
 use workspace_core::boundary::{CommandSpec, LeakReport, RunContext, Stack};
 use workspace_core::capacity::{Capacity, Resources};
+use workspace_core::clock::unix_ms_now;
 use workspace_core::contract::{Contract, SourceSection, TaskShape};
-use workspace_core::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
+use workspace_core::evidence::{EvidenceFile, EvidenceWriter};
 use workspace_core::lifecycle::{Lifecycle, Origin, StateName, Timeouts};
 use workspace_core::runner::{
     CommandIo, CreateOptions, FILESYSTEM_STATE_FILE, Outcome, RunPaths, Runner, RunnerConfig,

@@ -60,6 +60,7 @@
 
 pub mod boundary;
 pub mod capacity;
+pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod contract;

@@ -18,10 +18,11 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 use workspace_core::capacity::{AdmissionControl, CapacityError, HostPool, Resources};
+use workspace_core::clock::unix_ms_now;
 
 const ROLE: &str = "AGENT_WORKSPACE_POOL_TEST_ROLE";
 const DIR: &str = "AGENT_WORKSPACE_POOL_TEST_DIR";
@@ -73,14 +74,14 @@ fn child_process(role: &str) {
         Err(CapacityError::ExceedsTotal { .. }) => return say("exceeds"),
         Err(e) => return say(&format!("error {e}")),
     };
-    let start = unix_ms();
+    let start = unix_ms_now();
     say("granted");
     match role {
         "hold" => while stdin.read_line(&mut line).is_ok_and(|n| n > 0) {},
         "brief" => thread::sleep(Duration::from_millis(150)),
         other => panic!("unknown role {other}"),
     }
-    let end = unix_ms();
+    let end = unix_ms_now();
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -112,16 +113,6 @@ fn slots_of(n: u32) -> Resources {
         slots: n,
         ..Resources::ZERO
     }
-}
-
-fn unix_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap()
 }
 
 /// One test's pool directory and interval log.

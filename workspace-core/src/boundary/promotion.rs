@@ -177,7 +177,7 @@ impl ApprovalRecord {
         Self {
             approver: approver.into(),
             patch_sha256: patch_sha256.into(),
-            at_unix_ms: crate::evidence::unix_ms_now(),
+            at_unix_ms: crate::clock::unix_ms_now(),
             recorded_by: RecordedBy::this_process(),
         }
     }

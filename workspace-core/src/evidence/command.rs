@@ -1,5 +1,6 @@
 //! `commands/NNNN/`: one recorded command, its output streamed to disk as it comes.
 
+use crate::clock::unix_ms_now;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -24,14 +25,6 @@ pub const LATE_OUTPUT_PREFIX: &str = "late.";
 /// command whose runner died while it ran, so that its streamed `stdout` and
 /// `stderr` may have stopped short: `whole.stdout`, `whole.stderr`.
 pub const WHOLE_OUTPUT_PREFIX: &str = "whole.";
-
-/// Milliseconds since the Unix epoch, now (0 if the clock is before 1970).
-pub fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or_default()
-}
 
 /// What is known when a command starts.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -206,7 +206,7 @@ impl<E: Serialize> Journal<E> {
         let record = RecordRef {
             seq,
             run_id: &self.run_id,
-            at_unix_ms: now_unix_ms(),
+            at_unix_ms: crate::clock::unix_ms_now(),
             event,
         };
         let mut line = serde_json::to_vec(&record).map_err(|source| JournalError::Serialize {
@@ -341,13 +341,6 @@ fn sync_parent_dir(path: &Path) -> Result<(), JournalError> {
 #[cfg(not(unix))]
 fn sync_parent_dir(_path: &Path) -> Result<(), JournalError> {
     Ok(())
-}
-
-fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

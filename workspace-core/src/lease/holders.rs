@@ -2,7 +2,6 @@
 //! leases.
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,9 +22,7 @@ pub struct HolderInfo {
 impl HolderInfo {
     /// A record for this process, now.
     pub(super) fn now(holder: &str) -> Self {
-        let since_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let since_unix_ms = crate::clock::unix_ms_now();
         HolderInfo {
             pid: std::process::id(),
             holder: holder.to_string(),

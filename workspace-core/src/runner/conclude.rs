@@ -10,8 +10,9 @@ use super::services::Services;
 use super::state_files::remove_private_state;
 use super::{RunError, Workspace};
 use crate::boundary::{ApprovalRecord, LeakReport};
+use crate::clock::unix_ms_now;
+use crate::evidence::EvidenceFile;
 use crate::evidence::ResourceUsage;
-use crate::evidence::{EvidenceFile, unix_ms_now};
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
 
 /// Removes the runner's files of a run whose processes have all ended (its

@@ -12,8 +12,8 @@ use super::observed::ObservedRecord;
 use super::paths::RunPaths;
 use super::state_files::read_state;
 use crate::boundary::PreviewEndpoint;
+use crate::clock::unix_ms_now;
 use crate::contract::HttpCheck;
-use crate::evidence::unix_ms_now;
 
 /// How long the preview check waits for an answer.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(10);

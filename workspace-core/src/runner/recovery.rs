@@ -16,8 +16,9 @@ use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::scrub::Scrubber;
 use super::state_files::{read_required, read_state};
 use crate::boundary::{FilesystemRecord, RunContext, SourceRecord, Stack};
+use crate::clock::unix_ms_now;
 use crate::contract::Contract;
-use crate::evidence::{EvidenceFile, EvidenceWriter, unix_ms_now};
+use crate::evidence::{EvidenceFile, EvidenceWriter};
 use crate::lifecycle::{CleanupPermit, FailureCause, StateName};
 use crate::recovery::{LostRun, RecoveryHooks, RecoveryStepError};
 

@@ -101,7 +101,7 @@ impl Stored {
         // The run began when its journal did (a run may have run no command).
         let started_unix_ms = crate::journal::begun_unix_ms(&paths.journal)
             .or_else(|| commands.first().map(|(record, _)| record.started_unix_ms))
-            .unwrap_or_else(crate::evidence::unix_ms_now);
+            .unwrap_or_else(crate::clock::unix_ms_now);
         Ok(Self {
             contract,
             source,

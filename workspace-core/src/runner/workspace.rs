@@ -334,7 +334,7 @@ impl Workspace {
         let path = self.evidence.path_of(EvidenceFile::Source);
         let mut source: serde_json::Value = read_state(&path)?.unwrap_or_default();
         let resume = serde_json::json!({
-            "at_unix_ms": crate::evidence::unix_ms_now(),
+            "at_unix_ms": crate::clock::unix_ms_now(),
             "live_processes": live_processes,
             "note": note,
         });

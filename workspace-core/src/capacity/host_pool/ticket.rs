@@ -219,11 +219,7 @@ pub(super) fn lock_error(action: &'static str, path: &Path, error: LeaseError) -
     }
 }
 
-/// `time` in milliseconds since the Unix epoch (0 before it).
-pub(super) fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub(super) use crate::clock::unix_ms;
 
 /// The inverse of [`unix_ms`].
 pub(super) fn from_unix_ms(ms: u64) -> SystemTime {

@@ -31,8 +31,9 @@ use super::templates::{self, TemplateRecord};
 use crate::boundary::{
     CommandOutput, CommandSpec, Execution, ProcessBoundary, RunContext, TemplateLayer,
 };
+use crate::clock::unix_ms_now;
 use crate::contract::Service;
-use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord, unix_ms_now};
+use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord};
 use crate::lifecycle::FailureCause;
 
 /// The file in the run directory that records the run's services.
