@@ -77,6 +77,8 @@ pub(crate) fn fork_like<A>(
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
     }
+    // Without a cgroup to be born in, this reads as "clone3 missing": the plain
+    // clone below runs.
     let mut ret = -1;
     let mut error = libc::ENOSYS;
     if let Some(cgroup) = into_cgroup {
