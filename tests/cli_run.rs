@@ -807,6 +807,21 @@ fn tty_gives_the_command_a_terminal_of_its_own() {
 }
 
 #[test]
+fn a_command_that_closes_its_terminal_before_it_exits_is_not_hung_up() {
+    let fixture = CliFixture::new("tty-closed");
+    // The command's side of the terminal is closed well before it exits: the
+    // terminal must stay up (no SIGHUP, exit 129) until the command is reaped.
+    let out = fixture.run(&[
+        "--tty",
+        "--",
+        "sh",
+        "-c",
+        "exec 0<&- 1>&- 2>&-; sleep 0.3; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+}
+
+#[test]
 fn on_a_terminal_the_status_line_shows_how_long_a_quiet_command_has_run() {
     let fixture = CliFixture::new("elapsed");
     // `script` (util-linux, Debian package bsdutils) gives the CLI a terminal.

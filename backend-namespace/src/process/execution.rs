@@ -1,6 +1,7 @@
 //! [`NamespaceExecution`]: one command running in a sealed namespace run.
 
 use std::fmt;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -83,7 +84,7 @@ pub struct NamespaceExecution {
     /// The supervisor's pidfd, registered with tokio once `wait` started: it is
     /// readable when the supervisor ended (its exit status then waits to be
     /// reaped without blocking). Kept here, so `wait` is cancel-safe.
-    ended: Option<AsyncFd<std::os::fd::OwnedFd>>,
+    ended: Option<AsyncFd<OwnedFd>>,
     killed: Option<KillCause>,
     oom: Option<EventCounter>,
     forks: Option<EventCounter>,
@@ -92,6 +93,10 @@ pub struct NamespaceExecution {
     killer: ChildKiller,
     /// Let go by [`Execution::release`]: dropping it kills nothing.
     released: bool,
+    /// The master of the command's terminal, held open until the command is
+    /// reaped: closing the last one hangs the terminal up, and the kernel then
+    /// sends `SIGHUP` to a command that closed its side but has not exited yet.
+    terminal: Option<OwnedFd>,
 }
 
 impl fmt::Debug for NamespaceExecution {
@@ -117,6 +122,8 @@ pub(crate) struct Parts {
     pub(crate) timeout: Option<Duration>,
     pub(crate) oom: Option<EventCounter>,
     pub(crate) forks: Option<EventCounter>,
+    /// The master of the command's terminal, if it has one.
+    pub(crate) terminal: Option<OwnedFd>,
 }
 
 impl NamespaceExecution {
@@ -136,12 +143,11 @@ impl NamespaceExecution {
             oom: parts.oom,
             forks: parts.forks,
             exit: None,
+            terminal: parts.terminal,
         }
     }
 }
 
-/// Kills every process of the command's cgroup (on a blocking thread: the kill
-/// waits until the group is empty).
 /// How long a supervisor gets to reap its killed command and end.
 const SUPERVISOR_REAP: Duration = Duration::from_secs(1);
 
@@ -160,6 +166,8 @@ fn kill_all_but(tree: &RunCgroup, supervisor: u32) -> bool {
     tree.thaw().is_ok()
 }
 
+/// Kills every process of the command's cgroup (on a blocking thread: the kill
+/// waits until the group is empty).
 async fn kill_tree(tree: &Arc<RunCgroup>) -> Result<(), ProcessError> {
     let tree = Arc::clone(tree);
     tokio::task::spawn_blocking(move || tree.kill_all())
@@ -292,6 +300,8 @@ impl Execution for NamespaceExecution {
             usage: self.tree.usage(),
         };
         tracing::debug!(run_id = %self.run_id, ?exit, "command ended");
+        // Reaped: a hang-up reaches only what it left in its session.
+        self.terminal = None;
         self.exit = Some(exit.clone());
         Ok(exit)
     }

@@ -712,6 +712,7 @@ async fn spawn_command(
         child.map_err(|source| ProcessError::not_run(program, source))
     })
     .await?;
+    let terminal = streams.hold_terminal()?;
     let (stdin, stdout, stderr) = match followed {
         // Files the runner chose are the output: nothing follows them unless
         // it asks.
@@ -748,6 +749,7 @@ async fn spawn_command(
         timeout: timeout.map(Duration::from_millis),
         oom,
         forks,
+        terminal,
     })))
 }
 
@@ -761,6 +763,24 @@ enum Streams {
 }
 
 impl Streams {
+    /// A descriptor of the terminal's master that the execution keeps until the
+    /// command is reaped (`None` without a terminal). The output stream's own
+    /// ends at `EIO`, as soon as the command closes its side, which may be
+    /// before it exits; and closing the last master hangs the terminal up,
+    /// which sends `SIGHUP` to the command's session.
+    fn hold_terminal(&self) -> Result<Option<OwnedFd>, ProcessError> {
+        match self {
+            Self::Stdin(_) => Ok(None),
+            Self::Pty(master) => master
+                .try_clone()
+                .map(Some)
+                .map_err(|source| ProcessError::Pty {
+                    step: "duplicating the master to hold it",
+                    source,
+                }),
+        }
+    }
+
     fn register(self) -> Result<(InputStream, OutputStream, OutputStream), ProcessError> {
         let pipe_err = |step| move |source| ProcessError::Pipe { step, source };
         match self {
