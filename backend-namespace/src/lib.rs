@@ -84,3 +84,4 @@ pub mod identity;
 pub mod process;
 pub mod seccomp;
 pub mod spawn;
+mod sys;

@@ -24,7 +24,7 @@ use std::ptr;
 use nix::libc;
 
 use super::error::{ChildStage, Report, op};
-use super::raw;
+use crate::sys as raw;
 
 /// Connections forwarded at once, over every published port.
 pub(crate) const MAX_CONNECTIONS: usize = 64;

@@ -1,6 +1,6 @@
 //! [`SpawnedChild`]: the host's handle on a run's namespace init.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use nix::errno::Errno;
@@ -8,6 +8,7 @@ use nix::libc;
 use workspace_core::evidence::ExitStatusRecord;
 
 use super::error::SpawnError;
+use crate::sys::{pidfd, process};
 
 /// A command running in its own namespaces, seen from the host.
 ///
@@ -47,27 +48,14 @@ impl ChildKiller {
     /// so it can stop cleanly; any other is discarded by init. Signalling an init
     /// that already ended is not an error.
     pub fn signal(&self, signal: libc::c_int) -> Result<(), SpawnError> {
-        // SAFETY: pidfd_send_signal on a pidfd this handle owns, with no siginfo.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                signal,
-                std::ptr::null::<libc::siginfo_t>(),
-                0u32,
-            )
-        };
-        if ret < 0 {
-            let errno = Errno::last();
-            if errno != Errno::ESRCH {
-                return Err(SpawnError::Wait {
-                    step: "pidfd_send_signal",
-                    pid: self.pid,
-                    source: errno,
-                });
-            }
+        match pidfd::send_signal(&*self.pidfd, signal) {
+            Ok(()) | Err(libc::ESRCH) => Ok(()),
+            Err(errno) => Err(SpawnError::Wait {
+                step: "pidfd_send_signal",
+                pid: self.pid,
+                source: Errno::from_raw(errno),
+            }),
         }
-        Ok(())
     }
 }
 
@@ -133,25 +121,20 @@ impl SpawnedChild {
         if let Some(exit) = self.exit {
             return Ok(Some(exit));
         }
-        let mut status: libc::c_int = 0;
-        loop {
-            // SAFETY: waitpid on our own child with a valid out-pointer.
-            let ret = unsafe { libc::waitpid(self.pid, &mut status, flags) };
-            if ret == self.pid {
-                break;
+        let status = loop {
+            match process::wait_for_child(self.pid, flags) {
+                Ok(Some(status)) => break status,
+                Ok(None) => return Ok(None),
+                Err(libc::EINTR) => {}
+                Err(errno) => {
+                    return Err(SpawnError::Wait {
+                        step: "waitpid",
+                        pid: self.pid,
+                        source: Errno::from_raw(errno),
+                    });
+                }
             }
-            if ret == 0 {
-                return Ok(None);
-            }
-            let errno = Errno::last();
-            if errno != Errno::EINTR {
-                return Err(SpawnError::Wait {
-                    step: "waitpid",
-                    pid: self.pid,
-                    source: errno,
-                });
-            }
-        }
+        };
         let exit = self.command_status().unwrap_or_else(|| decode(status));
         self.exit = Some(exit);
         Ok(Some(exit))

@@ -234,7 +234,7 @@ impl Helper {
         // The helper performs only raw system calls (no allocation, no locks,
         // nothing that can panic) and never returns from `helper_child`; every
         // signal stays blocked in it, so no handler of the runner runs there.
-        let pid = super::raw::fork_like(libc::CLONE_NEWUSER, None, &parent, helper_child).map_err(
+        let pid = crate::sys::fork_like(libc::CLONE_NEWUSER, None, &parent, helper_child).map_err(
             |errno| SpawnError::IdmappedLower {
                 step: "cloning the mapping namespace's helper",
                 path: "-".into(),
@@ -264,7 +264,7 @@ impl Drop for Helper {
 /// it is killed (every signal is blocked; `SIGKILL` cannot be). `parent` is the
 /// runner's pid: if it is no longer the parent, the runner died before the
 /// death signal was armed, and the helper ends at once.
-fn helper_child(parent: &libc::pid_t, _: super::raw::Birth) -> ! {
+fn helper_child(parent: &libc::pid_t, _: crate::sys::Birth) -> ! {
     let parent = *parent;
     // SAFETY: raw system calls only, on this process alone; none returns an error
     // that matters (a failed close_range leaves descriptors open until SIGKILL).

@@ -24,7 +24,7 @@
 //! ended; killing it ends only the supervisor and, through the status pipe, the
 //! wait (a command's whole tree is killed through its cgroup).
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,6 +36,7 @@ use super::prepared::Prepared;
 use super::protocol::{GO_CLEAR_GROUPS, GO_GROUPS_DENIED};
 use super::{DEFAULT_SETUP_TIMEOUT, ResourceLimits, SpawnedChild, join_child, launch};
 use crate::seccomp::SeccompFilter;
+use crate::sys::{fd, pidfd};
 
 /// A live sandbox, seen from the host: its pid 1, through a pidfd.
 #[derive(Debug)]
@@ -73,17 +74,11 @@ impl Sandbox {
             field: "pid",
             reason: format!("{pid} is not a pid"),
         })?;
-        // SAFETY: pidfd_open with a pid and no flags; it returns a new descriptor.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-        if fd < 0 {
-            return Err(SpawnError::Prepare {
-                step: "pidfd_open of the sandbox's pid 1",
-                path: format!("/proc/{pid}").into(),
-                source: Errno::last(),
-            });
-        }
-        // SAFETY: pidfd_open returned a new descriptor nothing else owns.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let pidfd = pidfd::open(pid).map_err(|errno| SpawnError::Prepare {
+            step: "pidfd_open of the sandbox's pid 1",
+            path: format!("/proc/{pid}").into(),
+            source: Errno::from_raw(errno),
+        })?;
         Self::with_pidfd(pid, pidfd)
     }
 
@@ -119,37 +114,26 @@ impl Sandbox {
 
     /// Whether the sandbox's pid 1 still runs (its pidfd is not readable yet).
     pub fn is_alive(&self) -> bool {
-        let mut fd = libc::pollfd {
+        let mut fds = [libc::pollfd {
             fd: self.pidfd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        };
-        // SAFETY: one valid pollfd struct; a zero timeout never blocks.
-        let ready = unsafe { libc::poll(&mut fd, 1, 0) };
-        ready == 0
+        }];
+        // A zero timeout never blocks.
+        fd::poll(&mut fds, 0) == Ok(0)
     }
 
     /// `SIGKILL` to the sandbox's pid 1, through its pidfd: the kernel ends every
     /// process of the sandbox's pid namespace with it. Not an error once it ended.
     pub fn kill(&self) -> Result<(), SpawnError> {
-        // SAFETY: pidfd_send_signal on a pidfd this handle owns, with no siginfo.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0u32,
-            )
-        };
-        if ret < 0 && Errno::last() != Errno::ESRCH {
-            return Err(SpawnError::Wait {
+        match pidfd::send_signal(&self.pidfd, libc::SIGKILL) {
+            Ok(()) | Err(libc::ESRCH) => Ok(()),
+            Err(errno) => Err(SpawnError::Wait {
                 step: "pidfd_send_signal to the sandbox's pid 1",
                 pid: self.pid,
-                source: Errno::last(),
-            });
+                source: Errno::from_raw(errno),
+            }),
         }
-        Ok(())
     }
 }
 

@@ -21,7 +21,6 @@
 
 use std::convert::Infallible;
 use std::ffi::c_int;
-use std::ptr;
 
 use nix::libc;
 
@@ -32,7 +31,7 @@ use super::error::{ChildStage, Report, SpawnError, op};
 use super::init::{self, Supervisor};
 use super::prepared::Prepared;
 use super::protocol::{FD_CGROUP, GO_CLEAR_GROUPS};
-use super::raw::{self, Birth};
+use crate::sys::{self as raw, Birth, ids, mount, process};
 
 /// The namespaces a joining child enters through the sandbox's pidfd.
 const JOINED_NAMESPACES: c_int = libc::CLONE_NEWUSER
@@ -54,28 +53,19 @@ fn run(prepared: &Prepared, birth: Birth) -> ! {
 fn setup(p: &Prepared, birth: Birth, error_fd: &mut c_int) -> Result<Infallible, Report> {
     let (go, cgroups) = begin(p, birth, error_fd)?;
     let sandbox = FD_CGROUP + cgroups;
-    // SAFETY: setns on the sandbox's pidfd (kept at this number) with namespace
-    // flags; this process is single-threaded and shares no fs struct.
-    raw::check(unsafe { libc::setns(sandbox, JOINED_NAMESPACES) })
+    // The sandbox's pidfd, kept at this number; this process is single-threaded
+    // and shares no fs struct, as setns requires.
+    process::join_namespaces(sandbox, JOINED_NAMESPACES)
         .map_err(fail(ChildStage::JoinNamespaces, op::CALL))?;
-    // SAFETY: the pidfd is ours and no longer needed.
-    unsafe { libc::close(sandbox) };
-    // SAFETY: unshare of the cgroup namespace affects this process only; it holds
-    // CAP_SYS_ADMIN in the sandbox's user namespace it just entered.
-    raw::check(unsafe { libc::unshare(libc::CLONE_NEWCGROUP) })
-        .map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
+    raw::close(sandbox);
+    // It holds CAP_SYS_ADMIN in the sandbox's user namespace it just entered.
+    mount::unshare(libc::CLONE_NEWCGROUP).map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
     if go == GO_CLEAR_GROUPS {
-        // SAFETY: raw setgroups(0, NULL): no glibc thread broadcast.
-        raw::check_long(unsafe {
-            libc::syscall(libc::SYS_setgroups, 0usize, ptr::null::<libc::gid_t>())
-        })
-        .map_err(fail(ChildStage::Groups, op::CALL))?;
+        ids::clear_groups().map_err(fail(ChildStage::Groups, op::CALL))?;
     }
     drop_privileges(p)?;
     stay_undumpable();
-    // SAFETY: a NUL-terminated path prepared before clone.
-    raw::check(unsafe { libc::chdir(p.cwd.as_ptr()) })
-        .map_err(fail(ChildStage::Chdir, op::CALL))?;
+    mount::chdir(&p.cwd).map_err(fail(ChildStage::Chdir, op::CALL))?;
     set_rlimits(p)?;
     init::install_seccomp(p)?;
     init::fork_command(p, Supervisor::Joined)

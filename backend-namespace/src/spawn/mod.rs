@@ -116,10 +116,10 @@ mod join_child;
 mod mounts;
 mod prepared;
 mod protocol;
-mod raw;
+
 mod rlimits;
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -128,6 +128,7 @@ use nix::libc;
 use workspace_core::mount_plan::MountPlan;
 
 use crate::seccomp::SeccompFilter;
+use crate::sys;
 
 pub use error::{ChildStage, SpawnError};
 pub use handle::{ChildKiller, SpawnedChild};
@@ -417,17 +418,12 @@ fn start(
     go_write: OwnedFd,
     go: impl FnOnce(i32) -> Result<u8, SpawnError>,
 ) -> Result<OwnedFd, SpawnError> {
-    // SAFETY: pidfd_open on our own unreaped child.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-    if pidfd < 0 {
-        return Err(SpawnError::Prepare {
-            step: "pidfd_open of the namespace init",
-            path: format!("/proc/{pid}").into(),
-            source: Errno::last(),
-        });
-    }
-    // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // Our own child, not reaped yet: the pid is still its.
+    let pidfd = sys::pidfd::open(pid).map_err(|errno| SpawnError::Prepare {
+        step: "pidfd_open of the namespace init",
+        path: format!("/proc/{pid}").into(),
+        source: Errno::from_raw(errno),
+    })?;
 
     let go = go(pid)?;
     nix::unistd::write(&go_write, &[go]).map_err(|source| SpawnError::Handshake {
@@ -477,9 +473,8 @@ fn init_ended_without_status(pidfd: &OwnedFd, status_read: &OwnedFd) -> bool {
             revents: 0,
         },
     ];
-    // SAFETY: two valid pollfd structs; a zero timeout never blocks.
-    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
-    if ready <= 0 {
+    // A zero timeout never blocks.
+    if !matches!(sys::fd::poll(&mut fds, 0), Ok(1..)) {
         return false;
     }
     let [init, status] = fds;
@@ -524,14 +519,10 @@ fn wait_readable(
                 revents: 0,
             },
         ];
-        // SAFETY: two valid pollfd structs, the length passed.
-        let ready =
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, poll_ms(left)) };
-        if ready < 0 {
-            match Errno::last() {
-                Errno::EINTR => continue,
-                e => return Err(e),
-            }
+        match sys::fd::poll(&mut fds, poll_ms(left)) {
+            Ok(_) => {}
+            Err(libc::EINTR) => continue,
+            Err(errno) => return Err(Errno::from_raw(errno)),
         }
         let [pipe, init] = fds;
         if pipe.revents != 0 {
@@ -555,16 +546,8 @@ fn poll_ms(left: Duration) -> libc::c_int {
 /// keeps even `SIGKILL` pending until thawed) is reaped by a detached thread, so
 /// the caller gets its error now and no zombie stays behind once it does end.
 fn kill_and_reap(pidfd: &OwnedFd, reaper: Reaper) {
-    // SAFETY: an open pidfd of our child, SIGKILL, a null siginfo, no flags.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0u32,
-        )
-    };
+    // Already ended is fine: it is reaped below either way.
+    let _ = sys::pidfd::send_signal(pidfd, libc::SIGKILL);
     let ended = matches!(
         wait_readable_pidfd(pidfd, Instant::now() + REAP_WAIT),
         Ok(true)
@@ -591,20 +574,16 @@ fn kill_and_reap(pidfd: &OwnedFd, reaper: Reaper) {
 fn wait_readable_pidfd(pidfd: &OwnedFd, deadline: Instant) -> Result<bool, Errno> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let mut fd = libc::pollfd {
+        let mut fds = [libc::pollfd {
             fd: pidfd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
+        }];
+        return match sys::fd::poll(&mut fds, poll_ms(left)) {
+            Ok(ready) => Ok(ready > 0),
+            Err(libc::EINTR) if !left.is_zero() => continue,
+            Err(errno) => Err(Errno::from_raw(errno)),
         };
-        // SAFETY: one valid pollfd struct.
-        let ready = unsafe { libc::poll(&mut fd, 1, poll_ms(left)) };
-        if ready < 0 {
-            match Errno::last() {
-                Errno::EINTR if !left.is_zero() => continue,
-                e => return Err(e),
-            }
-        }
-        return Ok(ready > 0);
     }
 }
 
@@ -618,13 +597,10 @@ struct Reaper {
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        // SAFETY: `pid` is our child and not yet reaped (only this guard reaps it
-        // on this path), so it cannot have been recycled.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-            let mut status = 0;
-            while libc::waitpid(self.pid, &mut status, 0) < 0 && Errno::last() == Errno::EINTR {}
-        }
+        // `pid` is our child and not yet reaped (only this guard reaps it on
+        // this path), so it cannot have been recycled.
+        let _ = sys::signal::kill(self.pid, libc::SIGKILL);
+        while sys::process::wait_for_child(self.pid, 0) == Err(libc::EINTR) {}
     }
 }
 

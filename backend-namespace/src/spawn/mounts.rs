@@ -26,7 +26,7 @@ use nix::libc;
 use super::error::{ChildStage, Report, op};
 use super::idmapped::IdmappedLower;
 use super::prepared::{PreparedStep, StepKind};
-use super::raw::{self, Errno, Fd, OpenHow, StackPath};
+use crate::sys::{self as raw, Errno, Fd, OpenHow, StackPath};
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;

@@ -6,7 +6,7 @@
 //! is open already.
 
 use std::cell::Cell;
-use std::ffi::{CString, c_char, c_int};
+use std::ffi::{CString, c_int};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
@@ -18,10 +18,11 @@ use workspace_core::mount_plan::{MountAction, Reason};
 use super::error::SpawnError;
 use super::idmapped::{self, IdmappedLower};
 use super::protocol::OLD_ROOT;
-use super::raw::OpenHow;
 use super::rlimits::Rlimit64;
 use super::{JoinRequest, Pid1, Sandbox, SpawnRequest};
 use crate::seccomp::{SeccompFilter, SeccompPolicy};
+use crate::sys::process::ArgArea;
+use crate::sys::{CStrArray, OpenHow};
 
 /// At most this many descriptors pid 1 holds open for the sandbox's life.
 const MAX_HELD_OPEN: usize = 4;
@@ -122,10 +123,10 @@ pub(crate) struct Prepared {
     /// Where the program may be, tried in order by the command's `execve` (one
     /// path for an absolute `argv[0]`; see [`program_candidates`]).
     pub programs: Vec<CString>,
-    _argv: Vec<CString>,
-    pub argv: Vec<*const c_char>,
-    _envp: Vec<CString>,
-    pub envp: Vec<*const c_char>,
+    /// The command's arguments.
+    pub argv: CStrArray,
+    /// The command's environment, `NAME=value` each.
+    pub envp: CStrArray,
     pub cwd: CString,
     /// Whether the command makes its stdin its controlling terminal
     /// ([`SpawnRequest::controlling_terminal`]).
@@ -161,7 +162,7 @@ pub(crate) struct Prepared {
     /// Where the runner's command line lies in memory (`arg_start..arg_end` of
     /// `/proc/self/stat`): the child's copy is blanked, so the run's pid 1 does not
     /// show the runner's arguments in `/proc/1/cmdline`, which anyone may read.
-    pub arg_area: Option<(usize, usize)>,
+    pub arg_area: Option<ArgArea>,
 }
 
 /// The parts of a request that every process the backend starts has, whether it
@@ -375,10 +376,8 @@ impl Prepared {
         let [stdin, stdout, stderr] = request.stdio;
         let mut prepared = Self {
             programs,
-            argv: pointers(&argv_owned),
-            _argv: argv_owned,
-            envp: pointers(&envp_owned),
-            _envp: envp_owned,
+            argv: CStrArray::new(argv_owned),
+            envp: CStrArray::new(envp_owned),
             cwd,
             controlling_terminal: request.controlling_terminal,
             pid1: request.pid1,
@@ -415,7 +414,7 @@ impl Prepared {
             source_fds: Vec::new(),
             source_how: OpenHow::no_symlinks(),
             published: Vec::new(),
-            arg_area: runner_arg_area(),
+            arg_area: ArgArea::of_this_process(),
         };
         let mut v2_procs = None;
         for dir in request.cgroups {
@@ -713,14 +712,6 @@ fn stdio_fd(fd: Option<&OwnedFd>, name: &'static str) -> Result<OwnedFd, SpawnEr
     }
 }
 
-fn pointers(strings: &[CString]) -> Vec<*const c_char> {
-    strings
-        .iter()
-        .map(|s| s.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect()
-}
-
 fn cstring(field: &'static str, value: &str) -> Result<CString, SpawnError> {
     CString::new(value).map_err(|_| invalid(field, format!("{value:?} contains a NUL byte")))
 }
@@ -739,20 +730,6 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
         path: "-".into(),
         source,
     })
-}
-
-/// `arg_start` and `arg_end` of this process (fields 48 and 49 of `/proc/self/stat`),
-/// or `None` when they cannot be read (then the child keeps the runner's arguments
-/// and only renames itself).
-fn runner_arg_area() -> Option<(usize, usize)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces: count the
-    // fields after the last ')', which is field 3.
-    let after = stat.rsplit_once(')')?.1;
-    let mut fields = after.split_whitespace();
-    let start = fields.nth(48 - 3)?.parse().ok()?;
-    let end = fields.next()?.parse().ok()?;
-    (start < end).then_some((start, end))
 }
 
 /// The paths the command's `execve` tries, in order, as `execvp` would inside the

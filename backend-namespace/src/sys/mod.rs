@@ -1,0 +1,52 @@
+//! The crate's one seam to the operating system's raw calls: the system calls
+//! that `nix` does not wrap safely, or that a cloned child must make without
+//! glibc (clone, the new mount API, pid file descriptors, id changes).
+//!
+//! Everything here is async-signal-safe, because most of it runs in a fork-style
+//! child of a multi-threaded process (see [`clone::fork_like`]): nothing
+//! allocates, takes a lock, formats with `core::fmt` or panics. Paths are
+//! `CStr`s prepared before `clone`, and anything built here (a component name,
+//! a `/proc/self/fd/N` path) lives in a fixed-size stack buffer. Errors are
+//! plain `errno` values. Each `unsafe` block says why it is sound; the callers
+//! outside this module need none for these calls.
+
+use std::ffi::c_int;
+
+use nix::libc;
+
+pub(crate) mod clone;
+pub(crate) mod exec;
+pub(crate) mod fd;
+pub(crate) mod ids;
+pub(crate) mod mount;
+pub(crate) mod net;
+pub(crate) mod path;
+pub(crate) mod pidfd;
+pub(crate) mod process;
+pub(crate) mod signal;
+
+pub(crate) use clone::{Birth, fork_like};
+pub(crate) use exec::{CStrArray, execve};
+pub(crate) use fd::{Fd, close, read_byte, write_all};
+pub(crate) use path::{
+    OpenHow, StackPath, create_dir, create_file, dev_ino, open_existing, open_no_symlinks,
+    walk_parent,
+};
+
+/// An `errno` value.
+pub(crate) type Errno = i32;
+
+/// The calling thread's `errno`.
+pub(crate) fn errno() -> Errno {
+    nix::errno::Errno::last_raw()
+}
+
+/// `Ok(ret)` for a non-negative return value, else `Err(errno)`.
+pub(crate) fn check(ret: c_int) -> Result<c_int, Errno> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+/// `Ok(ret)` for a non-negative `syscall(2)` return value, else `Err(errno)`.
+pub(crate) fn check_long(ret: libc::c_long) -> Result<libc::c_long, Errno> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
