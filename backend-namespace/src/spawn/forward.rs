@@ -9,8 +9,8 @@
 //! listeners close, and no host port of the run outlives it.
 //!
 //! It runs in a fork-style child of a multi-threaded process, so it only makes
-//! raw system calls and never allocates: the connection table is one anonymous
-//! mapping made at start, every socket is non-blocking, and one `poll` waits for
+//! raw system calls and never allocates: the connection table is allocated
+//! before the clone ([`ConnectionTable`]), every socket is non-blocking, and one `poll` waits for
 //! the sockets and for `SIGCHLD` (a `signalfd`; pid 1 still reaps what is
 //! reparented to it). Each direction of a connection has a buffer that is filled
 //! only once it is empty, so a slow reader stops the reads from its writer
@@ -18,13 +18,14 @@
 //! with `shutdown(SHUT_WR)`. At most [`MAX_CONNECTIONS`] are forwarded at once;
 //! more wait in the listener's backlog.
 
+use std::cell::{RefCell, RefMut};
 use std::mem;
-use std::ptr;
 
 use nix::libc;
 
 use super::error::{ChildStage, Report, op};
-use crate::sys as raw;
+use crate::sys::signal::SignalSet;
+use crate::sys::{self as raw, process, socket};
 
 /// Connections forwarded at once, over every published port.
 pub(crate) const MAX_CONNECTIONS: usize = 64;
@@ -49,6 +50,16 @@ struct Flow {
 }
 
 impl Flow {
+    fn new() -> Self {
+        Self {
+            buffer: [0; BUFFER],
+            start: 0,
+            end: 0,
+            ended: false,
+            shut: false,
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.start == self.end
     }
@@ -59,7 +70,7 @@ impl Flow {
     }
 }
 
-/// One forwarded connection. All zeroes is a free slot.
+/// One forwarded connection, or a free slot (`used` false).
 struct Connection {
     used: bool,
     /// The host's end, accepted on a listener.
@@ -77,6 +88,42 @@ struct Connection {
     down: Flow,
 }
 
+impl Connection {
+    fn free() -> Self {
+        Self {
+            used: false,
+            client: -1,
+            upstream: -1,
+            connecting: false,
+            polled: 0,
+            up: Flow::new(),
+            down: Flow::new(),
+        }
+    }
+}
+
+/// The forwarder's connections: [`MAX_CONNECTIONS`] free slots allocated before
+/// the clone (pid 1 must not allocate), written by pid 1 in its own copy.
+#[derive(Default)]
+pub(crate) struct ConnectionTable(RefCell<Vec<Connection>>);
+
+impl ConnectionTable {
+    /// A table of free slots.
+    pub(crate) fn new() -> Self {
+        Self(RefCell::new(
+            (0..MAX_CONNECTIONS).map(|_| Connection::free()).collect(),
+        ))
+    }
+}
+
+impl std::fmt::Debug for ConnectionTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionTable")
+            .field("slots", &self.0.try_borrow().map_or(0, |t| t.len()))
+            .finish()
+    }
+}
+
 /// One published port: the listener's descriptor in pid 1 and the port inside.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Published {
@@ -86,51 +133,26 @@ pub(crate) struct Published {
 
 /// What the forwarder needs, made before pid 1 closes its error pipe (so that a
 /// failure here is still reported).
-pub(crate) struct Forwarder {
+pub(crate) struct Forwarder<'a> {
     signals: libc::c_int,
-    connections: &'static mut [Connection],
+    connections: RefMut<'a, Vec<Connection>>,
 }
 
-/// Makes the signalfd and the connection table.
-pub(crate) fn prepare() -> Result<Forwarder, Report> {
+/// Makes the signalfd and takes the connection table.
+pub(crate) fn prepare(table: &ConnectionTable) -> Result<Forwarder<'_>, Report> {
     let fail = |errno| Report {
         stage: ChildStage::Forward as u32,
         index: 0,
         op: op::CALL,
         errno,
     };
-    // SAFETY: `sigset_t` is plain data initialised here; SIGCHLD is blocked (every
-    // signal is), so signalfd is how it arrives.
-    let chld = unsafe {
-        let mut set: libc::sigset_t = mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        set
-    };
-    // SAFETY: a valid sigset; a new descriptor.
-    let signals = unsafe { libc::signalfd(-1, &chld, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
-    raw::check(signals).map_err(fail)?;
-    let size = mem::size_of::<Connection>() * MAX_CONNECTIONS;
-    // SAFETY: a fresh private anonymous mapping: zero-filled, which is a table of
-    // free slots (every field a bool, an integer or a byte array: all zeroes is
-    // false, 0 and empty flows).
-    let table = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if table == libc::MAP_FAILED {
-        return Err(fail(raw::errno()));
+    // SIGCHLD is blocked (every signal is), so the signalfd is how it arrives.
+    let signals = socket::signal_fd(&SignalSet::empty().with(libc::SIGCHLD)).map_err(fail)?;
+    // Taken once, by pid 1 alone; an empty table would forward nothing.
+    let connections = table.0.try_borrow_mut().map_err(|_| fail(libc::EBUSY))?;
+    if connections.len() != MAX_CONNECTIONS {
+        return Err(fail(libc::ENOMEM));
     }
-    // SAFETY: the mapping holds MAX_CONNECTIONS zeroed `Connection`s, is aligned
-    // to a page, and is used only through this slice for the life of pid 1.
-    let connections =
-        unsafe { std::slice::from_raw_parts_mut(table.cast::<Connection>(), MAX_CONNECTIONS) };
     Ok(Forwarder {
         signals,
         connections,
@@ -138,14 +160,14 @@ pub(crate) fn prepare() -> Result<Forwarder, Report> {
 }
 
 /// Forwards the published ports and reaps children until pid 1 is killed.
-pub(crate) fn serve(forwarder: Forwarder, published: &[Published]) -> ! {
+pub(crate) fn serve(forwarder: Forwarder<'_>, published: &[Published]) -> ! {
     let Forwarder {
         signals,
-        connections,
+        mut connections,
     } = forwarder;
+    let connections = connections.as_mut_slice();
     let published = &published[..published.len().min(MAX_PUBLISHED)];
-    // SAFETY: `pollfd` is plain data.
-    let mut fds: [libc::pollfd; POLL_ENTRIES] = unsafe { mem::zeroed() };
+    let mut fds = [entry(-1, 0); POLL_ENTRIES];
     let mut resting = false;
     loop {
         let listen = !resting && connections.iter().any(|c| !c.used);
@@ -180,16 +202,15 @@ pub(crate) fn serve(forwarder: Forwarder, published: &[Published]) -> ! {
         // connection stays queued and the listener readable: the listeners rest
         // for a moment instead of waking `poll` at once, over and over.
         let timeout = if resting { REST_MS } else { -1 };
-        // SAFETY: `fds[..n]` is initialised.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, timeout) };
+        let ready = raw::fd::poll(&mut fds[..n], timeout);
         let rested = resting;
         resting = false;
-        if ready < 0 {
+        if ready.is_err() {
             continue; // EINTR; nothing else can fail with valid arguments
         }
         if fds[0].revents != 0 {
-            drain_signals(signals);
-            reap();
+            socket::drain_signal_fd(signals);
+            while let Ok(Some(_)) = process::wait_any(false) {}
         }
         for c in connections.iter_mut().filter(|c| c.used) {
             let client = mem::take(&mut c.polled);
@@ -218,34 +239,6 @@ fn entry(fd: libc::c_int, events: libc::c_short) -> libc::pollfd {
     }
 }
 
-fn drain_signals(signals: libc::c_int) {
-    // SAFETY: `signalfd_siginfo` is plain data.
-    let mut info: libc::signalfd_siginfo = unsafe { mem::zeroed() };
-    loop {
-        // SAFETY: reads into a local buffer of the right size.
-        let read = unsafe {
-            libc::read(
-                signals,
-                (&raw mut info).cast(),
-                mem::size_of::<libc::signalfd_siginfo>(),
-            )
-        };
-        if read <= 0 {
-            return;
-        }
-    }
-}
-
-fn reap() {
-    loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: valid out-pointer.
-        if unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) } <= 0 {
-            return;
-        }
-    }
-}
-
 /// What an accept did.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Accepted {
@@ -262,58 +255,29 @@ fn accept(p: &Published, connections: &mut [Connection]) -> Accepted {
     let Some(slot) = connections.iter_mut().find(|c| !c.used) else {
         return Accepted::Rest;
     };
-    // SAFETY: accept4 on a listening socket without an address out-pointer.
-    let client = unsafe {
-        libc::accept4(
-            p.listener,
-            ptr::null_mut(),
-            ptr::null_mut(),
-            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-        )
+    let client = match socket::accept(p.listener) {
+        Ok(client) => client,
+        Err(libc::EAGAIN | libc::ECONNABORTED | libc::EINTR | libc::EPROTO) => {
+            return Accepted::Done;
+        }
+        Err(_) => return Accepted::Rest,
     };
-    if client < 0 {
-        return match raw::errno() {
-            libc::EAGAIN | libc::ECONNABORTED | libc::EINTR | libc::EPROTO => Accepted::Done,
-            _ => Accepted::Rest,
-        };
-    }
-    // SAFETY: a new socket of this (the sandbox's) network namespace.
-    let upstream = unsafe {
-        libc::socket(
-            libc::AF_INET,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
+    let (upstream, connecting) = match socket::connect_loopback(p.port) {
+        Ok(connection) => connection,
+        // No socket (descriptors or memory short): rest a moment.
+        Err(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+            close(client);
+            return Accepted::Rest;
+        }
+        Err(_) => {
+            close(client);
+            return Accepted::Done;
+        }
     };
-    if upstream < 0 {
-        close(client);
-        return Accepted::Rest;
-    }
-    let address = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: p.port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: a valid sockaddr_in and its size.
-    let connected = unsafe {
-        libc::connect(
-            upstream,
-            (&raw const address).cast(),
-            mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if connected < 0 && raw::errno() != libc::EINPROGRESS {
-        close(client);
-        close(upstream);
-        return Accepted::Done;
-    }
     slot.used = true;
     slot.client = client;
     slot.upstream = upstream;
-    slot.connecting = connected < 0;
+    slot.connecting = connecting;
     slot.polled = 0;
     reset(&mut slot.up);
     reset(&mut slot.down);
@@ -361,53 +325,29 @@ fn step(c: &mut Connection, client: libc::c_short, upstream: libc::c_short) {
     }
 }
 
-fn connect_succeeded(socket: libc::c_int) -> bool {
-    let mut error: libc::c_int = 0;
-    let mut length = mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: SO_ERROR into a local int of the given length.
-    let ret = unsafe {
-        libc::getsockopt(
-            socket,
-            libc::SOL_SOCKET,
-            libc::SO_ERROR,
-            (&raw mut error).cast(),
-            &mut length,
-        )
-    };
-    ret == 0 && error == 0
+fn connect_succeeded(upstream: libc::c_int) -> bool {
+    socket::connected(upstream)
 }
 
 /// Reads into the empty buffer of `flow`: `false` on a failure.
 fn fill(flow: &mut Flow, from: libc::c_int) -> bool {
-    // SAFETY: receives into the flow's own buffer, within its length.
-    let read = unsafe { libc::recv(from, flow.buffer.as_mut_ptr().cast(), BUFFER, 0) };
-    match read {
-        0 => flow.ended = true,
-        n if n > 0 => {
+    match socket::recv(from, &mut flow.buffer) {
+        Ok(0) => flow.ended = true,
+        Ok(n) => {
             flow.start = 0;
-            flow.end = n as usize;
+            flow.end = n;
         }
-        _ => return would_block(),
+        Err(errno) => return would_block(errno),
     }
     true
 }
 
 /// Writes what `flow` holds: `false` on a failure.
 fn flush(flow: &mut Flow, to: libc::c_int) -> bool {
-    // SAFETY: sends from the flow's buffer, within what it holds; MSG_NOSIGNAL,
-    // so a closed peer is EPIPE, not a signal.
-    let sent = unsafe {
-        libc::send(
-            to,
-            flow.buffer[flow.start..flow.end].as_ptr().cast(),
-            flow.end - flow.start,
-            libc::MSG_NOSIGNAL,
-        )
-    };
-    if sent < 0 {
-        return would_block();
+    match socket::send(to, &flow.buffer[flow.start..flow.end]) {
+        Ok(sent) => flow.start += sent,
+        Err(errno) => return would_block(errno),
     }
-    flow.start += sent as usize;
     if flow.is_empty() {
         flow.start = 0;
         flow.end = 0;
@@ -418,17 +358,16 @@ fn flush(flow: &mut Flow, to: libc::c_int) -> bool {
 /// Once the reading side ended and everything was written, passes the end on.
 fn pass_end(flow: &mut Flow, to: libc::c_int) {
     if flow.ended && flow.is_empty() && !flow.shut {
-        // SAFETY: shutdown of a socket this table owns.
-        unsafe { libc::shutdown(to, libc::SHUT_WR) };
+        socket::shutdown_write(to);
         flow.shut = true;
     }
 }
 
-fn would_block() -> bool {
-    matches!(raw::errno(), libc::EAGAIN | libc::EINTR)
+fn would_block(errno: raw::Errno) -> bool {
+    matches!(errno, libc::EAGAIN | libc::EINTR)
 }
 
+/// Closes a socket this table owns.
 fn close(fd: libc::c_int) {
-    // SAFETY: closes a descriptor this table owns.
-    unsafe { libc::close(fd) };
+    raw::close(fd);
 }

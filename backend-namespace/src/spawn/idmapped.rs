@@ -45,10 +45,9 @@
 //! spawn fails with [`SpawnError::IdmappedLower`] naming the step.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::ptr;
 
 use nix::errno::Errno;
 use nix::libc;
@@ -56,6 +55,7 @@ use nix::libc;
 use super::error::SpawnError;
 use super::idmap;
 use super::protocol::OLD_ROOT;
+use crate::sys::{fd, mount, process, signal};
 
 /// Where the child attaches the idmapped mount of an overlay's lower layer.
 #[derive(Debug)]
@@ -140,23 +140,8 @@ pub(crate) fn idmapped_lower(
     };
     let path = CString::new(lower.as_os_str().as_bytes())
         .map_err(|_| fail("naming the lower layer")(Errno::EINVAL))?;
-    // SAFETY: a NUL-terminated path; the flags ask for a detached copy of the mount
-    // at `lower` (its subtree only, no submounts), close-on-exec.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::OPEN_TREE_CLONE
-                | libc::O_CLOEXEC as libc::c_uint
-                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
-        )
-    };
-    if tree < 0 {
-        return Err(fail("open_tree of the lower layer")(Errno::last()));
-    }
-    // SAFETY: a descriptor open_tree just returned, owned from here on.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as libc::c_int) };
+    let tree = mount::clone_tree(&path)
+        .map_err(|errno| fail("open_tree of the lower layer")(Errno::from_raw(errno)))?;
     let stat = nix::sys::stat::fstat(&tree).map_err(fail("inspecting the lower layer"))?;
     if (stat.st_dev, stat.st_ino) != expected {
         return Err(fail("checking the lower layer is the directory inspected")(
@@ -167,36 +152,18 @@ pub(crate) fn idmapped_lower(
         return Ok(None);
     }
     let userns = mapping_namespace((stat.st_uid, host_uid), (stat.st_gid, host_gid))?;
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP
-            | if read_only {
-                libc::MOUNT_ATTR_RDONLY
-            } else {
-                0
-            }
-            | libc::MOUNT_ATTR_NOSUID
-            | libc::MOUNT_ATTR_NODEV,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns.as_raw_fd() as u64,
-    };
-    // SAFETY: `tree` is a detached mount; an empty path with AT_EMPTY_PATH names it;
-    // `attr` is a valid `struct mount_attr` of the size passed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint,
-            ptr::from_ref(&attr),
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if ret < 0 {
-        return Err(fail("mount_setattr(MOUNT_ATTR_IDMAP) on the lower layer")(
-            Errno::last(),
-        ));
-    }
+    let set = libc::MOUNT_ATTR_IDMAP
+        | if read_only {
+            libc::MOUNT_ATTR_RDONLY
+        } else {
+            0
+        }
+        | libc::MOUNT_ATTR_NOSUID
+        | libc::MOUNT_ATTR_NODEV;
+    // `tree` is detached: only its own mount is changed.
+    mount::set_attributes(tree.as_fd(), set, 0, Some(userns.as_fd()), false).map_err(|errno| {
+        fail("mount_setattr(MOUNT_ATTR_IDMAP) on the lower layer")(Errno::from_raw(errno))
+    })?;
     Ok(Some(tree))
 }
 
@@ -229,8 +196,7 @@ struct Helper(libc::pid_t);
 
 impl Helper {
     fn start() -> Result<Self, SpawnError> {
-        // SAFETY: getpid cannot fail.
-        let parent = unsafe { libc::getpid() };
+        let parent = std::process::id() as libc::pid_t;
         // The helper performs only raw system calls (no allocation, no locks,
         // nothing that can panic) and never returns from `helper_child`; every
         // signal stays blocked in it, so no handler of the runner runs there.
@@ -247,15 +213,9 @@ impl Helper {
 
 impl Drop for Helper {
     fn drop(&mut self) {
-        // SAFETY: our unreaped child (its pid cannot be reused before the wait).
-        unsafe { libc::kill(self.0, libc::SIGKILL) };
-        loop {
-            // SAFETY: waiting for our own child; no status wanted.
-            let ret = unsafe { libc::waitpid(self.0, ptr::null_mut(), libc::__WALL) };
-            if ret >= 0 || Errno::last() != Errno::EINTR {
-                break;
-            }
-        }
+        // Our unreaped child: its pid cannot be reused before the wait.
+        let _ = signal::kill(self.0, libc::SIGKILL);
+        while process::wait_for_child(self.0, libc::__WALL) == Err(libc::EINTR) {}
     }
 }
 
@@ -266,23 +226,12 @@ impl Drop for Helper {
 /// death signal was armed, and the helper ends at once.
 fn helper_child(parent: &libc::pid_t, _: crate::sys::Birth) -> ! {
     let parent = *parent;
-    // SAFETY: raw system calls only, on this process alone; none returns an error
-    // that matters (a failed close_range leaves descriptors open until SIGKILL).
-    unsafe {
-        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-        libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::syscall(libc::SYS_getppid) != libc::c_long::from(parent) {
-            libc::syscall(libc::SYS_exit_group, 0);
-        }
-        loop {
-            libc::syscall(
-                libc::SYS_ppoll,
-                ptr::null_mut::<libc::pollfd>(),
-                0usize,
-                ptr::null::<libc::timespec>(),
-                ptr::null::<libc::sigset_t>(),
-                0usize,
-            );
-        }
+    // Failures do not matter here: a failed close leaves descriptors open
+    // until SIGKILL.
+    let _ = fd::close_from(0, 0);
+    process::die_with_parent();
+    if process::parent_pid() != parent {
+        process::exit(0);
     }
+    process::wait_until_killed()
 }

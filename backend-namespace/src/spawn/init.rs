@@ -113,7 +113,7 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     let forwarder = if p.published.is_empty() {
         None
     } else {
-        Some(forward::prepare()?)
+        Some(forward::prepare(&p.connections)?)
     };
     // Descriptors pid 1 no longer needs.
     for fd in [0, 1, 2, FD_ERROR] {

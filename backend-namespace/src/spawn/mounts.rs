@@ -18,15 +18,15 @@
 //! reach the submounts.
 
 use std::cell::Cell;
-use std::ffi::{CStr, c_char, c_int, c_ulong};
-use std::ptr;
+use std::ffi::{CStr, c_int, c_ulong};
+use std::os::fd::AsFd;
 
 use nix::libc;
 
 use super::error::{ChildStage, Report, op};
 use super::idmapped::IdmappedLower;
 use super::prepared::{PreparedStep, StepKind};
-use crate::sys::{self as raw, Errno, Fd, OpenHow, StackPath};
+use crate::sys::{self as raw, Errno, Fd, OpenHow, StackPath, mount};
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
@@ -55,22 +55,8 @@ fn attach_lower(lower: &IdmappedLower, fds: &StepFds<'_>) -> StepResult {
 /// Attaches the detached mount `tree` (a descriptor `keep_descriptors` moved to
 /// its fixed number) on the open directory `at`, then closes `tree`.
 fn move_tree(tree: c_int, at: &raw::Fd) -> Result<(), Errno> {
-    // SAFETY: `tree` is a detached mount's descriptor, `at` an open directory;
-    // empty paths name both.
-    raw::check_long(unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree,
-            c"".as_ptr(),
-            at.raw(),
-            c"".as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
-        )
-    })?;
-    // SAFETY: the detached mount's descriptor is no longer needed (the mount is
-    // attached now).
-    unsafe { libc::close(tree) };
-    Ok(())
+    // The detached mount's descriptor is closed once it is attached.
+    mount::move_mount(Fd::from_new(tree)?, at)
 }
 
 /// Opens every bind source (`O_PATH`) into its slot. Called in the child before its
@@ -167,13 +153,13 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             let source = StackPath::proc_fd(source_fd).map_err(|e| (op::OPEN_SOURCE, e))?;
             mount_on(
                 &at,
-                source.as_ptr(),
-                ptr::null(),
+                Some(source.as_c_str()),
+                None,
                 libc::MS_BIND | libc::MS_REC,
                 None,
             )?;
-            // SAFETY: the source descriptor is this step's and no longer needed.
-            unsafe { libc::close(source_fd) };
+            // The source descriptor is this step's and no longer needed.
+            raw::close(source_fd);
             drop(at);
             let mut set = if *device {
                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC
@@ -197,8 +183,8 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
-                c"overlay".as_ptr(),
-                c"overlay".as_ptr(),
+                Some(c"overlay"),
+                Some(c"overlay"),
                 libc::MS_NOSUID | libc::MS_NODEV,
                 Some(data),
             )
@@ -211,8 +197,8 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             let here = StackPath::proc_fd(at.raw()).map_err(|e| (op::RESOLVE, e))?;
             mount_on(
                 &at,
-                here.as_ptr(),
-                ptr::null(),
+                Some(here.as_c_str()),
+                None,
                 libc::MS_BIND | libc::MS_REC,
                 None,
             )?;
@@ -234,8 +220,8 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
-                c"tmpfs".as_ptr(),
-                c"tmpfs".as_ptr(),
+                Some(c"tmpfs"),
+                Some(c"tmpfs"),
                 libc::MS_NOSUID | libc::MS_NODEV,
                 Some(data),
             )
@@ -244,8 +230,8 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
-                c"proc".as_ptr(),
-                c"proc".as_ptr(),
+                Some(c"proc"),
+                Some(c"proc"),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 None,
             )
@@ -254,8 +240,8 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
-                c"sysfs".as_ptr(),
-                c"sysfs".as_ptr(),
+                Some(c"sysfs"),
+                Some(c"sysfs"),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
                 None,
             )
@@ -264,8 +250,8 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
-                c"devpts".as_ptr(),
-                c"devpts".as_ptr(),
+                Some(c"devpts"),
+                Some(c"devpts"),
                 libc::MS_NOSUID | libc::MS_NOEXEC,
                 Some(c"newinstance,ptmxmode=0666,mode=0620"),
             )
@@ -274,33 +260,14 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
         StepKind::Symlink { to } => {
             let (parent, name) =
                 raw::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
-            // SAFETY: both strings are NUL-terminated and outlive the call.
-            raw::check(unsafe { libc::symlinkat(to.as_ptr(), parent.raw(), name.as_ptr()) })
-                .map(drop)
-                .map_err(|e| (op::SYMLINK, e))
+            raw::symlink_at(to, &parent, &name).map_err(|e| (op::SYMLINK, e))
         }
         StepKind::File { contents, mode } => {
             let (parent, name) =
                 raw::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
-            // SAFETY: `name` is NUL-terminated; `parent` is an open directory.
-            let fd = Fd::from_new(unsafe {
-                libc::openat(
-                    parent.raw(),
-                    name.as_ptr(),
-                    libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_WRONLY
-                        | libc::O_NOFOLLOW
-                        | libc::O_CLOEXEC,
-                    *mode,
-                )
-            })
-            .map_err(|e| (op::CREATE, e))?;
-            raw::write_all(fd.raw(), contents).map_err(|e| (op::WRITE, e))?;
-            // SAFETY: `fd` is open; the umask must not narrow the planned mode.
-            raw::check(unsafe { libc::fchmod(fd.raw(), *mode) })
-                .map(drop)
-                .map_err(|e| (op::WRITE, e))
+            let fd =
+                raw::create_file_with_mode(&parent, &name, *mode).map_err(|e| (op::CREATE, e))?;
+            raw::write_all(fd.raw(), contents).map_err(|e| (op::WRITE, e))
         }
     }
 }
@@ -315,21 +282,15 @@ fn mask(root: c_int, target: &CStr, file: bool) -> StepResult {
     };
     let hidden = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
     if file {
-        mount_on(
-            &at,
-            c"/oldroot/dev/null".as_ptr(),
-            ptr::null(),
-            libc::MS_BIND,
-            None,
-        )?;
+        mount_on(&at, Some(c"/oldroot/dev/null"), None, libc::MS_BIND, None)?;
         drop(at);
         let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
         set_flags(&top, hidden, 0, false)
     } else {
         mount_on(
             &at,
-            c"tmpfs".as_ptr(),
-            c"tmpfs".as_ptr(),
+            Some(c"tmpfs"),
+            Some(c"tmpfs"),
             libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             Some(c"size=4k,nr_inodes=1,mode=0555"),
         )
@@ -340,42 +301,19 @@ fn mask(root: c_int, target: &CStr, file: bool) -> StepResult {
 /// target `at`.
 fn mount_on(
     at: &Fd,
-    source: *const c_char,
-    fstype: *const c_char,
+    source: Option<&CStr>,
+    fstype: Option<&CStr>,
     flags: c_ulong,
     data: Option<&CStr>,
 ) -> StepResult {
     let target = StackPath::proc_fd(at.raw()).map_err(|e| (op::MOUNT, e))?;
-    let data = data.map_or(ptr::null(), |d| d.as_ptr().cast());
-    // SAFETY: every pointer is null or a NUL-terminated string that outlives the
-    // call (prepared before clone, literals, or the stack buffer above).
-    raw::check(unsafe { libc::mount(source, target.as_ptr(), fstype, flags, data) })
-        .map(drop)
-        .map_err(|e| (op::MOUNT, e))
+    mount::mount(source, target.as_c_str(), fstype, flags, data).map_err(|e| (op::MOUNT, e))
 }
 
 /// Sets and clears mount attributes on the mount whose root `top` is.
 pub(crate) fn set_flags(top: &Fd, set: u64, clear: u64, recursive: bool) -> StepResult {
-    let attr = libc::mount_attr {
-        attr_set: set,
-        attr_clr: clear,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
-    // SAFETY: `attr` is a valid `struct mount_attr` of the size passed; the path is
-    // an empty literal used with AT_EMPTY_PATH on an open descriptor.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            top.raw(),
-            c"".as_ptr(),
-            flags as c_ulong,
-            &raw const attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    match after_setattr(raw::check_long(ret).map(drop), recursive) {
+    let result = mount::set_attributes(top.as_fd(), set, clear, None, recursive);
+    match after_setattr(result, recursive) {
         AfterSetattr::Done => Ok(()),
         AfterSetattr::RemountTop => remount(top, set, clear),
         AfterSetattr::Fail(e) => Err((op::SET_FLAGS, e)),
@@ -410,12 +348,7 @@ fn after_setattr(result: Result<(), Errno>, recursive: bool) -> AfterSetattr {
 /// Fallback for kernels before 5.12: a bind remount of this mount only, keeping the
 /// flags it has (the kernel refuses to clear flags it locked).
 fn remount(top: &Fd, set: u64, clear: u64) -> StepResult {
-    // SAFETY: `statvfs` is plain data; fstatvfs fills it. (glibc takes the flags
-    // from fstatfs's `f_flags`, present since Linux 2.6.36: no allocation.)
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `top` is open; `st` is a valid out-pointer.
-    raw::check(unsafe { libc::fstatvfs(top.raw(), &mut st) }).map_err(|e| (op::SET_FLAGS, e))?;
-    let current = st.f_flag as c_ulong;
+    let current = mount::mount_flags(top).map_err(|e| (op::SET_FLAGS, e))?;
     let keep = libc::MS_NOSUID
         | libc::MS_NODEV
         | libc::MS_NOEXEC
@@ -439,17 +372,13 @@ fn remount(top: &Fd, set: u64, clear: u64) -> StepResult {
         }
     }
     let target = StackPath::proc_fd(top.raw()).map_err(|e| (op::SET_FLAGS, e))?;
-    // SAFETY: a NUL-terminated stack path; other pointers null.
-    raw::check(unsafe {
-        libc::mount(
-            ptr::null(),
-            target.as_ptr(),
-            ptr::null(),
-            libc::MS_REMOUNT | libc::MS_BIND | flags,
-            ptr::null(),
-        )
-    })
-    .map(drop)
+    mount::mount(
+        None,
+        target.as_c_str(),
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | flags,
+        None,
+    )
     .map_err(|e| (op::SET_FLAGS, e))
 }
 

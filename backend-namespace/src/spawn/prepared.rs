@@ -159,6 +159,9 @@ pub(crate) struct Prepared {
     pub source_how: OpenHow,
     /// The published ports, with their listeners' numbers in the child.
     pub published: Vec<super::forward::Published>,
+    /// The forwarder's connection table, allocated here for pid 1 (which must not
+    /// allocate) when ports are published; empty otherwise.
+    pub connections: super::forward::ConnectionTable,
     /// Where the runner's command line lies in memory (`arg_start..arg_end` of
     /// `/proc/self/stat`): the child's copy is blanked, so the run's pid 1 does not
     /// show the runner's arguments in `/proc/1/cmdline`, which anyone may read.
@@ -293,6 +296,7 @@ impl Prepared {
         if published.len() > super::forward::MAX_PUBLISHED {
             return Err(invalid("publish", "more than 16 ports"));
         }
+        self.connections = super::forward::ConnectionTable::new();
         for p in published {
             let listener = p.listener.try_clone().map_err(|e| SpawnError::Prepare {
                 step: "duplicating a published port's listener",
@@ -414,6 +418,7 @@ impl Prepared {
             source_fds: Vec::new(),
             source_how: OpenHow::no_symlinks(),
             published: Vec::new(),
+            connections: super::forward::ConnectionTable::default(),
             arg_area: ArgArea::of_this_process(),
         };
         let mut v2_procs = None;

@@ -2,6 +2,7 @@
 //! buffers.
 
 use std::ffi::c_int;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::libc;
 
@@ -32,6 +33,13 @@ impl Fd {
         let fd = self.0;
         std::mem::forget(self);
         fd
+    }
+}
+
+impl AsFd for Fd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: `self.0` is open for as long as `self` lives (see `from_new`).
+        unsafe { BorrowedFd::borrow_raw(self.0) }
     }
 }
 

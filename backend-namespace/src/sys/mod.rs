@@ -24,13 +24,14 @@ pub(crate) mod path;
 pub(crate) mod pidfd;
 pub(crate) mod process;
 pub(crate) mod signal;
+pub(crate) mod socket;
 
 pub(crate) use clone::{Birth, fork_like};
 pub(crate) use exec::{CStrArray, execve};
 pub(crate) use fd::{Fd, close, read_byte, write_all};
 pub(crate) use path::{
-    OpenHow, StackPath, create_dir, create_file, dev_ino, open_existing, open_no_symlinks,
-    walk_parent,
+    OpenHow, StackPath, create_dir, create_file, create_file_with_mode, dev_ino, open_existing,
+    open_no_symlinks, symlink_at, walk_parent,
 };
 
 /// An `errno` value.

@@ -1,6 +1,7 @@
 //! Mounts and roots in a cloned child.
 
 use std::ffi::{CStr, c_int, c_ulong};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr;
 
 use nix::libc;
@@ -87,4 +88,84 @@ pub(crate) fn set_umask(mask: libc::mode_t) {
 pub(crate) fn unshare(flags: c_int) -> Result<(), Errno> {
     // SAFETY: integer arguments; affects this process only.
     check(unsafe { libc::unshare(flags) }).map(drop)
+}
+
+/// Attaches the detached mount `tree` (from `open_tree`) on the directory `at`,
+/// then closes `tree`.
+pub(crate) fn move_mount(tree: Fd, at: &Fd) -> Result<(), Errno> {
+    // SAFETY: `tree` is a detached mount's descriptor, `at` an open directory;
+    // empty paths name both.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.raw(),
+            c"".as_ptr(),
+            at.raw(),
+            c"".as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// Sets and clears `MOUNT_ATTR_*` attributes (and with `userns`, an id mapping)
+/// on the mount whose root `top` is, and on every mount under it if
+/// `recursive` (`mount_setattr`, Linux 5.12+).
+pub(crate) fn set_attributes(
+    top: BorrowedFd<'_>,
+    set: u64,
+    clear: u64,
+    userns: Option<BorrowedFd<'_>>,
+    recursive: bool,
+) -> Result<(), Errno> {
+    let attr = libc::mount_attr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: userns.map_or(0, |fd| fd.as_raw_fd() as u64),
+    };
+    let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
+    // SAFETY: `attr` is a valid `struct mount_attr` of the size passed; the path is
+    // an empty literal used with AT_EMPTY_PATH on an open descriptor.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            top.as_raw_fd(),
+            c"".as_ptr(),
+            flags as c_ulong,
+            &raw const attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// The `ST_*` flags of the mount `fd` is on (`fstatvfs`; glibc takes them from
+/// fstatfs's `f_flags`, present since Linux 2.6.36: no allocation).
+pub(crate) fn mount_flags(fd: &Fd) -> Result<c_ulong, Errno> {
+    // SAFETY: `statvfs` is plain data; fstatvfs fills it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open; `st` is a valid out-pointer.
+    check(unsafe { libc::fstatvfs(fd.raw(), &mut st) })?;
+    Ok(st.f_flag as c_ulong)
+}
+
+/// A detached copy of the mount at `path` (its subtree only, no submounts;
+/// `open_tree` with `OPEN_TREE_CLONE`, the last component not followed),
+/// close-on-exec.
+pub(crate) fn clone_tree(path: &CStr) -> Result<OwnedFd, Errno> {
+    // SAFETY: a NUL-terminated path and integer flags; the call returns a new
+    // descriptor.
+    let fd = check_long(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::OPEN_TREE_CLONE
+                | libc::O_CLOEXEC as libc::c_uint
+                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
+        )
+    })?;
+    // SAFETY: `fd` was just created and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as c_int) })
 }

@@ -159,3 +159,31 @@ pub(crate) fn join_namespaces(pidfd: c_int, flags: c_int) -> Result<(), Errno> {
     // SAFETY: integer arguments; affects this single-threaded process only.
     check(unsafe { libc::setns(pidfd, flags) }).map(drop)
 }
+
+/// Asks for `SIGKILL` when the parent thread ends (`PR_SET_PDEATHSIG`).
+pub(crate) fn die_with_parent() {
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+}
+
+/// This process's parent's pid.
+pub(crate) fn parent_pid() -> libc::pid_t {
+    // SAFETY: getppid has no arguments and cannot fail.
+    unsafe { libc::getppid() }
+}
+
+/// Waits until a signal ends this process (every other one blocked: forever).
+pub(crate) fn wait_until_killed() -> ! {
+    loop {
+        // SAFETY: pause has no arguments; it only returns after a handled signal.
+        unsafe { libc::pause() };
+    }
+}

@@ -21,6 +21,11 @@ impl SignalSet {
         Self(set)
     }
 
+    /// The set as the C type, for a system call.
+    pub(crate) fn as_raw(&self) -> &libc::sigset_t {
+        &self.0
+    }
+
     /// This set and `signal`.
     pub(crate) fn with(mut self, signal: c_int) -> Self {
         // SAFETY: a valid pointer to the set; an invalid number is refused (EINVAL)
