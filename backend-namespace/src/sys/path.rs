@@ -228,6 +228,34 @@ pub(crate) fn create_file(root: c_int, path: &CStr) -> Result<Fd, Errno> {
     }
 }
 
+/// Creates the symbolic link `parent/name` pointing at `to`.
+pub(crate) fn symlink_at(to: &CStr, parent: &Fd, name: &Name) -> Result<(), Errno> {
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    check(unsafe { libc::symlinkat(to.as_ptr(), parent.raw(), name.as_ptr()) }).map(drop)
+}
+
+/// Creates the regular file `parent/name` (which must not exist, and is never
+/// a link followed), open for writing, with `mode` exactly (the umask does not
+/// narrow it).
+pub(crate) fn create_file_with_mode(
+    parent: &Fd,
+    name: &Name,
+    mode: libc::mode_t,
+) -> Result<Fd, Errno> {
+    // SAFETY: `name` is NUL-terminated; `parent` is an open directory.
+    let fd = Fd::from_new(unsafe {
+        libc::openat(
+            parent.raw(),
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            mode,
+        )
+    })?;
+    // SAFETY: `fd` is open.
+    check(unsafe { libc::fchmod(fd.raw(), mode) })?;
+    Ok(fd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,32 +337,4 @@ mod tests {
     fn fd_from_new_refuses_a_failed_call() {
         assert!(Fd::from_new(-1).is_err());
     }
-}
-
-/// Creates the symbolic link `parent/name` pointing at `to`.
-pub(crate) fn symlink_at(to: &CStr, parent: &Fd, name: &Name) -> Result<(), Errno> {
-    // SAFETY: both strings are NUL-terminated and outlive the call.
-    check(unsafe { libc::symlinkat(to.as_ptr(), parent.raw(), name.as_ptr()) }).map(drop)
-}
-
-/// Creates the regular file `parent/name` (which must not exist, and is never
-/// a link followed), open for writing, with `mode` exactly (the umask does not
-/// narrow it).
-pub(crate) fn create_file_with_mode(
-    parent: &Fd,
-    name: &Name,
-    mode: libc::mode_t,
-) -> Result<Fd, Errno> {
-    // SAFETY: `name` is NUL-terminated; `parent` is an open directory.
-    let fd = Fd::from_new(unsafe {
-        libc::openat(
-            parent.raw(),
-            name.as_ptr(),
-            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            mode,
-        )
-    })?;
-    // SAFETY: `fd` is open.
-    check(unsafe { libc::fchmod(fd.raw(), mode) })?;
-    Ok(fd)
 }
