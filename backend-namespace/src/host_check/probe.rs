@@ -3,7 +3,7 @@
 
 use std::ffi::CString;
 use std::fs;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -11,6 +11,7 @@ use nix::libc;
 
 use super::Finding;
 use super::parse::{self, IdmapStep, NS_KINDS, UserNsInputs};
+use crate::sys::{self, Birth, fd, mount, process};
 
 fn read(path: impl AsRef<Path>) -> Option<String> {
     fs::read_to_string(path).ok()
@@ -39,29 +40,8 @@ pub(crate) struct Created {
 /// kind, and exits with a bit per failure (bit 0: user; bit 1 + i: `NS_FLAGS[i]`).
 /// `None` when the fork or the wait failed, or the child did not exit normally.
 fn probe_creation() -> Option<Created> {
-    // SAFETY: after fork the child runs only `unshare` and `_exit`, both
-    // async-signal-safe raw syscalls on constants: no allocation, no locks, so this is
-    // sound even when the caller is multi-threaded. The parent only waits.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        let mut failed: libc::c_int = 0;
-        // SAFETY: unshare affects only this child, which exits right after.
-        if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
-            failed |= 1;
-        }
-        for (i, flag) in NS_FLAGS.iter().enumerate() {
-            // SAFETY: as above.
-            if unsafe { libc::unshare(*flag) } != 0 {
-                failed |= 1 << (i + 1);
-            }
-        }
-        // SAFETY: ends the child without running the parent's atexit handlers or
-        // destructors.
-        unsafe { libc::_exit(failed) };
-    }
-    if pid < 0 {
-        return None;
-    }
+    // The child only makes raw system calls on constants (see `sys::fork_like`).
+    let pid = sys::fork_like(0, None, &(), creation_child).ok()?;
     let failed = wait_exit(pid)?;
     let mut kinds = [false; 6];
     for (i, k) in kinds.iter_mut().enumerate() {
@@ -73,21 +53,31 @@ fn probe_creation() -> Option<Created> {
     })
 }
 
-/// The exit code of our child `pid`; `None` when the wait failed or the child did
-/// not exit normally.
-fn wait_exit(pid: libc::pid_t) -> Option<libc::c_int> {
-    let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: waiting for our own child with a valid pointer to a local.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if r == pid {
-            break;
-        }
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        return None;
+/// The creation probe's child: `unshare` of each kind, a bit per failure in its
+/// exit status.
+fn creation_child((): &(), _: Birth) -> ! {
+    let mut failed: libc::c_int = 0;
+    if mount::unshare(libc::CLONE_NEWUSER).is_err() {
+        failed |= 1;
     }
+    for (i, flag) in NS_FLAGS.iter().enumerate() {
+        if mount::unshare(*flag).is_err() {
+            failed |= 1 << (i + 1);
+        }
+    }
+    process::exit(failed)
+}
+
+/// The exit code of our child `pid`; `None` if the wait failed or it did not
+/// exit normally.
+fn wait_exit(pid: libc::pid_t) -> Option<libc::c_int> {
+    let status = loop {
+        match process::wait_for_child(pid, 0) {
+            Ok(Some(status)) => break status,
+            Err(libc::EINTR) => {}
+            _ => return None,
+        }
+    };
     libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status))
 }
 
@@ -102,17 +92,14 @@ type IdmapReport = [libc::c_int; 2];
 pub(crate) fn probe_idmapped_mount(dir: &Path) -> Option<Result<(), (IdmapStep, i32)>> {
     let path = CString::new(dir.as_os_str().as_bytes()).ok()?;
     let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
-    // SAFETY: after fork the child runs only raw system calls on data prepared
-    // before the fork (no allocation, no locks, nothing that can panic) and
-    // `_exit`s, so this is sound even when the caller is multi-threaded.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        idmap_child(path.as_ptr(), write_end.as_raw_fd());
-    }
+    // The child only makes raw system calls on data prepared here.
+    let child = IdmapChild {
+        path,
+        report_fd: write_end.as_raw_fd(),
+    };
+    let pid = sys::fork_like(0, None, &child, idmap_child);
     drop(write_end);
-    if pid < 0 {
-        return None;
-    }
+    let pid = pid.ok()?;
     let mut report: IdmapReport = [0; 2];
     let mut bytes = [0u8; std::mem::size_of::<IdmapReport>()];
     let read = nix::unistd::read(&read_end, &mut bytes);
@@ -132,175 +119,69 @@ pub(crate) fn probe_idmapped_mount(dir: &Path) -> Option<Result<(), (IdmapStep, 
     Some(Err((step, report[1])))
 }
 
+/// What the idmapped-mount probe's child works on.
+struct IdmapChild {
+    path: CString,
+    report_fd: libc::c_int,
+}
+
 /// The forked probe child: `open_tree(OPEN_TREE_CLONE)` of `path`, a user
 /// namespace from a grandchild that shares this child's descriptor table
-/// (`CLONE_FILES`: it opens `/proc/self/ns/user` into it and exits), then
-/// `mount_setattr(MOUNT_ATTR_IDMAP)` of the detached copy with that namespace.
-fn idmap_child(path: *const libc::c_char, report_fd: libc::c_int) -> ! {
+/// (`CLONE_FILES`: it opens `/proc/self/ns/user` into a slot of it and exits),
+/// then `mount_setattr(MOUNT_ATTR_IDMAP)` of the detached copy with that
+/// namespace.
+fn idmap_child(child: &IdmapChild, _: Birth) -> ! {
     let report = |step: libc::c_int, errno: libc::c_int| -> ! {
         let [a, b] = [step.to_ne_bytes(), errno.to_ne_bytes()];
         let bytes = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
-        // SAFETY: a write of a local buffer to our pipe, then the child ends
-        // without running the parent's atexit handlers or destructors.
-        unsafe {
-            libc::write(report_fd, bytes.as_ptr().cast(), bytes.len());
-            libc::_exit(0)
-        }
+        let _ = sys::write_all(child.report_fd, &bytes);
+        process::exit(0)
     };
-    let errno = || {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL)
+    let tree = match mount::clone_tree(&child.path) {
+        Ok(tree) => tree,
+        Err(errno) => report(1, errno),
     };
-    // SAFETY: a NUL-terminated path made before the fork; a detached copy of the
-    // mount at `path` (no submounts), close-on-exec.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            path,
-            libc::OPEN_TREE_CLONE
-                | libc::O_CLOEXEC as libc::c_uint
-                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
-        )
+    // The slot the grandchild puts the namespace descriptor in.
+    let userns = match fd::open(c"/dev/null", libc::O_RDONLY) {
+        Ok(slot) => slot,
+        Err(errno) => report(2, errno),
     };
-    if tree < 0 {
-        report(1, errno());
-    }
-    let tree = tree as libc::c_int;
-    // The slot the grandchild puts the namespace descriptor in: above both of ours.
-    let userns = tree.max(report_fd) + 1;
-    // SAFETY: a fork-style clone (NULL stack, no CLONE_VM) into a new user namespace,
-    // sharing this child's descriptor table; the grandchild runs only raw system
-    // calls on constants and exits with 0 or the errno that stopped it.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (libc::CLONE_NEWUSER | libc::CLONE_FILES | libc::SIGCHLD) as libc::c_ulong,
-            std::ptr::null_mut::<libc::c_void>(),
-            std::ptr::null_mut::<libc::c_void>(),
-            std::ptr::null_mut::<libc::c_void>(),
-            0usize,
-        )
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_FILES;
+    let pid = match sys::fork_like(flags, None, &userns.raw(), user_namespace_child) {
+        Ok(pid) => pid,
+        Err(errno) => report(2, errno),
     };
-    if pid == 0 {
-        // The namespace gets a map (kernels refuse an idmapping without one): its
-        // root is host root, the only id this process may map itself.
-        for (file, contents) in [
-            (c"/proc/self/setgroups", &b"deny"[..]),
-            (c"/proc/self/uid_map", &b"0 0 1\n"[..]),
-            (c"/proc/self/gid_map", &b"0 0 1\n"[..]),
-        ] {
-            if let Err(e) = write_raw(file, contents) {
-                // SAFETY: ends the grandchild at once.
-                unsafe { libc::_exit(e.clamp(1, 255)) };
-            }
-        }
-        // SAFETY: raw system calls on constants, in the grandchild alone.
-        unsafe {
-            let fd = libc::open(
-                c"/proc/self/ns/user".as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC,
-            );
-            if fd < 0 || (fd != userns && libc::dup3(fd, userns, libc::O_CLOEXEC) < 0) {
-                libc::_exit(errno().clamp(1, 255));
-            }
-            libc::_exit(0);
-        }
-    }
-    if pid < 0 {
-        report(2, errno());
-    }
-    match wait_exit(pid as libc::pid_t) {
+    match wait_exit(pid) {
         Some(0) => {}
         Some(e) => report(2, e),
         None => report(2, libc::ECHILD),
     }
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns as u64,
-    };
-    // SAFETY: `tree` is a detached mount named by an empty path with AT_EMPTY_PATH;
-    // `attr` is a valid `struct mount_attr` of the size passed.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree,
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint,
-            std::ptr::from_ref(&attr),
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if r < 0 {
-        report(3, errno());
+    let set = libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_RDONLY;
+    if let Err(errno) = mount::set_attributes(tree.as_fd(), set, 0, Some(userns.as_fd()), false) {
+        report(3, errno);
     }
     report(0, 0)
 }
 
-/// Writes `contents` to `path` with raw system calls only (safe after a fork);
-/// `Err(errno)` on failure.
-fn write_raw(path: &std::ffi::CStr, contents: &[u8]) -> Result<(), libc::c_int> {
-    let errno = || {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL)
-    };
-    // SAFETY: a NUL-terminated path; the descriptor is closed below.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(errno());
+/// The grandchild, in a new user namespace and sharing its parent's descriptor
+/// table: maps its root to host root (the only id this process may map itself;
+/// kernels refuse an idmapping without a map), puts its namespace in `slot`,
+/// and exits with 0 or the errno that stopped it.
+fn user_namespace_child(slot: &libc::c_int, _: Birth) -> ! {
+    for (file, contents) in [
+        (c"/proc/self/setgroups", &b"deny"[..]),
+        (c"/proc/self/uid_map", &b"0 0 1\n"[..]),
+        (c"/proc/self/gid_map", &b"0 0 1\n"[..]),
+    ] {
+        let written =
+            fd::open(file, libc::O_WRONLY).and_then(|f| sys::write_all(f.raw(), contents));
+        if let Err(e) = written {
+            process::exit(e.clamp(1, 255));
+        }
     }
-    // SAFETY: writes from a live slice of the length passed.
-    let written = unsafe { libc::write(fd, contents.as_ptr().cast(), contents.len()) };
-    let result = if written == contents.len() as isize {
-        Ok(())
-    } else {
-        Err(errno())
-    };
-    // SAFETY: our own descriptor, closed once.
-    unsafe { libc::close(fd) };
-    result
-}
-
-/// `seccomp(SECCOMP_GET_ACTION_AVAIL, 0, &SECCOMP_RET_ERRNO)`.
-fn seccomp_action_avail() -> Result<(), i32> {
-    const SECCOMP_GET_ACTION_AVAIL: libc::c_long = 2;
-    let action: u32 = 0x0005_0000; // SECCOMP_RET_ERRNO
-    // SAFETY: the kernel reads one u32 from a pointer to a live local.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            SECCOMP_GET_ACTION_AVAIL,
-            0,
-            &action as *const u32,
-        )
-    };
-    if r == 0 { Ok(()) } else { Err(last_errno()) }
-}
-
-/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
-fn landlock_abi() -> Result<i64, i32> {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with a NULL attribute and size 0 the kernel reads nothing and only
-    // returns the ABI version.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if r >= 0 { Ok(r) } else { Err(last_errno()) }
-}
-
-fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EINVAL)
+    let moved = fd::open(c"/proc/self/ns/user", libc::O_RDONLY)
+        .and_then(|ns| fd::dup_onto(ns.raw(), *slot, libc::O_CLOEXEC));
+    process::exit(moved.map_or_else(|e| e.clamp(1, 255), |()| 0))
 }
 
 /// Where [`run_all`] probes idmapped mounts: the root directory's file system.
@@ -358,11 +239,11 @@ pub(crate) fn run_all() -> Vec<Finding> {
 
     findings.push(parse::seccomp(
         read("/proc/self/status").as_deref(),
-        seccomp_action_avail(),
+        process::seccomp_errno_action_available(),
     ));
     findings.push(parse::overlayfs(read("/proc/filesystems").as_deref()));
     findings.push(idmapped_mounts(Path::new(IDMAPPED_PROBE_DIR), is_root));
-    findings.push(parse::landlock(landlock_abi()));
+    findings.push(parse::landlock(process::landlock_abi()));
 
     let user = nix::unistd::User::from_uid(uid)
         .ok()

@@ -132,3 +132,9 @@ pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> Result<c_int,
     // SAFETY: the pointer and length describe a live, writable slice.
     check(unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) })
 }
+
+/// Opens `path` with `flags` (close-on-exec added).
+pub(crate) fn open(path: &std::ffi::CStr, flags: c_int) -> Result<Fd, Errno> {
+    // SAFETY: a NUL-terminated path; the call returns a new descriptor.
+    Fd::from_new(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) })
+}

@@ -187,3 +187,36 @@ pub(crate) fn wait_until_killed() -> ! {
         unsafe { libc::pause() };
     }
 }
+
+/// Whether this kernel's seccomp offers the `SECCOMP_RET_ERRNO` action
+/// (`seccomp(SECCOMP_GET_ACTION_AVAIL)`).
+pub(crate) fn seccomp_errno_action_available() -> Result<(), Errno> {
+    const SECCOMP_GET_ACTION_AVAIL: libc::c_long = 2;
+    let action: u32 = 0x0005_0000; // SECCOMP_RET_ERRNO
+    // SAFETY: the kernel reads one u32 from a pointer to a live local.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_GET_ACTION_AVAIL,
+            0,
+            &raw const action,
+        )
+    })
+    .map(drop)
+}
+
+/// This kernel's Landlock ABI version
+/// (`landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`).
+pub(crate) fn landlock_abi() -> Result<i64, Errno> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attribute and size 0 the kernel reads nothing and only
+    // returns the ABI version.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    })
+}
