@@ -76,6 +76,8 @@
 //! * Figures vary between machines and runs; compare ratios measured side by side,
 //!   not these absolute numbers.
 #![deny(missing_docs)]
+// Every raw call is in `sys`, the one module allowed to say `unsafe`.
+#![deny(unsafe_code)]
 
 pub mod cgroup;
 pub mod environment;
@@ -84,4 +86,5 @@ pub mod identity;
 pub mod process;
 pub mod seccomp;
 pub mod spawn;
+#[allow(unsafe_code)]
 mod sys;

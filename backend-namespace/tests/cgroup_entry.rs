@@ -82,7 +82,8 @@ impl Drop for TestGroup {
 fn a_sandbox_is_in_every_hierarchy_of_its_run() {
     let group = TestGroup::new();
     let fixture = Fixture::new();
-    let mut request = fixture.request("sleep 30");
+    // `exec`: the command stays one process (a shell would fork `sleep`).
+    let mut request = fixture.request("exec sleep 30");
     request.cgroups = group.dirs();
     let mut child = spawn(&request).unwrap_or_else(|e| panic!("spawning the sandbox: {e}"));
     let pid1 = child.pid();

@@ -3,7 +3,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use crate::sys::pidfd;
+
+use std::os::fd::OwnedFd;
 
 use nix::errno::Errno;
 use nix::libc;
@@ -217,29 +219,12 @@ fn still_listed(pid: u32, listed: &[u32]) -> bool {
 /// `pidfd_open(pid, 0)`.
 fn pidfd_open(pid: u32) -> Result<OwnedFd, Errno> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| Errno::ESRCH)?;
-    // SAFETY: pidfd_open with integer arguments; it only creates a descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    let fd = i32::try_from(fd).map_err(|_| Errno::EBADF)?;
-    // SAFETY: `fd` is a new descriptor returned just now that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    pidfd::open(pid).map_err(Errno::from_raw)
 }
 
 /// `pidfd_send_signal(pidfd, SIGKILL, NULL, 0)`.
 fn pidfd_kill(pidfd: &OwnedFd) -> Result<(), Errno> {
-    // SAFETY: an open pidfd, a signal number, a null siginfo and no flags.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0u32,
-        )
-    };
-    if ret < 0 { Err(Errno::last()) } else { Ok(()) }
+    pidfd::send_signal(pidfd, libc::SIGKILL).map_err(Errno::from_raw)
 }
 
 #[cfg(test)]

@@ -212,13 +212,7 @@ impl Execution for NamespaceExecution {
             let pidfd = child
                 .pidfd()
                 .try_clone_to_owned()
-                .and_then(|fd| {
-                    // SAFETY: an OwnedFd always returns the same open descriptor,
-                    // which stays open until the OwnedFd (owned by the AsyncFd)
-                    // is dropped.
-                    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-                        .map_err(std::io::Error::from)
-                })
+                .and_then(|fd| crate::sys::reactor::register(fd, tokio::io::Interest::READABLE))
                 .map_err(|source| {
                     ProcessError::Pipe {
                         step: "registering the command's pidfd",

@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use nix::libc;
 use tokio::io::AsyncWriteExt;
-use tokio::io::unix::AsyncFd;
 use workspace_core::boundary::OutputStream;
 
 use super::error::ProcessError;
@@ -101,12 +100,12 @@ fn open_pair(path: &Path, existing: Existing) -> Result<(OwnedFd, File), Process
 /// supervisor) is readable; then up to the size the file had at that moment.
 /// Must be called inside a tokio runtime (it spawns the reader task).
 pub(crate) fn follow(file: File, ended: OwnedFd) -> Result<OutputStream, ProcessError> {
-    // SAFETY: an OwnedFd always returns the same open descriptor, which stays
-    // open until the OwnedFd (owned by the AsyncFd) is dropped.
-    let ended = unsafe { AsyncFd::register_with_interest(ended, tokio::io::Interest::READABLE) }
-        .map_err(|source| ProcessError::Pipe {
-            step: "registering the command's pidfd",
-            source: source.into(),
+    let ended =
+        crate::sys::reactor::register(ended, tokio::io::Interest::READABLE).map_err(|source| {
+            ProcessError::Pipe {
+                step: "registering the command's pidfd",
+                source,
+            }
         })?;
     let (mut writer, reader) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {

@@ -374,21 +374,15 @@ fn poll_in(fd: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<bool> {
             return Ok(false);
         }
         let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-        let mut pollfd = libc::pollfd {
+        let mut fds = [libc::pollfd {
             fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        };
-        // SAFETY: one valid pollfd struct for a descriptor borrowed for the call.
-        let ready = unsafe { libc::poll(&mut pollfd, 1, ms) };
-        if ready > 0 {
-            return Ok(true);
-        }
-        if ready < 0 {
-            let error = std::io::Error::last_os_error();
-            if error.kind() != std::io::ErrorKind::Interrupted {
-                return Err(error);
-            }
+        }];
+        match crate::sys::fd::poll(&mut fds, ms) {
+            Ok(ready) if ready > 0 => return Ok(true),
+            Ok(_) | Err(libc::EINTR) => {}
+            Err(errno) => return Err(std::io::Error::from_raw_os_error(errno)),
         }
     }
 }

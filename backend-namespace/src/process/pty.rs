@@ -17,7 +17,7 @@
 //! while `isatty`, `stty` and `/dev/tty` work).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -28,6 +28,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::error::ProcessError;
+use crate::sys::{reactor, tty};
 
 /// The window size (rows, columns) of every command's pseudo-terminal: the
 /// classic 80x24, set with `TIOCSWINSZ` on the master before the command starts
@@ -41,6 +42,11 @@ pub(crate) struct Pty {
     pub(crate) master: OwnedFd,
     /// The command's side: close-on-exec (the child `dup3`s it onto 0..=2).
     pub(crate) slave: OwnedFd,
+}
+
+/// [`error`] for a raw `errno` of the sys seam.
+fn errno_error(step: &'static str) -> impl Fn(crate::sys::Errno) -> ProcessError {
+    move |errno| error(step)(Errno::from_raw(errno))
 }
 
 fn error(step: &'static str) -> impl Fn(Errno) -> ProcessError {
@@ -66,30 +72,15 @@ impl Pty {
                     nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
                         .map_err(error("opening /dev/ptmx"))?;
                 nix::pty::grantpt(&master).map_err(error("grantpt"))?;
-                // SAFETY: `into_raw_fd` gives up the descriptor `master` owned; the
-                // OwnedFd is its only owner from here.
-                unsafe { OwnedFd::from_raw_fd(master.into_raw_fd()) }
+                OwnedFd::from(master)
             }
         };
-        let unlock: libc::c_int = 0;
-        // SAFETY: TIOCSPTLCK reads an int (0: unlock the slave) from a valid pointer.
-        Errno::result(unsafe {
-            libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &raw const unlock)
-        })
-        .map_err(error("unlockpt"))?;
-        let slave = open_slave(&master)?;
+        tty::unlock(&master).map_err(errno_error("unlockpt"))?;
+        let slave = tty::open_slave(&master, libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .map_err(|(step, errno)| errno_error(step)(errno))?;
         let (rows, cols) = PTY_WINDOW_SIZE;
-        let size = libc::winsize {
-            ws_row: rows,
-            ws_col: cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: TIOCSWINSZ reads a `struct winsize`, which `size` is.
-        Errno::result(unsafe {
-            libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &raw const size)
-        })
-        .map_err(error("setting the window size (TIOCSWINSZ)"))?;
+        tty::set_window_size(&master, rows, cols)
+            .map_err(errno_error("setting the window size (TIOCSWINSZ)"))?;
         // Non-blocking for tokio; the flag belongs to the master's open file only,
         // the slave stays blocking for the command.
         let flags =
@@ -116,34 +107,6 @@ fn sandbox_ptmx(sandbox_pid: u32) -> Option<OwnedFd> {
     ptmx.then(|| OwnedFd::from(file))
 }
 
-/// The slave of `master`: `TIOCGPTPEER` (Linux 4.13+, no path lookup), else by
-/// the name `ptsname_r` gives.
-fn open_slave(master: &OwnedFd) -> Result<OwnedFd, ProcessError> {
-    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
-    // SAFETY: TIOCGPTPEER takes the open flags as an integer and returns a new
-    // descriptor.
-    let fd = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGPTPEER, flags) };
-    if fd >= 0 {
-        // SAFETY: a new descriptor nothing else owns.
-        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
-    }
-    let errno = Errno::last();
-    if !matches!(errno, Errno::EINVAL | Errno::ENOTTY) {
-        return Err(error("opening the slave (TIOCGPTPEER)")(errno));
-    }
-    let mut name = [0 as libc::c_char; 64];
-    // SAFETY: the buffer and its length are valid; ptsname_r NUL-terminates.
-    let ret = unsafe { libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len()) };
-    if ret != 0 {
-        return Err(error("ptsname_r")(Errno::from_raw(ret)));
-    }
-    // SAFETY: `name` was NUL-terminated by ptsname_r.
-    let fd = unsafe { libc::open(name.as_ptr(), flags) };
-    Errno::result(fd).map_err(error("opening the slave by name"))?;
-    // SAFETY: a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 /// The command's output, read from the master. `EIO`, which a master returns once
 /// every slave descriptor is closed (the command's whole tree ended), is the end
 /// of the stream, as is every read after it.
@@ -157,9 +120,7 @@ impl PtyReader {
     /// Registers `master` (non-blocking) with the tokio reactor.
     pub(crate) fn new(master: OwnedFd) -> io::Result<Self> {
         Ok(Self {
-            // SAFETY: an OwnedFd always returns the same open descriptor, which
-            // stays open until the OwnedFd (owned by the AsyncFd) is dropped.
-            fd: unsafe { AsyncFd::register_with_interest(master, tokio::io::Interest::READABLE) }?,
+            fd: reactor::register(master, tokio::io::Interest::READABLE)?,
             done: false,
         })
     }
@@ -217,9 +178,7 @@ impl PtyWriter {
     /// Registers `master` (non-blocking) with the tokio reactor.
     pub(crate) fn new(master: OwnedFd) -> io::Result<Self> {
         Ok(Self {
-            // SAFETY: an OwnedFd always returns the same open descriptor, which
-            // stays open until the OwnedFd (owned by the AsyncFd) is dropped.
-            fd: unsafe { AsyncFd::register_with_interest(master, tokio::io::Interest::WRITABLE) }?,
+            fd: reactor::register(master, tokio::io::Interest::WRITABLE)?,
             ended: false,
             at_line_start: true,
         })

@@ -7,7 +7,6 @@
 //! waits until the groups are empty or the grace period ends, then kills
 //! what is left, group by group.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -17,6 +16,7 @@ use workspace_core::boundary::TerminateReport;
 use super::error::ProcessError;
 use super::seal::INIT_CGROUP;
 use crate::cgroup::RunCgroup;
+use crate::sys::pidfd;
 
 /// How often the groups are looked at while they stop.
 const POLL: Duration = Duration::from_millis(20);
@@ -64,25 +64,15 @@ pub(super) fn signal(pid: u32, signal: libc::c_int) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
-    // SAFETY: pidfd_open with integer arguments; a returned descriptor is ours.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
-    if fd < 0 {
+    let Ok(fd) = pidfd::open(pid) else {
         return false;
-    }
-    // SAFETY: a new descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-    // SAFETY: pidfd_send_signal on the descriptor just opened, no siginfo.
-    let sent = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            signal,
-            std::ptr::null::<libc::siginfo_t>(),
-            0u32,
-        )
     };
-    if sent < 0 && Errno::last() != Errno::ESRCH {
-        tracing::debug!(pid, error = %Errno::last(), "signalling a process of the run failed");
+    match pidfd::send_signal(&fd, signal) {
+        Ok(()) => true,
+        Err(libc::ESRCH) => false,
+        Err(errno) => {
+            tracing::debug!(pid, error = %Errno::from_raw(errno), "signalling a process of the run failed");
+            false
+        }
     }
-    sent == 0
 }

@@ -2,16 +2,16 @@
 //!
 //! # Why a fork-style raw `clone`
 //!
-//! The parent calls `syscall(SYS_clone, flags | SIGCHLD, NULL, ...)`: with a NULL
-//! stack the child continues on a copy-on-write copy of the caller's stack, exactly
+//! The parent calls [`sys::fork_like`]: `clone3` (or `clone`) with a NULL
+//! stack, so the child continues on a copy-on-write copy of the caller's stack, exactly
 //! like `fork`, so there is no separate stack to size or keep alive and the code
 //! after the call is ordinary Rust that reads the [`Prepared`] data in place. glibc's
 //! `fork()` is avoided on purpose: it runs `atfork` handlers and takes the malloc
 //! locks, which another thread of a multi-threaded runtime may hold at that moment
 //! and which would then stay locked forever in the child. For the same reason the
-//! child uses raw `syscall`s for `setresuid`/`setresgid`/`setgroups` (glibc's
-//! wrappers would try to broadcast the change to threads that exist only in the
-//! parent) and never allocates.
+//! child makes only the raw calls of [`crate::sys`] (raw `setresuid`/`setresgid`/
+//! `setgroups`: glibc's wrappers would try to broadcast the change to threads
+//! that exist only in the parent) and never allocates.
 //!
 //! # Order in the child
 //!
@@ -54,7 +54,7 @@ use super::error::{ChildStage, Report, SpawnError, op};
 use super::prepared::Prepared;
 use super::protocol::{FD_CGROUP, FD_ERROR, FD_GO, GO_CLEAR_GROUPS};
 use super::{Pid1, init, mounts};
-use crate::sys::{self as raw, Birth, Errno, ids, mount, net, process, signal};
+use crate::sys::{self, Birth, Errno, ids, mount, net, process, signal};
 
 /// The namespaces a new sandbox gets (the cgroup namespace comes later, in the
 /// child, once it is in the run's cgroups).
@@ -81,7 +81,7 @@ pub(crate) fn clone_with(
 ) -> Result<i32, SpawnError> {
     let into_cgroup = prepared.cgroup_v2.as_ref().map(AsRawFd::as_raw_fd);
     // `entry` exits on unwinding too (see `ExitOnUnwind`).
-    raw::fork_like(namespaces, into_cgroup, prepared, entry).map_err(|errno| SpawnError::Clone {
+    sys::fork_like(namespaces, into_cgroup, prepared, entry).map_err(|errno| SpawnError::Clone {
         source: NixErrno::from_raw(errno),
     })
 }
@@ -104,7 +104,7 @@ pub(super) fn run_setup(
     let _guard = ExitOnUnwind;
     let mut error_fd = prepared.child_fds.error_write.as_raw_fd();
     let Err(report) = setup(prepared, birth, &mut error_fd);
-    let _ = raw::write_all(error_fd, &report.encode());
+    let _ = sys::write_all(error_fd, &report.encode());
     process::exit(127)
 }
 
@@ -162,12 +162,12 @@ pub(super) fn begin(
     let cgroups = keep_descriptors(p, error_fd).map_err(fail(ChildStage::Descriptors, op::CALL))?;
     *error_fd = FD_ERROR;
 
-    let go = raw::read_byte(FD_GO).map_err(fail(ChildStage::Go, op::READ))?;
+    let go = sys::read_byte(FD_GO).map_err(fail(ChildStage::Go, op::READ))?;
     let Some(go) = go else {
         // The parent gave up before writing the maps: nothing to report to.
         process::exit(127)
     };
-    raw::close(FD_GO);
+    sys::close(FD_GO);
     // pid 1 is a copy of the runner's memory (its environment, buffers, whatever
     // secrets the runner holds). Non-dumpable, its /proc/1/{mem,environ,..} belong
     // to root of the runner's user namespace and need CAP_SYS_PTRACE there, which
@@ -184,9 +184,9 @@ pub(super) fn begin(
     let joined = cgroups - c_int::from(birth == Birth::InCgroup);
     for fd in FD_CGROUP..FD_CGROUP + cgroups {
         if fd < FD_CGROUP + joined {
-            raw::write_all(fd, b"0").map_err(fail(ChildStage::Cgroup, op::WRITE))?;
+            sys::write_all(fd, b"0").map_err(fail(ChildStage::Cgroup, op::WRITE))?;
         }
-        raw::close(fd);
+        sys::close(fd);
     }
     Ok((go, cgroups))
 }
@@ -264,7 +264,7 @@ pub(super) fn keep_descriptors(p: &Prepared, error_fd: &mut c_int) -> Result<c_i
     // clobber a descriptor that still has to be moved. `moved` was allocated before
     // clone; this process writes its own copy-on-write copy of it.
     for (i, (fd, moved)) in p.kept.iter().zip(&p.moved).enumerate() {
-        moved.set(raw::fd::dup_from(*fd, base)?);
+        moved.set(sys::fd::dup_from(*fd, base)?);
         if i == FD_ERROR as usize {
             *error_fd = moved.get();
         }
@@ -272,10 +272,10 @@ pub(super) fn keep_descriptors(p: &Prepared, error_fd: &mut c_int) -> Result<c_i
     for (i, moved) in p.moved.iter().enumerate() {
         let flags = if i < 3 { 0 } else { libc::O_CLOEXEC };
         // `moved` is open and differs from the target (it is above `count`).
-        raw::fd::dup_onto(moved.get(), i as c_int, flags)?;
+        sys::fd::dup_onto(moved.get(), i as c_int, flags)?;
     }
     // Nothing below `count` is touched.
-    raw::fd::close_from(count as c_int, base + count as c_int)?;
+    sys::fd::close_from(count as c_int, base + count as c_int)?;
     Ok(p.child_fds.cgroup_files.len() as c_int)
 }
 

@@ -25,7 +25,7 @@ use nix::libc;
 
 use super::error::{ChildStage, Report, op};
 use crate::sys::signal::SignalSet;
-use crate::sys::{self as raw, process, socket};
+use crate::sys::{self, process, socket};
 
 /// Connections forwarded at once, over every published port.
 pub(crate) const MAX_CONNECTIONS: usize = 64;
@@ -202,7 +202,7 @@ pub(crate) fn serve(forwarder: Forwarder<'_>, published: &[Published]) -> ! {
         // connection stays queued and the listener readable: the listeners rest
         // for a moment instead of waking `poll` at once, over and over.
         let timeout = if resting { REST_MS } else { -1 };
-        let ready = raw::fd::poll(&mut fds[..n], timeout);
+        let ready = sys::fd::poll(&mut fds[..n], timeout);
         let rested = resting;
         resting = false;
         if ready.is_err() {
@@ -363,11 +363,11 @@ fn pass_end(flow: &mut Flow, to: libc::c_int) {
     }
 }
 
-fn would_block(errno: raw::Errno) -> bool {
+fn would_block(errno: sys::Errno) -> bool {
     matches!(errno, libc::EAGAIN | libc::EINTR)
 }
 
 /// Closes a socket this table owns.
 fn close(fd: libc::c_int) {
-    raw::close(fd);
+    sys::close(fd);
 }

@@ -33,7 +33,7 @@ use super::prepared::Prepared;
 use super::protocol::{FD_ERROR, FD_STATUS};
 use crate::sys::process::{self, Reaped};
 use crate::sys::signal::{self, SignalSet};
-use crate::sys::{self as raw, Birth};
+use crate::sys::{self, Birth};
 
 /// The signals pid 1 passes on to the command: what supervisors send to ask a
 /// process to stop, reload or redraw.
@@ -86,7 +86,7 @@ pub(crate) fn fork_command(p: &Prepared, supervisor: Supervisor) -> Result<Infal
     // Signals are blocked already (the clone that made this process blocked them),
     // and this process is single-threaded: the same fork-style clone, without
     // namespaces or a cgroup to be born in.
-    let command = raw::fork_like(0, None, p, command_process)
+    let command = sys::fork_like(0, None, p, command_process)
         .map_err(|errno| report(ChildStage::Fork, errno))?;
     init(command, supervisor)
 }
@@ -94,7 +94,7 @@ pub(crate) fn fork_command(p: &Prepared, supervisor: Supervisor) -> Result<Infal
 /// The forked command: [`exec_command`], or its failure on the error pipe.
 fn command_process(p: &Prepared, _: Birth) -> ! {
     let error = exec_command(p);
-    let _ = raw::write_all(FD_ERROR, &error.encode());
+    let _ = sys::write_all(FD_ERROR, &error.encode());
     process::exit(127)
 }
 
@@ -117,7 +117,7 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     };
     // Descriptors pid 1 no longer needs.
     for fd in [0, 1, 2, FD_ERROR] {
-        raw::close(fd);
+        sys::close(fd);
     }
     if let Some(forwarder) = forwarder {
         forward::serve(forwarder, &p.published);
@@ -139,7 +139,7 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     }
 }
 
-fn report(stage: ChildStage, errno: raw::Errno) -> Report {
+fn report(stage: ChildStage, errno: sys::Errno) -> Report {
     Report {
         stage: stage as u32,
         index: 0,
@@ -171,7 +171,7 @@ fn exec_command(p: &Prepared) -> Report {
     // EACCES is kept to report if nothing better is found.
     let mut error = libc::ENOENT;
     for program in &p.programs {
-        match raw::execve(program, &p.argv, &p.envp) {
+        match sys::execve(program, &p.argv, &p.envp) {
             libc::ENOENT | libc::ENOTDIR => {}
             libc::EACCES => error = libc::EACCES,
             other => return report(ChildStage::Exec, other),
@@ -187,11 +187,11 @@ fn init(command: libc::pid_t, supervisor: Supervisor) -> ! {
     // sees EOF once the command has exec'd) and the command's stdio (so the caller
     // sees EOF when the command's tree closes them).
     for fd in [FD_ERROR, 0, 1, 2] {
-        raw::close(fd);
+        sys::close(fd);
     }
     let (found, status) = supervise(command, supervisor);
     if found {
-        let _ = raw::write_all(FD_STATUS, &status.to_ne_bytes());
+        let _ = sys::write_all(FD_STATUS, &status.to_ne_bytes());
     }
     if supervisor == Supervisor::NamespaceInit {
         // kill(-1) in a pid namespace reaches every process of the namespace

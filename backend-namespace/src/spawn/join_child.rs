@@ -31,7 +31,7 @@ use super::error::{ChildStage, Report, SpawnError, op};
 use super::init::{self, Supervisor};
 use super::prepared::Prepared;
 use super::protocol::{FD_CGROUP, GO_CLEAR_GROUPS};
-use crate::sys::{self as raw, Birth, ids, mount, process};
+use crate::sys::{self, Birth, ids, mount, process};
 
 /// The namespaces a joining child enters through the sandbox's pidfd.
 const JOINED_NAMESPACES: c_int = libc::CLONE_NEWUSER
@@ -57,7 +57,7 @@ fn setup(p: &Prepared, birth: Birth, error_fd: &mut c_int) -> Result<Infallible,
     // and shares no fs struct, as setns requires.
     process::join_namespaces(sandbox, JOINED_NAMESPACES)
         .map_err(fail(ChildStage::JoinNamespaces, op::CALL))?;
-    raw::close(sandbox);
+    sys::close(sandbox);
     // It holds CAP_SYS_ADMIN in the sandbox's user namespace it just entered.
     mount::unshare(libc::CLONE_NEWCGROUP).map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
     if go == GO_CLEAR_GROUPS {

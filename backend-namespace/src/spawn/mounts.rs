@@ -5,7 +5,7 @@
 //! prepared in [`Prepared`](super::prepared::Prepared).
 //!
 //! Every target is resolved beneath the new root one component at a time with
-//! `O_NOFOLLOW` (see [`raw::walk_parent`]); the mount is then made on
+//! `O_NOFOLLOW` (see [`sys::walk_parent`]); the mount is then made on
 //! `/oldroot/proc/self/fd/N` of that descriptor, so a symlink planted in a bound
 //! tree can never redirect a mount. Bind sources are opened first (see
 //! [`open_sources`]) and named the same way.
@@ -26,7 +26,7 @@ use nix::libc;
 use super::error::{ChildStage, Report, op};
 use super::idmapped::IdmappedLower;
 use super::prepared::{PreparedStep, StepKind};
-use crate::sys::{self as raw, Errno, Fd, OpenHow, StackPath, mount};
+use crate::sys::{self, Errno, Fd, OpenHow, StackPath, mount};
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
@@ -45,8 +45,8 @@ type StepResult = Result<(), (u32, Errno)>;
 /// (which keeps a private reference to its layers).
 fn attach_lower(lower: &IdmappedLower, fds: &StepFds<'_>) -> StepResult {
     let tree = fds.lowers + lower.slot as c_int;
-    let at = raw::open_no_symlinks(&lower.at, fds.how).map_err(|e| (op::RESOLVE, e))?;
-    if raw::dev_ino(&at).map_err(|e| (op::VERIFY_SOURCE, e))? != (lower.dev, lower.ino) {
+    let at = sys::open_no_symlinks(&lower.at, fds.how).map_err(|e| (op::RESOLVE, e))?;
+    if sys::dev_ino(&at).map_err(|e| (op::VERIFY_SOURCE, e))? != (lower.dev, lower.ino) {
         return Err((op::VERIFY_SOURCE, libc::EXDEV));
     }
     move_tree(tree, &at).map_err(|e| (op::ATTACH_LOWER, e))
@@ -54,7 +54,7 @@ fn attach_lower(lower: &IdmappedLower, fds: &StepFds<'_>) -> StepResult {
 
 /// Attaches the detached mount `tree` (a descriptor `keep_descriptors` moved to
 /// its fixed number) on the open directory `at`, then closes `tree`.
-fn move_tree(tree: c_int, at: &raw::Fd) -> Result<(), Errno> {
+fn move_tree(tree: c_int, at: &sys::Fd) -> Result<(), Errno> {
     // The detached mount's descriptor is closed once it is attached.
     mount::move_mount(Fd::from_new(tree)?, at)
 }
@@ -65,7 +65,7 @@ fn move_tree(tree: c_int, at: &raw::Fd) -> Result<(), Errno> {
 /// the parent would name the host's mounts, which `mount` refuses to bind).
 ///
 /// Each source is resolved with `how` (`openat2` with `RESOLVE_NO_SYMLINKS`, see
-/// [`raw::open_no_symlinks`]): a symlink planted anywhere on the path since the
+/// [`sys::open_no_symlinks`]): a symlink planted anywhere on the path since the
 /// parent checked it is `ELOOP`, never followed with the host root's fs ids. The
 /// opened file must then be the one the parent inspected (`dev`, `ino`), else the
 /// step fails with `EXDEV` at `op::VERIFY_SOURCE` (the path was swapped between
@@ -90,8 +90,8 @@ pub(crate) fn open_sources(
                 op,
                 errno,
             };
-            let fd = raw::open_no_symlinks(source, how).map_err(|e| report(op::OPEN_SOURCE, e))?;
-            let found = raw::dev_ino(&fd).map_err(|e| report(op::VERIFY_SOURCE, e))?;
+            let fd = sys::open_no_symlinks(source, how).map_err(|e| report(op::OPEN_SOURCE, e))?;
+            let found = sys::dev_ino(&fd).map_err(|e| report(op::VERIFY_SOURCE, e))?;
             if found != (*dev, *ino) {
                 return Err(report(op::VERIFY_SOURCE, libc::EXDEV));
             }
@@ -138,9 +138,9 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             ..
         } => {
             let at = if *dir {
-                raw::create_dir(root, target)
+                sys::create_dir(root, target)
             } else {
-                raw::create_file(root, target)
+                sys::create_file(root, target)
             }
             .map_err(|e| (op::CREATE, e))?;
             // A slot open_sources did not fill is EBADF, never "fd -1" (which
@@ -159,7 +159,7 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
                 None,
             )?;
             // The source descriptor is this step's and no longer needed.
-            raw::close(source_fd);
+            sys::close(source_fd);
             drop(at);
             let mut set = if *device {
                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC
@@ -169,18 +169,18 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             if *read_only {
                 set |= MOUNT_ATTR_RDONLY;
             }
-            let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
+            let top = sys::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
             set_flags(&top, set, 0, true)
         }
         StepKind::IdmappedBind { slot } => {
-            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            let at = sys::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             move_tree(fds.lowers + *slot as c_int, &at).map_err(|e| (op::ATTACH_IDMAPPED, e))
         }
         StepKind::Overlay { data, lower } => {
             if let Some(lower) = lower {
                 attach_lower(lower, fds)?;
             }
-            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            let at = sys::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
                 Some(c"overlay"),
@@ -190,7 +190,7 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             )
         }
         StepKind::Rebind { read_only } => {
-            let at = match raw::open_existing(root, target) {
+            let at = match sys::open_existing(root, target) {
                 Err(libc::ENOENT) if step.optional => return Ok(()),
                 other => other.map_err(|e| (op::RESOLVE, e))?,
             };
@@ -203,7 +203,7 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
                 None,
             )?;
             drop(at);
-            let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
+            let top = sys::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
             let base = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
             if *read_only {
                 // Read-only reaches every mount below: the safe direction.
@@ -213,11 +213,11 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             }
         }
         StepKind::RemountReadOnly => {
-            let top = raw::open_existing(root, target).map_err(|e| (op::RESOLVE, e))?;
+            let top = sys::open_existing(root, target).map_err(|e| (op::RESOLVE, e))?;
             set_flags(&top, MOUNT_ATTR_RDONLY, 0, false)
         }
         StepKind::Tmpfs { data } => {
-            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            let at = sys::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
                 Some(c"tmpfs"),
@@ -227,7 +227,7 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             )
         }
         StepKind::Proc => {
-            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            let at = sys::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
                 Some(c"proc"),
@@ -237,7 +237,7 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             )
         }
         StepKind::Sysfs => {
-            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            let at = sys::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
                 Some(c"sysfs"),
@@ -247,7 +247,7 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             )
         }
         StepKind::Devpts => {
-            let at = raw::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
+            let at = sys::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,
                 Some(c"devpts"),
@@ -259,15 +259,15 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
         StepKind::Mask { file } => mask(root, target, *file),
         StepKind::Symlink { to } => {
             let (parent, name) =
-                raw::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
-            raw::symlink_at(to, &parent, &name).map_err(|e| (op::SYMLINK, e))
+                sys::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
+            sys::symlink_at(to, &parent, &name).map_err(|e| (op::SYMLINK, e))
         }
         StepKind::File { contents, mode } => {
             let (parent, name) =
-                raw::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
+                sys::walk_parent(root, target, true).map_err(|e| (op::CREATE, e))?;
             let fd =
-                raw::create_file_with_mode(&parent, &name, *mode).map_err(|e| (op::CREATE, e))?;
-            raw::write_all(fd.raw(), contents).map_err(|e| (op::WRITE, e))
+                sys::create_file_with_mode(&parent, &name, *mode).map_err(|e| (op::CREATE, e))?;
+            sys::write_all(fd.raw(), contents).map_err(|e| (op::WRITE, e))
         }
     }
 }
@@ -276,7 +276,7 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
 /// directory. A target that does not exist has nothing to hide and is skipped
 /// (e.g. `/proc/sched_debug` on kernels that moved it to debugfs).
 fn mask(root: c_int, target: &CStr, file: bool) -> StepResult {
-    let at = match raw::open_existing(root, target) {
+    let at = match sys::open_existing(root, target) {
         Err(libc::ENOENT) => return Ok(()),
         other => other.map_err(|e| (op::RESOLVE, e))?,
     };
@@ -284,7 +284,7 @@ fn mask(root: c_int, target: &CStr, file: bool) -> StepResult {
     if file {
         mount_on(&at, Some(c"/oldroot/dev/null"), None, libc::MS_BIND, None)?;
         drop(at);
-        let top = raw::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
+        let top = sys::open_existing(root, target).map_err(|e| (op::REOPEN, e))?;
         set_flags(&top, hidden, 0, false)
     } else {
         mount_on(

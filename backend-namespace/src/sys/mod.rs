@@ -23,8 +23,10 @@ pub(crate) mod net;
 pub(crate) mod path;
 pub(crate) mod pidfd;
 pub(crate) mod process;
+pub(crate) mod reactor;
 pub(crate) mod signal;
 pub(crate) mod socket;
+pub(crate) mod tty;
 
 pub(crate) use clone::{Birth, fork_like};
 pub(crate) use exec::{CStrArray, execve};
