@@ -1,0 +1,233 @@
+//! Starting one command in a sealed run's sandbox: its cgroup, its stdio (files
+//! or a pseudo-terminal) and the join.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use workspace_core::boundary::{CommandSpec, Execution, InputStream, OutputStream, RunContext};
+
+use super::execution::{EventCounter, NamespaceExecution, Parts};
+use super::output::{self, OutputFiles};
+use super::pty::{Pty, PtyReader, PtyWriter};
+use super::seal;
+use super::{Live, ProcessError, blocking};
+
+/// Starts `command` in the live sandbox `live` of `run`, in a child cgroup of its own.
+pub(super) async fn spawn(
+    live: Result<Live, ProcessError>,
+    run: &RunContext,
+    command: &CommandSpec,
+) -> Result<Box<dyn Execution>, ProcessError> {
+    let Live {
+        spec,
+        cgroup,
+        sandbox,
+    } = live?;
+    command.argv.first().ok_or(ProcessError::EmptyArgv)?;
+    let cwd = workdir(&spec.workdir, &command.cwd)?;
+    let name = format!(
+        "cmd-{}",
+        spec.next_command
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    if command.tty && command.output.is_some() {
+        return Err(ProcessError::TtyWithOutputFiles);
+    }
+    let (tree, files) = {
+        let (spec, name, tty) = (Arc::clone(&spec), name.clone(), command.tty);
+        let output = command.output.clone();
+        blocking("preparing the command", move || {
+            let tree = cgroup
+                .create_child(&name)
+                .map_err(|source| ProcessError::Cgroup {
+                    step: "creating the command's cgroup",
+                    source,
+                })?;
+            let files = match (tty, output) {
+                (true, _) => None,
+                (false, Some(output)) => {
+                    Some(OutputFiles::create_at(&output.stdout, &output.stderr)?)
+                }
+                (false, None) => Some(OutputFiles::create(&spec.run_dir, &name)?),
+            };
+            Ok((tree, files))
+        })
+        .await?
+    };
+    let mut request = spec.request(command.argv.clone(), &tree);
+    request.cwd = cwd;
+    let (streams, followed) = match files {
+        None => {
+            let pty = Pty::open(sandbox.pid())?;
+            let slave = |what| {
+                pty.slave
+                    .try_clone()
+                    .map_err(|source| ProcessError::Pty { step: what, source })
+            };
+            request.stdin = Some(slave("duplicating the slave for stdin")?);
+            request.stdout = Some(slave("duplicating the slave for stdout")?);
+            request.stderr = Some(pty.slave);
+            request.controlling_terminal = true;
+            // What a terminal program asks first (as `docker run -t` sets it),
+            // unless the contract declares it.
+            if !request.env.iter().any(|(name, _)| name == "TERM") {
+                request.env.push(("TERM".into(), "xterm".into()));
+            }
+            (Streams::Pty(pty.master), None)
+        }
+        Some(OutputFiles { stdout, stderr }) => {
+            let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
+            request.stdin = Some(stdin_read);
+            request.stdout = Some(stdout.0);
+            request.stderr = Some(stderr.0);
+            (Streams::Stdin(stdin_write), Some((stdout.1, stderr.1)))
+        }
+    };
+    let oom = tree.oom_file().map(EventCounter::oom_kills);
+    let forks = tree.pids_events_file().map(EventCounter::forks_refused);
+    let program = command.argv.first().cloned().unwrap_or_default();
+    let child = blocking("starting the command", move || {
+        let child = crate::spawn::join(&sandbox, &request);
+        // The parent's copies of the child's ends (the stdin pipe, the pty's slave).
+        drop(request);
+        child.map_err(|source| ProcessError::not_run(program, source))
+    })
+    .await?;
+    let terminal = streams.hold_terminal()?;
+    let (stdin, stdout, stderr) = match followed {
+        // Files the runner chose are the output: nothing follows them unless
+        // it asks.
+        Some(_) if command.output.as_ref().is_some_and(|output| !output.follow) => {
+            streams.register()?
+        }
+        Some((stdout, stderr)) => {
+            let ended = |what| {
+                child
+                    .pidfd()
+                    .try_clone_to_owned()
+                    .map_err(|source| ProcessError::Pipe { step: what, source })
+            };
+            let stdout = output::follow(stdout, ended("duplicating the pidfd for stdout")?)?;
+            let stderr = output::follow(stderr, ended("duplicating the pidfd for stderr")?)?;
+            let (stdin, _, _) = streams.register()?;
+            (stdin, stdout, stderr)
+        }
+        None => streams.register()?,
+    };
+    let timeout = match (command.timeout_ms, spec.wall_time_ms) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    tracing::info!(run_id = %run.run_id, argv = ?command.argv, tty = command.tty,
+        pid = child.pid(), cgroup = %name, "command started");
+    Ok(Box::new(NamespaceExecution::new(Parts {
+        run_id: run.run_id.clone(),
+        child,
+        tree: Arc::new(tree),
+        stdin,
+        stdout,
+        stderr,
+        timeout: timeout.map(Duration::from_millis),
+        oom,
+        forks,
+        terminal,
+    })))
+}
+
+/// The parent's ends of a command's stdio, before they are registered with tokio.
+enum Streams {
+    /// The stdin pipe (stdout and stderr are files, followed by `output.rs`).
+    Stdin(OwnedFd),
+    /// The master of the command's pseudo-terminal: stdout reads it, stdin
+    /// writes it, stderr is empty (the command's stderr is the same terminal).
+    Pty(OwnedFd),
+}
+
+impl Streams {
+    /// A descriptor of the terminal's master that the execution keeps until the
+    /// command is reaped (`None` without a terminal). The output stream's own
+    /// ends at `EIO`, as soon as the command closes its side, which may be
+    /// before it exits; and closing the last master hangs the terminal up,
+    /// which sends `SIGHUP` to the command's session.
+    fn hold_terminal(&self) -> Result<Option<OwnedFd>, ProcessError> {
+        match self {
+            Self::Stdin(_) => Ok(None),
+            Self::Pty(master) => master
+                .try_clone()
+                .map(Some)
+                .map_err(|source| ProcessError::Pty {
+                    step: "duplicating the master to hold it",
+                    source,
+                }),
+        }
+    }
+
+    fn register(self) -> Result<(InputStream, OutputStream, OutputStream), ProcessError> {
+        let pipe_err = |step| move |source| ProcessError::Pipe { step, source };
+        match self {
+            Self::Stdin(stdin) => {
+                let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin)
+                    .map_err(pipe_err("registering the command's stdin"))?;
+                Ok((
+                    Box::pin(stdin),
+                    Box::pin(tokio::io::empty()),
+                    Box::pin(tokio::io::empty()),
+                ))
+            }
+            Self::Pty(master) => {
+                let pty_err = |step| move |source| ProcessError::Pty { step, source };
+                let input = master
+                    .try_clone()
+                    .map_err(pty_err("duplicating the master for stdin"))?;
+                let stdin =
+                    PtyWriter::new(input).map_err(pty_err("registering the master for stdin"))?;
+                let stdout =
+                    PtyReader::new(master).map_err(pty_err("registering the master for stdout"))?;
+                Ok((
+                    Box::pin(stdin),
+                    Box::pin(stdout),
+                    Box::pin(tokio::io::empty()),
+                ))
+            }
+        }
+    }
+}
+
+/// `root` joined with the workspace-relative `cwd` (`"."` is the root).
+fn workdir(root: &str, cwd: &str) -> Result<String, ProcessError> {
+    let bad = || ProcessError::BadCwd {
+        cwd: cwd.to_owned(),
+    };
+    if cwd.starts_with('/') {
+        return Err(bad());
+    }
+    let mut path = root.trim_end_matches('/').to_owned();
+    for part in cwd.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        if part == ".." || part.contains('\0') {
+            return Err(bad());
+        }
+        path.push('/');
+        path.push_str(part);
+    }
+    if path.is_empty() {
+        path.push('/');
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cwd_stays_under_the_root() {
+        let ok = |cwd| workdir("/workspace", cwd).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok("."), "/workspace");
+        assert_eq!(ok(""), "/workspace");
+        assert_eq!(ok("./src//lib/"), "/workspace/src/lib");
+        assert!(workdir("/workspace", "../etc").is_err());
+        assert!(workdir("/workspace", "a/../../b").is_err());
+        assert!(workdir("/workspace", "/etc").is_err());
+    }
+}
