@@ -13,16 +13,17 @@
 mod harness;
 
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 use workspace_core::capacity::{AdmissionControl, CapacityError, HostPool, Resources};
 use workspace_core::clock::unix_ms_now;
+
+use harness::ReExecChild;
 
 const ROLE: &str = "AGENT_WORKSPACE_POOL_TEST_ROLE";
 const DIR: &str = "AGENT_WORKSPACE_POOL_TEST_DIR";
@@ -140,12 +141,22 @@ impl World {
         HostPool::open(&self.dir, total(self.slots))
     }
 
-    fn spawn(&self, role: &str, label: &str) -> ChildGuard {
+    fn spawn(&self, role: &str, label: &str) -> ReExecChild {
         self.spawn_with(role, label, 1)
     }
 
-    fn spawn_with(&self, role: &str, label: &str, request: u32) -> ChildGuard {
-        let child = ChildGuard::spawn(role, label, request, self);
+    fn spawn_with(&self, role: &str, label: &str, request: u32) -> ReExecChild {
+        let child = ReExecChild::spawn(
+            (ROLE, role),
+            [
+                (DIR, self.dir.display().to_string()),
+                (SLOTS, self.slots.to_string()),
+                (LABEL, label.to_owned()),
+                (LOG, self.log.display().to_string()),
+                (REQUEST, request.to_string()),
+            ],
+            MARK,
+        );
         child.expect("ready");
         child
     }
@@ -172,79 +183,6 @@ impl World {
             assert!(Instant::now() < deadline, "never saw {n} waiter(s)");
             thread::sleep(Duration::from_millis(10));
         }
-    }
-}
-
-/// A child process that is killed and reaped when dropped, so a failing assertion
-/// never leaves it behind.
-struct ChildGuard {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
-
-impl ChildGuard {
-    fn spawn(role: &str, label: &str, request: u32, world: &World) -> ChildGuard {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .env(ROLE, role)
-            .env(DIR, &world.dir)
-            .env(SLOTS, world.slots.to_string())
-            .env(LABEL, label)
-            .env(LOG, &world.log)
-            .env(REQUEST, request.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some((_, message)) = line.split_once(MARK)
-                    && sender.send(message.to_string()).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        ChildGuard {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    /// The next protocol line within `within`, if any.
-    fn line_within(&self, within: Duration) -> Option<String> {
-        self.lines.recv_timeout(within).ok()
-    }
-
-    /// The next protocol line (a 60 s hang guard, not a timing assertion).
-    fn expect(&self, expected: &str) {
-        let line = self.line_within(Duration::from_secs(60));
-        assert_eq!(line.as_deref(), Some(expected));
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Closes stdin so the child releases and exits; asserts it succeeded.
-    fn finish(mut self) {
-        drop(self.stdin.take());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "child failed: {status}");
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -336,8 +274,7 @@ fn a_killed_holders_capacity_is_reclaimed() {
     holder.expect("granted");
     waiter.send("go");
     world.wait_for_waiters(1);
-    holder.child.kill().unwrap(); // SIGKILL on Unix: no destructor runs
-    holder.child.wait().unwrap();
+    holder.kill(); // SIGKILL: no destructor runs
     waiter.expect("granted");
     let snapshot = world.pool().snapshot().unwrap();
     let holders: Vec<_> = snapshot.holders.iter().map(|h| h.label.as_str()).collect();

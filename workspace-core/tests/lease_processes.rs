@@ -11,12 +11,9 @@
 mod harness;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::thread;
-use std::time::Duration;
+use std::process::ExitCode;
 
 use std::hash::{BuildHasher, RandomState};
 use std::net::{Ipv4Addr, TcpListener};
@@ -26,6 +23,8 @@ use tempfile::TempDir;
 
 use workspace_core::lease::{LeaseError, LeaseKind, Leases, NameKind, PortLease};
 
+use harness::ReExecChild;
+
 const ROLE: &str = "AGENT_WORKSPACE_LEASE_TEST_ROLE";
 const DIR: &str = "AGENT_WORKSPACE_LEASE_TEST_DIR";
 const PORTS: &str = "AGENT_WORKSPACE_LEASE_TEST_PORTS";
@@ -33,6 +32,18 @@ const PORTS: &str = "AGENT_WORKSPACE_LEASE_TEST_PORTS";
 const MARK: &str = "AWLEASE ";
 const CACHE_NAME: &str = "killed-cache";
 const SCHEMA_NAME: &str = "killed_schema";
+
+/// This binary again, as the child of role `role` leasing from `dir` and `ports`.
+fn spawn_child(role: &str, dir: &Path, ports: &RangeInclusive<u16>) -> ReExecChild {
+    ReExecChild::spawn(
+        (ROLE, role),
+        [
+            (DIR, dir.display().to_string()),
+            (PORTS, format!("{}-{}", ports.start(), ports.end())),
+        ],
+        MARK,
+    )
+}
 
 fn main() -> ExitCode {
     if let Ok(role) = std::env::var(ROLE) {
@@ -98,82 +109,11 @@ fn say(message: &str) {
     out.flush().unwrap();
 }
 
-/// A child process that is killed and reaped when dropped, so a failing assertion
-/// never leaves it behind.
-struct ChildGuard {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-}
-
-impl ChildGuard {
-    fn spawn(role: &str, dir: &Path, ports: &std::ops::RangeInclusive<u16>) -> ChildGuard {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .env(ROLE, role)
-            .env(DIR, dir)
-            .env(PORTS, format!("{}-{}", ports.start(), ports.end()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some((_, message)) = line.split_once(MARK)
-                    && sender.send(message.to_string()).is_err()
-                {
-                    return;
-                }
-            }
-        });
-        ChildGuard {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    /// The next protocol line (a 60 s hang guard, not a timing assertion).
-    fn next_line(&self, waiting_for: &str) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("child never said {waiting_for:?}: {e}"))
-    }
-
-    fn expect(&self, expected: &str) {
-        assert_eq!(self.next_line(expected), expected);
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    /// Closes stdin so the child releases and exits; asserts it succeeded.
-    fn finish(mut self) {
-        drop(self.stdin.take());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "child failed: {status}");
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        // Both fail harmlessly if the child is already reaped.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn two_processes_lease_distinct_ports() {
     let dir = TempDir::new().unwrap();
     let range = port_range(10);
     let leases = Leases::open(dir.path(), range.clone()).unwrap();
-    let mut child = ChildGuard::spawn("ports", dir.path(), &range);
+    let mut child = spawn_child("ports", dir.path(), &range);
     child.expect("ready");
 
     // Both processes lease at the same moment.
@@ -209,7 +149,7 @@ fn two_processes_lease_distinct_ports() {
     ));
 
     // Both processes' leases are listed with their pids.
-    let child_pid = child.child.id();
+    let child_pid = child.pid();
     let holders = leases.holders().unwrap();
     assert_eq!(holders.len(), 10);
     for info in &holders {
@@ -246,11 +186,11 @@ fn leases_of_a_killed_process_are_reclaimed() {
     let range = port_range(1);
     let port = *range.start();
     let leases = Leases::open(dir.path(), range.clone()).unwrap();
-    let mut child = ChildGuard::spawn("port_and_names", dir.path(), &range);
+    let mut child = spawn_child("port_and_names", dir.path(), &range);
     child.expect("ready");
     child.send("go");
     child.expect("holding");
-    let child_pid = child.child.id();
+    let child_pid = child.pid();
 
     let listed: Vec<(LeaseKind, String, Option<u32>)> = leases
         .holders()
@@ -289,8 +229,7 @@ fn leases_of_a_killed_process_are_reclaimed() {
     }
 
     // SIGKILL: the child runs no cleanup at all; the kernel drops its locks.
-    child.child.kill().unwrap();
-    let status = child.child.wait().unwrap();
+    let status = child.kill();
     assert!(!status.success());
 
     let reclaimed = leases.lease_port_exact(port, "parent").unwrap();

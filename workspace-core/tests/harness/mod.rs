@@ -10,6 +10,12 @@
 //! (`--nocapture`, `--test-threads`, `--format`, ...) are accepted and ignored.
 //! This is the harness of the root package's `tests/runner_recovery.rs`, shared.
 
+#[allow(dead_code)] // a binary that starts no child does not use it
+mod child;
+
+#[allow(unused_imports)]
+pub use child::ReExecChild;
+
 use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
