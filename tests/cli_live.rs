@@ -110,9 +110,11 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
         "--detach",
         &run,
         "--",
-        "sh",
+        // One process that never forks: a shell's loop would, and its child
+        // shows the marker too until it execs.
+        "python3",
         "-c",
-        "echo from the background; while :; do sleep 0.1; done",
+        "import time; print('from the background', flush=True); time.sleep(1000)",
         &background,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -208,6 +210,16 @@ fn http_status(address: std::net::SocketAddr) -> Option<u16> {
 
 /// The counter a background process of the workspace keeps in its checkout,
 /// read from the host.
+/// A counter that writes 1, 2, 3... to `/workspace/count` (by rename, so a read
+/// never sees it half written), 20 times a second. One process that never
+/// forks: a shell's loop would, and until its child execs, that child shows the
+/// marker too.
+const COUNTER: &str = "import itertools, os, time\n\
+    for i in itertools.count(1):\n\
+    \x20   open(\"/workspace/.count\", \"w\").write(str(i))\n\
+    \x20   os.rename(\"/workspace/.count\", \"/workspace/count\")\n\
+    \x20   time.sleep(0.05)";
+
 fn count(checkout: &std::path::Path) -> u64 {
     std::fs::read_to_string(checkout.join("count"))
         .unwrap_or_default()
@@ -221,10 +233,7 @@ fn suspend_freezes_a_counter_in_place_and_resume_from_another_process_thaws_it()
     let fixture = CliFixture::new("live-suspend");
     let run = create(&fixture);
     let counter = marker("live-counter");
-    let script = format!(
-        "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /workspace/.count; mv /workspace/.count /workspace/count; sleep 0.05; done' {counter} \
-         >/dev/null 2>&1 & sleep 0.5"
-    );
+    let script = format!("python3 -c '{COUNTER}' {counter} >/dev/null 2>&1 & sleep 0.5");
     let out = exec(&fixture, &run, &["sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let evidence = fixture

@@ -35,7 +35,9 @@ writable = ["."]
 ports = [8000]
 [[environment.services]]
 name = "held"
-command = ["sh", "-c", "echo up; while :; do sleep 0.1; done", "{mark}"]
+# One process that never forks (a shell's loop would, and until its child
+# execs, that child carries the marker too).
+command = ["python3", "-c", "import time; print('up', flush=True); time.sleep(1000)", "{mark}"]
 health = {{ log = "up" }}
 "#
         ),
