@@ -4,7 +4,7 @@ use std::ffi::c_int;
 
 use nix::libc;
 
-use super::{Errno, errno};
+use super::errno::{self, Errno};
 
 /// Where a fork-style child was placed by its own clone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub(crate) fn fork_like<A>(
         if ret == 0 {
             entry(arg, Birth::InCgroup);
         }
-        error = errno();
+        error = errno::last();
     }
     if ret < 0 && error == libc::ENOSYS {
         // SAFETY: a fork-style clone (NULL stack, no CLONE_VM): the child gets a
@@ -107,7 +107,7 @@ pub(crate) fn fork_like<A>(
         if ret == 0 {
             entry(arg, Birth::WithParent);
         }
-        error = errno();
+        error = errno::last();
     }
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };

@@ -4,7 +4,7 @@ use std::ffi::{CStr, CString, c_char};
 
 use nix::libc;
 
-use super::{Errno, errno};
+use super::errno::{self, Errno};
 
 /// Strings and the null-terminated array of pointers to them that `execve`
 /// takes, built (and allocated) before a clone, read in place after it.
@@ -48,5 +48,5 @@ pub(crate) fn execve(program: &CStr, argv: &CStrArray, envp: &CStrArray) -> Errn
             envp.pointers.as_ptr(),
         )
     };
-    errno()
+    errno::last()
 }

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::libc;
 
-use super::{Errno, check, errno};
+use super::errno::{self, Errno, check};
 
 /// A descriptor closed on drop (`close` is async-signal-safe).
 ///
@@ -58,7 +58,7 @@ pub(crate) fn write_all(fd: c_int, mut bytes: &[u8]) -> Result<(), Errno> {
         // SAFETY: the pointer and length describe a live slice.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n < 0 {
-            let e = errno();
+            let e = errno::last();
             if e == libc::EINTR {
                 continue;
             }
@@ -78,8 +78,8 @@ pub(crate) fn read_byte(fd: c_int) -> Result<Option<u8>, Errno> {
         match n {
             1 => return Ok(Some(byte)),
             0 => return Ok(None),
-            _ if errno() == libc::EINTR => continue,
-            _ => return Err(errno()),
+            _ if errno::last() == libc::EINTR => continue,
+            _ => return Err(errno::last()),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::ptr;
 
 use nix::libc;
 
-use super::{Errno, check, check_long, errno};
+use super::errno::{self, Errno, check, check_long};
 
 /// `CAP_LAST_CAP` is below this on every kernel so far; the drop stops at the
 /// first `EINVAL`.
@@ -47,7 +47,7 @@ pub(crate) fn drop_bounding_set() -> Result<(), Errno> {
     for cap in 0..CAP_PROBE_LIMIT {
         // SAFETY: prctl with integer arguments.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } < 0 {
-            return match errno() {
+            return match errno::last() {
                 libc::EINVAL => Ok(()),
                 other => Err(other),
             };
@@ -103,8 +103,8 @@ pub(crate) fn clear_ambient() -> Result<(), Errno> {
     };
     match ret {
         0.. => Ok(()),
-        _ if errno() == libc::EINVAL => Ok(()),
-        _ => Err(errno()),
+        _ if errno::last() == libc::EINVAL => Ok(()),
+        _ => Err(errno::last()),
     }
 }
 

@@ -10,11 +10,8 @@
 //! plain `errno` values. Each `unsafe` block says why it is sound; the callers
 //! outside this module need none for these calls.
 
-use std::ffi::c_int;
-
-use nix::libc;
-
 pub(crate) mod clone;
+pub(crate) mod errno;
 pub(crate) mod exec;
 pub(crate) mod fd;
 pub(crate) mod ids;
@@ -29,27 +26,10 @@ pub(crate) mod socket;
 pub(crate) mod tty;
 
 pub(crate) use clone::{Birth, fork_like};
+pub(crate) use errno::Errno;
 pub(crate) use exec::{CStrArray, execve};
 pub(crate) use fd::{Fd, close, read_byte, write_all};
 pub(crate) use path::{
     OpenHow, StackPath, create_dir, create_file, create_file_with_mode, dev_ino, open_existing,
     open_no_symlinks, symlink_at, walk_parent,
 };
-
-/// An `errno` value.
-pub(crate) type Errno = i32;
-
-/// The calling thread's `errno`.
-pub(crate) fn errno() -> Errno {
-    nix::errno::Errno::last_raw()
-}
-
-/// `Ok(ret)` for a non-negative return value, else `Err(errno)`.
-pub(crate) fn check(ret: c_int) -> Result<c_int, Errno> {
-    if ret < 0 { Err(errno()) } else { Ok(ret) }
-}
-
-/// `Ok(ret)` for a non-negative `syscall(2)` return value, else `Err(errno)`.
-pub(crate) fn check_long(ret: libc::c_long) -> Result<libc::c_long, Errno> {
-    if ret < 0 { Err(errno()) } else { Ok(ret) }
-}

@@ -6,8 +6,8 @@ use std::ptr;
 
 use nix::libc;
 
+use super::errno::{Errno, check, check_long};
 use super::fd::Fd;
-use super::{Errno, check, check_long};
 
 /// `mount(source, target, fstype, flags, data)`; `None` for a null argument.
 pub(crate) fn mount(

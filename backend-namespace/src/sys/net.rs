@@ -2,8 +2,8 @@
 
 use nix::libc;
 
+use super::errno::{Errno, check};
 use super::fd::Fd;
-use super::{Errno, check};
 
 /// `ip link set lo up`, with two ioctls (no netlink needed).
 pub(crate) fn loopback_up() -> Result<(), Errno> {

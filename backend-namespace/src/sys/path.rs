@@ -5,8 +5,8 @@ use std::ffi::{CStr, c_char, c_int};
 
 use nix::libc;
 
+use super::errno::{self, Errno, check, check_long};
 use super::fd::Fd;
-use super::{Errno, check, check_long, errno};
 
 /// A NUL-terminated string in a stack buffer.
 pub(crate) struct StackPath {
@@ -117,8 +117,8 @@ pub(crate) fn walk_parent(root: c_int, path: &CStr, create: bool) -> Result<(Fd,
             Err(libc::ENOENT) if create => {
                 // SAFETY: `name` is NUL-terminated; `dir.raw()` is an open directory.
                 let made = unsafe { libc::mkdirat(dir.raw(), name.as_ptr(), 0o755) };
-                if made < 0 && errno() != libc::EEXIST {
-                    return Err(errno());
+                if made < 0 && errno::last() != libc::EEXIST {
+                    return Err(errno::last());
                 }
                 open_no_follow(dir.raw(), &name, libc::O_DIRECTORY)?
             }
@@ -205,8 +205,8 @@ pub(crate) fn create_dir(root: c_int, path: &CStr) -> Result<Fd, Errno> {
     let (parent, name) = walk_parent(root, path, true)?;
     // SAFETY: `name` is NUL-terminated; `parent.raw()` is an open directory.
     let made = unsafe { libc::mkdirat(parent.raw(), name.as_ptr(), 0o755) };
-    if made < 0 && errno() != libc::EEXIST {
-        return Err(errno());
+    if made < 0 && errno::last() != libc::EEXIST {
+        return Err(errno::last());
     }
     open_no_follow(parent.raw(), &name, libc::O_DIRECTORY)
 }
@@ -219,8 +219,8 @@ pub(crate) fn create_file(root: c_int, path: &CStr) -> Result<Fd, Errno> {
             // SAFETY: `name` is NUL-terminated; `parent.raw()` is an open directory.
             let made =
                 unsafe { libc::mknodat(parent.raw(), name.as_ptr(), libc::S_IFREG | 0o644, 0) };
-            if made < 0 && errno() != libc::EEXIST {
-                return Err(errno());
+            if made < 0 && errno::last() != libc::EEXIST {
+                return Err(errno::last());
             }
             open_no_follow(parent.raw(), &name, 0)
         }

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use nix::libc;
 
-use super::{Errno, check_long};
+use super::errno::{Errno, check_long};
 
 /// A pidfd of process `pid` (`pidfd_open`). Used on a child not yet reaped, or
 /// on a process whose identity is checked through the descriptor afterwards.

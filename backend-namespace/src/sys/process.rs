@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use nix::libc;
 
-use super::{Errno, check, check_long};
+use super::errno::{Errno, check, check_long};
 
 /// Ends this process at once with `code`: no destructor, no atexit handler (they
 /// belong to the process this one was cloned from).

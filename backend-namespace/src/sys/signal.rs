@@ -5,7 +5,7 @@ use std::{mem, ptr};
 
 use nix::libc;
 
-use super::{Errno, check, check_long};
+use super::errno::{Errno, check, check_long};
 
 /// A set of signals.
 #[derive(Clone, Copy)]

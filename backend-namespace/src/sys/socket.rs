@@ -8,8 +8,8 @@ use std::ptr;
 
 use nix::libc;
 
+use super::errno::{self, Errno, check};
 use super::signal::SignalSet;
-use super::{Errno, check, errno};
 
 /// A non-blocking, close-on-exec descriptor that reads the signals of `set`
 /// (which must be blocked) instead of their delivery.
@@ -80,9 +80,9 @@ pub(crate) fn connect_loopback(port: u16) -> Result<(c_int, bool), Errno> {
     };
     match connected {
         0.. => Ok((socket, false)),
-        _ if errno() == libc::EINPROGRESS => Ok((socket, true)),
+        _ if errno::last() == libc::EINPROGRESS => Ok((socket, true)),
         _ => {
-            let error = errno();
+            let error = errno::last();
             super::fd::close(socket);
             Err(error)
         }
@@ -111,7 +111,7 @@ pub(crate) fn recv(socket: c_int, buffer: &mut [u8]) -> Result<usize, Errno> {
     // SAFETY: the pointer and length describe a live, writable slice.
     let read = unsafe { libc::recv(socket, buffer.as_mut_ptr().cast(), buffer.len(), 0) };
     if read < 0 {
-        Err(errno())
+        Err(errno::last())
     } else {
         Ok(read as usize)
     }
@@ -130,7 +130,7 @@ pub(crate) fn send(socket: c_int, bytes: &[u8]) -> Result<usize, Errno> {
         )
     };
     if sent < 0 {
-        Err(errno())
+        Err(errno::last())
     } else {
         Ok(sent as usize)
     }

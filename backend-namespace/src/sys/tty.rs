@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use nix::libc;
 
-use super::{Errno, check};
+use super::errno::{Errno, check};
 
 /// Unlocks the slave of `master` (`TIOCSPTLCK` 0, what `unlockpt` does).
 pub(crate) fn unlock(master: impl AsFd) -> Result<(), Errno> {
@@ -54,7 +54,7 @@ pub(crate) fn open_slave(
         // SAFETY: a new descriptor nothing else owns.
         return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
     }
-    let errno = super::errno();
+    let errno = super::errno::last();
     if !matches!(errno, libc::EINVAL | libc::ENOTTY) {
         return Err(("opening the slave (TIOCGPTPEER)", errno));
     }
