@@ -19,6 +19,10 @@ use support::{marker, processes_with, wait_for_process, wait_until_gone};
 
 /// A contract publishing port 8000 with one service (carrying `mark`).
 fn contract(fixture: &CliFixture, mark: &str) -> std::path::PathBuf {
+    assert!(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "the service of this test needs python3 (Debian package python3)"
+    );
     let path = fixture.path().join("live.toml");
     std::fs::write(
         &path,

@@ -57,11 +57,11 @@ fn probe_creation() -> Option<Created> {
 /// exit status.
 fn creation_child((): &(), _: Birth) -> ! {
     let mut failed: libc::c_int = 0;
-    if mount::unshare(libc::CLONE_NEWUSER).is_err() {
+    if process::unshare(libc::CLONE_NEWUSER).is_err() {
         failed |= 1;
     }
     for (i, flag) in NS_FLAGS.iter().enumerate() {
-        if mount::unshare(*flag).is_err() {
+        if process::unshare(*flag).is_err() {
             failed |= 1 << (i + 1);
         }
     }

@@ -158,7 +158,7 @@ pub(super) fn begin(
     error_fd: &mut c_int,
 ) -> Result<(u8, c_int), Report> {
     reset_signals();
-    mount::set_umask(0o022);
+    process::set_umask(0o022);
     let cgroups = keep_descriptors(p, error_fd).map_err(fail(ChildStage::Descriptors, op::CALL))?;
     *error_fd = FD_ERROR;
 
@@ -193,7 +193,7 @@ pub(super) fn begin(
 
 fn setup(p: &Prepared, birth: Birth, error_fd: &mut c_int) -> Result<Infallible, Report> {
     let (go, _cgroups) = begin(p, birth, error_fd)?;
-    mount::unshare(libc::CLONE_NEWCGROUP).map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
+    process::unshare(libc::CLONE_NEWCGROUP).map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
     if go == GO_CLEAR_GROUPS {
         ids::clear_groups().map_err(fail(ChildStage::Groups, op::CALL))?;
     }

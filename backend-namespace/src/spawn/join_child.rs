@@ -59,7 +59,7 @@ fn setup(p: &Prepared, birth: Birth, error_fd: &mut c_int) -> Result<Infallible,
         .map_err(fail(ChildStage::JoinNamespaces, op::CALL))?;
     sys::close(sandbox);
     // It holds CAP_SYS_ADMIN in the sandbox's user namespace it just entered.
-    mount::unshare(libc::CLONE_NEWCGROUP).map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
+    process::unshare(libc::CLONE_NEWCGROUP).map_err(fail(ChildStage::CgroupNamespace, op::CALL))?;
     if go == GO_CLEAR_GROUPS {
         ids::clear_groups().map_err(fail(ChildStage::Groups, op::CALL))?;
     }

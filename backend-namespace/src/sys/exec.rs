@@ -16,12 +16,6 @@ pub(crate) struct CStrArray {
     pointers: Vec<*const c_char>,
 }
 
-// SAFETY: the pointers point into `strings`, which the array owns and never
-// changes; sending or sharing the array shares nothing else.
-unsafe impl Send for CStrArray {}
-// SAFETY: as above; the array is read-only after construction.
-unsafe impl Sync for CStrArray {}
-
 impl CStrArray {
     /// The array of `strings`.
     pub(crate) fn new(strings: Vec<CString>) -> Self {

@@ -69,25 +69,7 @@ pub(crate) fn fchdir(dir: &Fd) -> Result<(), Errno> {
 
 /// A path descriptor of the directory `path` (`O_PATH | O_DIRECTORY`).
 pub(crate) fn open_dir(path: &CStr) -> Result<Fd, Errno> {
-    // SAFETY: a NUL-terminated path.
-    Fd::from_new(unsafe {
-        libc::open(
-            path.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    })
-}
-
-/// Sets this process's file creation mask.
-pub(crate) fn set_umask(mask: libc::mode_t) {
-    // SAFETY: umask has no memory arguments and cannot fail.
-    unsafe { libc::umask(mask) };
-}
-
-/// Moves this process into new namespaces of `flags` (`unshare`).
-pub(crate) fn unshare(flags: c_int) -> Result<(), Errno> {
-    // SAFETY: integer arguments; affects this process only.
-    check(unsafe { libc::unshare(flags) }).map(drop)
+    super::fd::open(path, libc::O_PATH | libc::O_DIRECTORY)
 }
 
 /// Attaches the detached mount `tree` (from `open_tree`) on the directory `at`,

@@ -220,3 +220,15 @@ pub(crate) fn landlock_abi() -> Result<i64, Errno> {
         )
     })
 }
+
+/// Sets this process's file creation mask.
+pub(crate) fn set_umask(mask: libc::mode_t) {
+    // SAFETY: umask has no memory arguments and cannot fail.
+    unsafe { libc::umask(mask) };
+}
+
+/// Moves this process into new namespaces of `flags` (`unshare`).
+pub(crate) fn unshare(flags: c_int) -> Result<(), Errno> {
+    // SAFETY: integer arguments; affects this process only.
+    check(unsafe { libc::unshare(flags) }).map(drop)
+}
