@@ -130,10 +130,16 @@ async fn suspend_freezes_the_container_and_another_runner_thaws_it_where_it_was(
     let checkout = workspace.source().unwrap().workspace.clone();
     let counter = command(
         &[
+            // A counter that never forks (a shell loop's forked child carries
+            // the marker too until it execs, so a count of processes would race).
             "sh",
             "-c",
-            "(i=0; while :; do i=$((i+1)); echo $i > .count; sleep 0.05; done) >/dev/null 2>&1 &",
+            "python3 -c \"$1\" \"$0\" >/dev/null 2>&1 &",
             &mark,
+            "import itertools, time\n\
+             for i in itertools.count(1):\n\
+             \x20   open(\".count\", \"w\").write(str(i))\n\
+             \x20   time.sleep(0.05)",
         ],
         Some(20_000),
     );
