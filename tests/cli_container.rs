@@ -12,7 +12,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::cli::{CliFixture, text};
-use support::{marker, wait_until_gone};
+use support::{WAIT_FOR_PORT_8000, marker, wait_until_gone};
 
 /// `GET /PATH` at `at` (HTTP/1.0): the whole answer.
 fn http_get(at: std::net::SocketAddr, path: &str) -> String {
@@ -86,7 +86,9 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
         "--",
         "sh",
         "-c",
-        "python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1",
+        &format!(
+            "python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & python3 -c \"{WAIT_FOR_PORT_8000}\""
+        ),
         &server,
     ]);
     assert_eq!(start.status.code(), Some(0), "{}", text(&start.stderr));

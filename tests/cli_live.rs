@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use support::cli::{CliFixture, text};
-use support::{marker, processes_with, wait_until_gone};
+use support::{WAIT_FOR_PORT_8000, marker, processes_with, wait_until_gone};
 
 /// A contract that publishes port 8000 and runs one service that logs a line.
 const CONTRACT: &str = r#"
@@ -55,11 +55,12 @@ fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
     let server = marker("live-server");
     let sleeper = marker("live-setsid");
     // The server logs every request to the stderr it inherited from this exec,
-    // which has exited by the time the next one asks: it must still work.
+    // which has exited by the time the next one asks: it must still work. The
+    // exec ends once the server listens (a loaded host may take seconds).
     let script = format!(
         "python3 -m http.server 8000 --bind 127.0.0.1 --directory /workspace/{server} & \
          setsid sh -c 'sleep 1000; :' {sleeper} & \
-         sleep 1"
+         python3 -c \"{WAIT_FOR_PORT_8000}\""
     );
     let out = exec(&fixture, &run, &["sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -10,7 +10,7 @@
 mod support;
 
 use support::container::{self, create, runc_knows, runner};
-use support::{Fixture, command, marker, wait_until_gone};
+use support::{Fixture, WAIT_FOR_PORT_8000, command, marker, wait_until_gone};
 use workspace_core::runner::{CommandIo, CreateOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,7 +39,7 @@ async fn a_server_started_by_one_command_answers_the_next_and_nothing_is_left() 
             "sh",
             "-c",
             &format!(
-                "python3 -c 'import http.server,sys; sys.argv=[\"{server}\"]; http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port=8000, bind=\"127.0.0.1\")' >/dev/null 2>&1 & sleep 1; echo started"
+                "python3 -c 'import http.server,sys; sys.argv=[\"{server}\"]; http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port=8000, bind=\"127.0.0.1\")' >/dev/null 2>&1 & python3 -c \"{WAIT_FOR_PORT_8000}\"; echo started"
             ),
         ],
         Some(20_000),

@@ -34,6 +34,17 @@ use workspace_core::runner::{Outcome, RunPaths, Runner, RunnerConfig};
 /// The content of `hello.txt` in the fixture repository.
 pub const HELLO: &str = "hello from the base commit\n";
 
+/// Python that waits (up to 20 s) until 127.0.0.1:8000 accepts a connection:
+/// a command that starts a server in the background ends with it, so the next
+/// command finds it listening however loaded the host is.
+pub const WAIT_FOR_PORT_8000: &str = "import socket, time
+for _ in range(400):
+    try:
+        socket.create_connection(('127.0.0.1', 8000)).close()
+        break
+    except OSError:
+        time.sleep(0.05)";
+
 /// One test's world: a git repository with one commit, a runtime directory and an
 /// evidence root under a 0755 temporary directory, and a cgroup parent named after
 /// the test (removed, once empty, when the fixture is dropped).

@@ -29,8 +29,7 @@
 //! [`Stack`]: crate::boundary::Stack
 //! [`Capacity`]: crate::capacity::Capacity
 
-mod checks;
-mod conclude;
+mod bounded;
 mod credential_leaks;
 mod error;
 mod execute;
@@ -46,6 +45,7 @@ mod paths;
 mod preview;
 mod recovery;
 mod resume;
+mod run_files;
 mod scrub;
 mod services;
 mod state_files;
@@ -71,8 +71,8 @@ pub use recovery::StackRecovery;
 pub use scrub::Scrubber;
 pub use services::{SERVICES_STATE_FILE, ServiceRecord, log_files};
 pub use templates::{TEMPLATES_STATE_FILE, TemplateRecord, prune_templates};
-use workspace::Opened;
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
+use workspace::{Opened, Provisioned};
 
 use crate::RunId;
 use crate::boundary::{CommandOutput, PreviewEndpoint};
@@ -269,10 +269,9 @@ impl Runner {
             life,
             evidence,
             started_unix_ms,
-            provisioned: None,
             commands: Vec::new(),
         };
-        let mut workspace = Workspace::open(self.clone(), opened, options);
+        let mut workspace = Workspace::open(self, opened, options);
         match workspace.bring_up().await {
             Ok(()) => Ok(workspace),
             Err(kind) => Err(workspace.abort(kind).await),
@@ -304,14 +303,17 @@ impl Runner {
             life,
             evidence: stored.evidence,
             started_unix_ms: stored.started_unix_ms,
-            provisioned: Some((stored.source, stored.filesystem)),
             commands: stored.commands,
         };
-        let mut workspace = Workspace::open(self.clone(), opened, options);
+        let provisioned = Provisioned {
+            source: stored.source,
+            filesystem: stored.filesystem,
+        };
+        let mut workspace = Workspace::open(self, opened, options);
         let taken = if workspace.state() == &crate::lifecycle::State::Detached {
-            workspace.reattach().await
+            workspace.reattach(provisioned).await
         } else {
-            workspace.bring_back().await
+            workspace.bring_back(provisioned).await
         };
         match taken {
             Ok(()) => Ok(workspace),

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::RunnerConfig;
-use super::conclude::remove_run_files;
 use super::export::{ExportInputs, export_bundle};
 use super::identity_store;
 use super::late_output;
 use super::outcome::Outcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
+use super::run_files::remove_run_files;
 use super::scrub::Scrubber;
 use super::state_files::{read_required, read_state};
 use crate::boundary::{FilesystemRecord, RunContext, SourceRecord, Stack};

@@ -1,29 +1,18 @@
 //! The end every run goes through: stop, export, clean up.
 
-use super::export::Verified;
-use super::export::{ExportInputs, export_bundle};
-use super::late_output;
-use super::leases::RunLeases;
-use super::outcome::{NetworkCounts, Outcome, RunReport};
-use super::preview::{self, PreviewRecord};
-use super::services::Services;
-use super::state_files::remove_private_state;
-use super::{RunError, Workspace};
+use super::Workspace;
 use crate::boundary::{ApprovalRecord, LeakReport};
 use crate::clock::unix_ms_now;
 use crate::evidence::EvidenceFile;
 use crate::evidence::ResourceUsage;
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
-
-/// Removes the runner's files of a run whose processes have all ended (its
-/// services' logs, its commands' output, its templates' layers, its private
-/// state), then the run directory; what fails is added to `errors`.
-pub(super) fn remove_run_files(run_dir: &std::path::Path, errors: &mut Vec<String>) {
-    Services::remove_files(run_dir, errors);
-    late_output::remove_files(run_dir, errors);
-    super::templates::remove_files(run_dir, errors);
-    remove_private_state(run_dir, errors);
-}
+use crate::runner::RunError;
+use crate::runner::export::{ExportInputs, Verified, export_bundle};
+use crate::runner::late_output;
+use crate::runner::leases::RunLeases;
+use crate::runner::outcome::{NetworkCounts, Outcome, RunReport};
+use crate::runner::preview::{self, PreviewRecord};
+use crate::runner::run_files::remove_run_files;
 
 impl Workspace {
     /// Writes `preview.json` when the run published ports: the endpoints, and
@@ -75,8 +64,7 @@ impl Workspace {
         verified: Verified,
         promote: Option<Vec<ApprovalRecord>>,
     ) -> Result<RunReport, RunError> {
-        self.concluded = true;
-        let stack = self.runner.stack().clone();
+        let stack = self.stack.clone();
         let failure = match self.life.state() {
             State::Failed { cause, .. } => Some(cause.clone()),
             _ => None,
@@ -94,7 +82,8 @@ impl Workspace {
         // The preview is asked first, while everything still runs; services are
         // stopped gently before the rest is killed.
         let mut stopped_at_drain = 0;
-        if self.sealing {
+        let sandboxed = self.progress.sandboxed();
+        if sandboxed {
             self.export_preview(failure.is_none()).await;
             let services = self.run.contract.environment.services.clone();
             let mut errors = Vec::new();
@@ -114,12 +103,12 @@ impl Workspace {
             ));
         }
         // Read while everything of the run still exists.
-        let usage = if self.sealing {
+        let usage = if sandboxed {
             stack.process.usage(&self.run)
         } else {
             ResourceUsage::default()
         };
-        let leaks = if self.sealing {
+        let leaks = if sandboxed {
             match stack.process.teardown(&self.run).await {
                 Ok(report) => Some(report),
                 Err(e) => {
@@ -163,7 +152,7 @@ impl Workspace {
             &self.run,
             &self.evidence,
             ExportInputs {
-                source: self.source.as_ref(),
+                source: self.progress.source(),
                 checks: &verified.checks,
                 verified: verified.patch.as_ref(),
                 promote: promote.as_deref(),
@@ -195,7 +184,7 @@ impl Workspace {
             );
         } else {
             let permit = self.journal(Lifecycle::clean_up)?;
-            if let Some(filesystem) = &self.filesystem
+            if let Some(filesystem) = self.progress.filesystem()
                 && let Err(e) = stack
                     .filesystem
                     .release(&self.run, filesystem, &permit)
@@ -203,7 +192,7 @@ impl Workspace {
             {
                 cleanup_errors.push(format!("filesystem release: {}", crate::error_chain(&e)));
             }
-            let released = match &self.source {
+            let released = match self.progress.source() {
                 Some(source) => stack.source.release(&self.run, source, &permit).await,
                 // Provisioning failed before it made a record: remove what it left.
                 None => stack.source.release_unrecorded(&self.run, &permit).await,

@@ -7,13 +7,13 @@
 //! bound to a state nobody verified. The run's patch is the one taken before the
 //! first check: a check's own edits are never part of it.
 
-use super::RunError;
-use super::execute::{CommandIo, describe_kill, millis};
-use super::export::Verified;
-use super::outcome::CommandOutcome;
-use super::patch_reading::changed_between;
-use super::workspace::Workspace;
+use super::Workspace;
 use crate::boundary::{CheckResult, CommandSpec};
+use crate::runner::RunError;
+use crate::runner::execute::{CommandIo, describe_kill, millis};
+use crate::runner::export::Verified;
+use crate::runner::outcome::CommandOutcome;
+use crate::runner::patch_reading::changed_between;
 
 impl Workspace {
     /// Runs the contract's required checks in the sealed workspace (see the
@@ -21,10 +21,15 @@ impl Workspace {
     /// a check that cannot run fails the run as any command does.
     pub(super) async fn run_required_checks(&mut self) -> Result<Verified, RunError> {
         let required = self.run.contract.promotion.required_checks.clone();
-        let Some(source) = self.source.clone().filter(|_| !required.is_empty()) else {
+        let Some(source) = self
+            .progress
+            .source()
+            .cloned()
+            .filter(|_| !required.is_empty())
+        else {
             return Ok(Verified::default());
         };
-        let promotion = self.runner.stack().promotion.clone();
+        let promotion = self.stack.promotion.clone();
         let mut before = match promotion.export(&self.run, &source).await {
             Ok(patch) => patch,
             Err(e) => {
