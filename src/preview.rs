@@ -3,11 +3,11 @@
 //! [`backend_container::process::preview`]).
 //!
 //! It finds the container's network namespace at descriptor
-//! [`NETNS_FD`](backend_container::process::preview::NETNS_FD), binds one
+//! [`NETNS_FD`], binds one
 //! listener per port on the host's `127.0.0.1` (a port the kernel chooses),
 //! and enters the container's namespace with one thread, which makes every
 //! outgoing connection there. It then drops to the run's host ids, prints
-//! [`READY`](backend_container::process::preview::READY) and its endpoints, and
+//! [`READY`] and its endpoints, and
 //! forwards each accepted connection to the same port on the container's
 //! loopback, spliced in the kernel, until it is killed with the container.
 

@@ -3,7 +3,7 @@
 //!
 //! A backend starts it per workspace, as a process of its own
 //! (`agent-workspace egress-proxy CONFIG`, see
-//! [`EgressConfig`](workspace_core::egress::EgressConfig)), and kills it with
+//! [`workspace_core::egress::EgressConfig`]), and kills it with
 //! the workspace. It makes its two listeners (HTTP on
 //! [`HTTP_PROXY_PORT`], SOCKS5 on [`SOCKS_PROXY_PORT`]) inside the workspace's
 //! network namespace, on its own loopback, so that only that workspace can

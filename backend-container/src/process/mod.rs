@@ -5,14 +5,14 @@
 //!   plan built and written as a bundle ([`crate::bundle`]), the container
 //!   created and started with a small reaper as its pid 1 (its own user,
 //!   mount, pid, network, UTS, IPC and cgroup namespaces; the run's limits on
-//!   its cgroup), then the boundary probe ([`probe`]): a shell in the
+//!   its cgroup), then the boundary probe (`probe`): a shell in the
 //!   container observed from the host and held to core's
 //!   [`observation`](workspace_core::observation) standard. With
 //!   `environment.assurance = "required"` a mismatch fails closed (the
 //!   container is removed).
 //! * **spawn**: `exec --detach` into a cgroup of the command's own
 //!   (`cmd-<n>`), its streams this side's pipes, its status through a pipe of
-//!   its own ([`exec`]); what a command leaves in the background runs on in
+//!   its own (`exec`); what a command leaves in the background runs on in
 //!   the container. A timeout or a kill ends the command's cgroup, not the
 //!   container.
 //! * **detach / attach**: the container does not need its runner; a later

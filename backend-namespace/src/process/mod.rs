@@ -10,7 +10,7 @@
 //!   layer is never changed: each command sees it through an idmapped mount in
 //!   which its owner is the run's, see [`crate::spawn`]); creates the run's cgroups under
 //!   [`ProcessOptions::cgroup_parent`] with the plan's limits; finds the workspace paths `filesystem.excluded` (and
-//!   [`PROTECTED_EXCLUSIONS`]) match, walking the checkout (the lower and upper
+//!   [`PROTECTED_EXCLUSIONS`](workspace_core::mount_plan::PROTECTED_EXCLUSIONS)) match, walking the checkout (the lower and upper
 //!   layers of a layered one) without following links; reads the source object
 //!   store from the checkout's `.git/objects/info/alternates` (the upper layer's
 //!   for a layered checkout) as plain data; builds the [`MountPlan`]; then runs a
@@ -67,7 +67,7 @@
 //!   not the command itself).
 //! * **teardown**: kills everything in the run's cgroups (the sandbox's pid 1 and
 //!   everything any command left running), removes them and the run's output files
-//!   and sandbox record, forgets the run; the [`LeakReport`] lists pids still in the cgroups and cgroup directories
+//!   and sandbox record, forgets the run; the [`LeakReport`](workspace_core::boundary::LeakReport) lists pids still in the cgroups and cgroup directories
 //!   still present. A run this instance did not seal (crash recovery: the runner
 //!   that sealed it died) is torn down the same way: its cgroups are found by the
 //!   names `seal` gives them (`<mount>/<cgroup_parent>/<run id>` in every

@@ -19,7 +19,7 @@ use workspace_core::lifecycle::CleanupPermit;
 
 use super::PathGrants;
 
-/// The Filesystem boundary of a checkout (see the [module docs](self)).
+/// The Filesystem boundary of a checkout (see its module docs).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WorktreeFilesystem;
 

@@ -91,7 +91,7 @@ pub enum JournalError {
         source: io::Error,
     },
     /// An earlier append failed, so the file may end in a partial line; this handle
-    /// accepts no more records. Drop it and reopen with [`Journal::open_for_recovery`].
+    /// accepts no more records. Drop it and reopen with [`Journal::open_for_recovery`](super::Journal::open_for_recovery).
     #[error(
         "journal {} refuses appends after an earlier append failed; reopen it for recovery",
         path.display()

@@ -9,9 +9,9 @@ use super::JournalError;
 /// Whether a live process holds the lock of the journal at `path` (owns the run).
 ///
 /// This briefly takes the lock on a fresh handle and releases it at once. Meanwhile a
-/// concurrent [`Journal::open_for_recovery`] or [`Journal::create`] of the same file
+/// concurrent [`Journal::open_for_recovery`](super::Journal::open_for_recovery) or [`Journal::create`](super::Journal::create) of the same file
 /// may fail with [`JournalError::Held`]; retry it. The answer can be stale as soon as it
-/// is returned: to act on a run, take the lock with [`Journal::open_for_recovery`].
+/// is returned: to act on a run, take the lock with [`Journal::open_for_recovery`](super::Journal::open_for_recovery).
 ///
 /// # Ambient authority
 ///

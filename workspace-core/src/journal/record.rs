@@ -48,7 +48,7 @@ pub struct JournalRead<E> {
     /// The complete records; `records[i].seq == i`.
     pub records: Vec<JournalRecord<E>>,
     /// A partial last line left by a crash mid-append, if any. After
-    /// [`Journal::open_for_recovery`] it has been truncated from the file.
+    /// [`Journal::open_for_recovery`](super::Journal::open_for_recovery) it has been truncated from the file.
     pub torn_tail: Option<TornTail>,
 }
 

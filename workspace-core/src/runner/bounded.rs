@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use super::execute::millis;
 use crate::lifecycle::{FailureCause, StateName};
 

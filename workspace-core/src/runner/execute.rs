@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use super::late_output::{self, Streamed};
 use super::outcome::CommandOutcome;
 use super::scrub::Scrubber;

@@ -3,16 +3,14 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
 use crate::boundary::{
-    ApprovalRecord, CheckResult, PatchExport, PromotionBoundary, PromotionRecord, PromotionRequest,
-    RunContext, SourceRecord,
+    ApprovalRecord, CheckResult, PatchExport, PromotionBoundary, PromotionRequest, RunContext,
+    SourceRecord,
 };
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 
 use super::credential_leaks::CredentialLeak;
-use super::outcome::Outcome;
+use super::outcome::{Outcome, PromotionOutcome};
 use super::patch_reading::{changed_between, withhold};
 use super::scrub::Scrubber;
 
@@ -39,28 +37,6 @@ pub(super) struct ExportInputs<'a> {
     pub journal: &'a Path,
     /// The run's credentials: none of their values may leave in the patch.
     pub scrubber: &'a Scrubber,
-}
-
-/// What promoting a run's patch came to: `promotion.json`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "result", rename_all = "kebab-case")]
-pub enum PromotionOutcome {
-    /// The promotion boundary did what the contract's target asks.
-    Promoted {
-        /// What it did.
-        record: PromotionRecord,
-    },
-    /// It refused, or there was nothing it could promote.
-    Refused {
-        /// Why, in one line.
-        reason: String,
-    },
-    /// Not offered to the promotion boundary: the patch holds the value of a
-    /// credential the run was given (those files are withheld from `diff.patch`).
-    CredentialInPatch {
-        /// Each credential found, where, and in which form.
-        leaks: Vec<CredentialLeak>,
-    },
 }
 
 /// Withholds from `patch` every file that holds a value of `scrubber`'s

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use super::paths::IDENTITY_STATE_FILE;
 use super::state_files::read_state;
 use crate::boundary::{IdentityPlan, IssuedCredential};

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use super::scrub::Scrubber;
 use super::state_files::{create_dir, read_state, remove_if_present, write_state};
 use crate::boundary::CommandOutput;

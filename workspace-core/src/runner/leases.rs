@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use crate::RunId;
 use crate::contract::ProcessSection;
 use crate::lease::{LeaseError, Leases, NameKind, NameLease, PortLease};

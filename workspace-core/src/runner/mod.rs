@@ -39,6 +39,7 @@ mod identity_store;
 mod late_output;
 mod leases;
 mod observed;
+mod options;
 mod outcome;
 mod patch_reading;
 mod paths;
@@ -55,16 +56,14 @@ mod workspace;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 pub use credential_leaks::{CredentialForm, CredentialLeak, MIN_REDACTED_LEN};
 pub use error::{RunError, RunErrorKind};
 pub use execute::{CommandIo, OutputSink};
-pub use export::PromotionOutcome;
 pub use late_output::LateOutput;
 pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};
-pub use outcome::{CommandOutcome, NetworkCounts, Outcome, RunReport};
+pub use options::{CreateOptions, FinishOptions, RunnerConfig};
+pub use outcome::{CommandOutcome, NetworkCounts, Outcome, PromotionOutcome, RunReport};
 pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
@@ -81,67 +80,9 @@ use crate::capacity::{AdmissionControl, Capacity};
 use crate::clock::unix_ms_now;
 use crate::contract::{CleanupOwner, Contract};
 use crate::evidence::{EvidenceFile, EvidenceWriter};
+use crate::lifecycle::Lifecycle;
 use crate::lifecycle::StateName;
-use crate::lifecycle::{Lifecycle, Timeouts, TransitionObserver};
 use crate::recovery::{RecoveryError, RecoveryReport, recover};
-
-/// Where a runner keeps runs, and how long their transient states may last.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunnerConfig {
-    /// The host-wide runtime directory: journals, checkouts, leases, caches.
-    pub runtime_dir: PathBuf,
-    /// Where evidence bundles go (`<evidence_root>/<run-id>/`); never cleaned up.
-    pub evidence_root: PathBuf,
-    /// The limit of every transient lifecycle state.
-    pub timeouts: Timeouts,
-}
-
-impl RunnerConfig {
-    /// A configuration with default timeouts.
-    pub fn new(runtime_dir: impl Into<PathBuf>, evidence_root: impl Into<PathBuf>) -> Self {
-        Self {
-            runtime_dir: runtime_dir.into(),
-            evidence_root: evidence_root.into(),
-            timeouts: Timeouts::default(),
-        }
-    }
-}
-
-/// Options of one run.
-#[derive(Clone, Default)]
-pub struct CreateOptions {
-    /// The run's id; a new unique one when `None`.
-    pub run_id: Option<RunId>,
-    /// Cancels the run from outside (e.g. on Ctrl-C): a waiting, provisioning or
-    /// running run fails with cause `cancelled`, and is still exported and cleaned.
-    pub cancel: Option<CancellationToken>,
-    /// How a command running when the run is cancelled ends: `Some(grace)` sends
-    /// it `SIGTERM` (its own handler runs) and kills its whole tree after
-    /// `grace`; `None` kills the tree at once.
-    pub cancel_grace: Option<std::time::Duration>,
-    /// Told about every lifecycle transition, after it is journaled (progress).
-    pub observer: Option<TransitionObserver>,
-}
-
-/// How to end a run.
-#[derive(Clone, Debug, Default)]
-pub struct FinishOptions {
-    /// Promote the patch to the contract's target with these approvals (possibly
-    /// none: a draft review branch needs none unless changes are out of scope).
-    /// `None`: export only.
-    pub promote: Option<Vec<crate::boundary::ApprovalRecord>>,
-}
-
-impl std::fmt::Debug for CreateOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CreateOptions")
-            .field("run_id", &self.run_id)
-            .field("cancel", &self.cancel)
-            .field("cancel_grace", &self.cancel_grace)
-            .field("observer", &self.observer.is_some())
-            .finish()
-    }
-}
 
 /// Drives runs over one [`Stack`], sharing one [`Capacity`]. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -271,7 +212,12 @@ impl Runner {
             started_unix_ms,
             commands: Vec::new(),
         };
-        let mut workspace = Workspace::open(self, opened, options);
+        let mut workspace = Workspace::open(
+            self.stack().clone(),
+            self.admission().clone(),
+            opened,
+            options,
+        );
         match workspace.bring_up().await {
             Ok(()) => Ok(workspace),
             Err(kind) => Err(workspace.abort(kind).await),
@@ -309,7 +255,12 @@ impl Runner {
             source: stored.source,
             filesystem: stored.filesystem,
         };
-        let mut workspace = Workspace::open(self, opened, options);
+        let mut workspace = Workspace::open(
+            self.stack().clone(),
+            self.admission().clone(),
+            opened,
+            options,
+        );
         let taken = if workspace.state() == &crate::lifecycle::State::Detached {
             workspace.reattach(provisioned).await
         } else {

@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::credential_leaks::CredentialLeak;
+use super::late_output::LateOutput;
 use crate::RunId;
-use crate::boundary::{ExitRecord, KillCause, LeakReport};
+use crate::boundary::{ExitRecord, KillCause, LeakReport, PromotionRecord};
 use crate::evidence::{ExitStatusRecord, ResourceUsage};
 use crate::lifecycle::{FailureCause, StateName};
 
@@ -79,7 +81,7 @@ pub struct Outcome {
     /// The commands whose background processes wrote output after they ended
     /// (kept as `commands/NNNN/late.stdout` and `late.stderr`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub late_output: Vec<super::LateOutput>,
+    pub late_output: Vec<LateOutput>,
     /// Processes still running when the run ended (what its commands left in
     /// the background; services a runner of another process started), which
     /// ended with it: not a leak, a record of what the workspace ran.
@@ -135,7 +137,7 @@ pub struct RunReport {
     /// How it ended (the same as its `outcome.json`).
     pub outcome: Outcome,
     /// What promotion did, when it was asked for (the same as `promotion.json`).
-    pub promotion: Option<super::PromotionOutcome>,
+    pub promotion: Option<PromotionOutcome>,
     /// Whether cleanup finished (the run reached `Cleaned`).
     pub cleaned: bool,
     /// Problems during cleanup (after the evidence was sealed), one line each.
@@ -187,4 +189,26 @@ impl NetworkCounts {
         }
         counts
     }
+}
+
+/// What promoting a run's patch came to: `promotion.json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum PromotionOutcome {
+    /// The promotion boundary did what the contract's target asks.
+    Promoted {
+        /// What it did.
+        record: PromotionRecord,
+    },
+    /// It refused, or there was nothing it could promote.
+    Refused {
+        /// Why, in one line.
+        reason: String,
+    },
+    /// Not offered to the promotion boundary: the patch holds the value of a
+    /// credential the run was given (those files are withheld from `diff.patch`).
+    CredentialInPatch {
+        /// Each credential found, where, and in which form.
+        leaks: Vec<CredentialLeak>,
+    },
 }

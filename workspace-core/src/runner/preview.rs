@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use super::http::get_status;
 use super::observed::ObservedRecord;
 use super::paths::RunPaths;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::RunnerConfig;
 use super::export::{ExportInputs, export_bundle};
 use super::identity_store;
 use super::late_output;
+use super::options::RunnerConfig;
 use super::outcome::Outcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::run_files::remove_run_files;

@@ -5,10 +5,11 @@ use std::path::Path;
 
 use std::sync::Arc;
 
+use super::error::{RunError, RunErrorKind};
+use super::options::RunnerConfig;
 use super::outcome::CommandOutcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
 use super::state_files::read_required;
-use super::{RunError, RunErrorKind, RunnerConfig};
 use crate::RunId;
 use crate::boundary::RunContext;
 use crate::boundary::{ExitRecord, FilesystemRecord, SourceRecord};

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use super::leases::LEASES_STATE_FILE;
 use super::paths::{CAPACITY_HELD_FILE, FILESYSTEM_STATE_FILE, IDENTITY_STATE_FILE};
 

@@ -25,7 +25,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use super::state_files::{read_state, remove_if_present, write_state};
 use crate::RunId;
 use crate::boundary::{
@@ -316,7 +316,7 @@ pub fn prune_templates(
 
 /// Whether a run directory of `runtime_dir` has a layer over the template `key`.
 fn in_use(runtime_dir: &Path, key: &str) -> bool {
-    let Ok(runs) = std::fs::read_dir(runtime_dir.join(super::RUNS_DIR)) else {
+    let Ok(runs) = std::fs::read_dir(runtime_dir.join(super::paths::RUNS_DIR)) else {
         return false;
     };
     runs.flatten().any(|run| {

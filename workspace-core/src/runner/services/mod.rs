@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::RunErrorKind;
+use super::error::RunErrorKind;
 use super::paths::RunPaths;
 use super::scrub::Scrubber;
 use super::state_files::{read_state, remove_if_present, write_state};

@@ -8,8 +8,8 @@ use crate::boundary::{EnvironmentPlan, IdentityBoundary, IdentityPlan, RunContex
 use crate::contract::CheckoutOrigin;
 use crate::evidence::{EvidenceFile, FingerprintKey};
 use crate::lifecycle::{Origin, StateName};
-use crate::runner::RunErrorKind;
 use crate::runner::bounded::bounded;
+use crate::runner::error::RunErrorKind;
 use crate::runner::identity_store;
 use crate::runner::observed::{AppliedEnvironment, ObservedRecord};
 use crate::runner::paths::FILESYSTEM_STATE_FILE;

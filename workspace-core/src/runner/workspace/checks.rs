@@ -9,7 +9,7 @@
 
 use super::Workspace;
 use crate::boundary::{CheckResult, CommandSpec};
-use crate::runner::RunError;
+use crate::runner::error::RunError;
 use crate::runner::execute::{CommandIo, describe_kill, millis};
 use crate::runner::export::Verified;
 use crate::runner::outcome::CommandOutcome;

@@ -6,7 +6,7 @@ use crate::clock::unix_ms_now;
 use crate::evidence::EvidenceFile;
 use crate::evidence::ResourceUsage;
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
-use crate::runner::RunError;
+use crate::runner::error::RunError;
 use crate::runner::export::{ExportInputs, Verified, export_bundle};
 use crate::runner::late_output;
 use crate::runner::leases::RunLeases;

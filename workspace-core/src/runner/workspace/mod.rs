@@ -19,16 +19,16 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::error::{RunError, RunErrorKind};
 use super::execute::{CommandIo, execute};
 use super::export::Verified;
 use super::identity_store;
 use super::leases::RunLeases;
+use super::options::{CreateOptions, FinishOptions};
 use super::outcome::{CommandOutcome, RunReport};
 use super::paths::RunPaths;
 use super::scrub::Scrubber;
 use super::services::Services;
-use super::{CreateOptions, FinishOptions};
-use super::{RunError, RunErrorKind, Runner};
 use crate::boundary::{CommandSpec, RunContext, SourceRecord, Stack};
 use crate::capacity::{AdmissionControl, Grant};
 use crate::evidence::EvidenceWriter;
@@ -87,10 +87,15 @@ pub(super) struct Opened {
 }
 
 impl Workspace {
-    /// The workspace of `opened`, driven over `runner`'s stack and admitted
-    /// by its admission control, before anything of the run is brought up
-    /// (nothing sealed, no capacity or leases held).
-    pub(super) fn open(runner: &Runner, opened: Opened, options: CreateOptions) -> Self {
+    /// The workspace of `opened`, driven over `stack` and admitted by
+    /// `admission`, before anything of the run is brought up (nothing sealed,
+    /// no capacity or leases held).
+    pub(super) fn open(
+        stack: Stack,
+        admission: Arc<dyn AdmissionControl>,
+        opened: Opened,
+        options: CreateOptions,
+    ) -> Self {
         let Opened {
             run,
             paths,
@@ -113,8 +118,8 @@ impl Workspace {
             }
         };
         Self {
-            stack: runner.stack().clone(),
-            admission: runner.admission().clone(),
+            stack,
+            admission,
             run,
             paths,
             life,

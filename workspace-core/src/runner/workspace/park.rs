@@ -4,8 +4,8 @@
 use super::Workspace;
 use crate::boundary::Suspension;
 use crate::lifecycle::State;
+use crate::runner::error::{RunError, RunErrorKind};
 use crate::runner::leases::RunLeases;
-use crate::runner::{RunError, RunErrorKind};
 
 impl Workspace {
     /// Lets go of the sealed run without stopping anything: it is parked in
