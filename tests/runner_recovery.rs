@@ -165,11 +165,10 @@ async fn crash_and_recover(target: Target) {
             "{outcome:?}"
         );
         assert_eq!(outcome.ended_in, StateName::Failed);
-        let expected = format!("lost in state {}", target.journal_state());
-        assert!(
-            outcome.errors.iter().any(|e| e.contains(&expected)),
-            "{:?}",
-            outcome.errors
+        assert_eq!(
+            outcome.recovered_from,
+            Some(target.journal_state()),
+            "{outcome:?}"
         );
     }
     let recorded_checkout = !matches!(

@@ -9,6 +9,7 @@ use serde::Serialize;
 use workspace_core::contract::Contract;
 use workspace_core::evidence::EvidenceFile;
 use workspace_core::runner::{CreateOptions, ObservedRecord, Runner};
+use workspace_core::step::describe;
 
 use super::BadInput;
 use super::contract_args::ContractArgs;
@@ -121,7 +122,7 @@ async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {
                         summary.error.get_or_insert_with(|| {
                             format!(
                                 "not cleaned up (run `agent-workspace recover`): {}",
-                                one_line(&report.cleanup_errors.join("\n"))
+                                one_line(&describe(&report.cleanup_errors))
                             )
                         });
                     }

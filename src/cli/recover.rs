@@ -14,6 +14,7 @@ use workspace_core::recovery::{
     LostRun, RecoveryHooks, RecoveryReport, RecoveryStepError, recover,
 };
 use workspace_core::runner::{RunPaths, Runner, StackRecovery};
+use workspace_core::step::describe;
 
 use super::backend::Backend;
 use super::host::HostArgs;
@@ -185,7 +186,7 @@ fn lines(report: &RecoveryReport) -> Vec<String> {
         };
         if !run.errors.is_empty() {
             line.push_str(": ");
-            line.push_str(&one_line(&run.errors.join("\n")));
+            line.push_str(&one_line(&describe(&run.errors)));
         }
         lines.push(line);
     }

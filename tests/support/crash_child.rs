@@ -292,6 +292,7 @@ impl ChildRun {
             network: None,
             started_unix_ms,
             exported_unix_ms: unix_ms_now(),
+            recovered_from: None,
             errors: Vec::new(),
         };
         evidence

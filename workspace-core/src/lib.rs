@@ -75,6 +75,7 @@ pub mod observation;
 pub mod recovery;
 mod run_id;
 pub mod runner;
+pub mod step;
 
 pub use error_chain::error_chain;
 mod error_chain;

@@ -5,6 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::boundary::BoundaryKind;
+use crate::step::StepFailure;
 
 /// Where a checkout being provisioned comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -192,10 +193,11 @@ pub enum FailureCause {
         /// The digest of the file the checkout has; `None`: it has none.
         found: Option<String>,
     },
-    /// The runner itself failed (its journal, its evidence, a task it started).
+    /// Steps of core's own failed (its journal, its evidence, its files), not
+    /// a boundary's.
     Runner {
-        /// The error, as text.
-        message: String,
+        /// Each step that failed, in order.
+        failed: Vec<StepFailure>,
     },
 }
 
@@ -224,7 +226,7 @@ impl fmt::Display for FailureCause {
                 ),
                 None => write!(f, "fixture {name} ({path}) is not in the checkout"),
             },
-            Self::Runner { message } => f.write_str(message),
+            Self::Runner { failed } => f.write_str(&crate::step::describe(failed)),
         }
     }
 }

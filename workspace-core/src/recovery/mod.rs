@@ -26,6 +26,7 @@ use crate::boundary::BoundaryError;
 use crate::error_chain;
 use crate::journal::{self, TornTail};
 use crate::lifecycle::{CleanupPermit, FailureCause, Lifecycle, LifecycleError, State, Timeouts};
+use crate::step::{RunnerStep, StepErrors, StepFailure};
 
 /// How many export attempts a run gets, over all recoveries, before it is cleaned
 /// up without a complete export.
@@ -56,37 +57,53 @@ pub enum RecoveryStepError {
         leaks: String,
     },
     /// A record of the run could not be read.
-    #[error("reading the run's record")]
-    Record(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// Exporting the evidence failed, at each of these steps.
-    #[error("exporting the evidence: {}", .steps.join("; "))]
-    Export {
-        /// Each failed step with its cause.
-        steps: Vec<String>,
+    #[error("reading the run's record {}", .path.display())]
+    Record {
+        /// The record.
+        path: PathBuf,
+        /// Why it could not be read.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Exporting the evidence failed, at each of these steps.
+    #[error("exporting the evidence")]
+    Export(#[source] StepErrors),
     /// Removing the run's own state from its run directory failed.
-    #[error("removing the run's state from {}: {}", .run_dir.display(), .problems.join("; "))]
+    #[error("removing the run's state from {}", .run_dir.display())]
     State {
         /// The run directory.
         run_dir: PathBuf,
         /// Each removal that failed.
-        problems: Vec<String>,
+        #[source]
+        problems: StepErrors,
     },
 }
 
 impl RecoveryStepError {
-    /// The failure cause the run gets for it: the boundary's, or the
-    /// runner's own.
+    /// The failure cause the run gets for it: the boundary's, or the steps
+    /// of core's own that failed.
     pub fn failure_cause(&self) -> FailureCause {
-        match self {
-            Self::Boundary(e) => FailureCause::Boundary {
-                boundary: e.boundary,
-                message: error_chain(e),
-            },
-            other => FailureCause::Runner {
-                message: error_chain(other),
-            },
-        }
+        let failed = match self {
+            Self::Boundary(e) => {
+                return FailureCause::Boundary {
+                    boundary: e.boundary,
+                    message: error_chain(e),
+                };
+            }
+            Self::Export(steps)
+            | Self::State {
+                problems: steps, ..
+            } => steps.failures(),
+            Self::Leaked { leaks } => vec![StepFailure {
+                step: RunnerStep::Reap,
+                cause: format!("still present: {leaks}"),
+            }],
+            Self::Record { path, source } => vec![StepFailure {
+                step: RunnerStep::RunState { path: path.clone() },
+                cause: error_chain(source.as_ref()),
+            }],
+        };
+        FailureCause::Runner { failed }
     }
 }
 
@@ -151,7 +168,7 @@ pub struct RecoveredRun {
     pub cleaned: bool,
     /// Every step that failed, and why cleanup was held back if it was, in order.
     /// A run that is not `cleaned` is left for the next recovery.
-    pub errors: Vec<String>,
+    pub errors: Vec<StepFailure>,
 }
 
 /// Why recovery could not even start.
@@ -266,7 +283,7 @@ async fn finish_lost_run(
 ) -> RecoveredRun {
     let mut exported_now = false;
     let mut cleaned = false;
-    let mut errors = Vec::new();
+    let mut errors = StepErrors::default();
     let result: Result<(), LifecycleError> = async {
         if !matches!(life.state(), State::Failed { .. }) {
             life.fail(FailureCause::RunnerLost)?;
@@ -274,7 +291,7 @@ async fn finish_lost_run(
         let reaped = match hooks.reap(&run).await {
             Ok(()) => true,
             Err(e) => {
-                errors.push(format!("reap: {}", error_chain(&e)));
+                errors.push(RunnerStep::Reap, e);
                 false
             }
         };
@@ -287,28 +304,37 @@ async fn finish_lost_run(
                     exported_now = true;
                 }
                 Err(e) => {
-                    errors.push(format!("export: {}", error_chain(&e)));
                     export_failed = true;
                     life.fail(e.failure_cause())?;
+                    errors.push(RunnerStep::Evidence, e);
                 }
             }
         }
         if !reaped {
-            errors.push("not cleaned up: the reap failed, the run is left for the next recovery".into());
+            errors.push(
+                RunnerStep::CleanUp,
+                "held back: the reap failed, the run is left for the next recovery",
+            );
             return Ok(());
         }
         if export_failed && life.export_attempts() < MAX_EXPORT_ATTEMPTS {
-            errors.push(format!(
-                "not cleaned up: export attempt {} of {MAX_EXPORT_ATTEMPTS} failed, the run is left for the next recovery",
-                life.export_attempts()
-            ));
+            errors.push(
+                RunnerStep::CleanUp,
+                format!(
+                    "held back: export attempt {} of {MAX_EXPORT_ATTEMPTS} failed, the run is left for the next recovery",
+                    life.export_attempts()
+                ),
+            );
             return Ok(());
         }
         if !life.export_completed() {
-            errors.push(format!(
-                "cleaning up without a complete export after {} attempts",
-                life.export_attempts()
-            ));
+            errors.push(
+                RunnerStep::Evidence,
+                format!(
+                    "incomplete: cleaning up without a complete export after {} attempts",
+                    life.export_attempts()
+                ),
+            );
         }
         let permit = life.clean_up()?;
         match hooks.clean_up(&run, &permit).await {
@@ -317,22 +343,22 @@ async fn finish_lost_run(
                 cleaned = true;
             }
             Err(e) => {
-                errors.push(format!("clean up: {}", error_chain(&e)));
                 life.fail(e.failure_cause())?;
+                errors.push(RunnerStep::CleanUp, e);
             }
         }
         Ok(())
     }
     .await;
     if let Err(e) = result {
-        errors.push(error_chain(&e));
+        errors.push(RunnerStep::Journal, e);
     }
     tracing::info!(run_id = %run.run_id, found_in = %run.found_in.name(), cleaned, "recovered run");
     RecoveredRun {
         run,
         exported_now,
         cleaned,
-        errors,
+        errors: errors.failures(),
     }
 }
 

@@ -45,9 +45,11 @@ impl RecoveryHooks for RecordingHooks {
     async fn export(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
         self.record("export", run);
         if self.fail_export {
-            return Err(RecoveryStepError::Export {
-                steps: vec!["writing outcome.json: disk full".into()],
-            });
+            let file = "outcome.json".to_owned();
+            let step = RunnerStep::WriteEvidence { file };
+            return Err(RecoveryStepError::Export(StepErrors(vec![
+                crate::step::StepError::new(step, "disk full"),
+            ])));
         }
         Ok(())
     }
@@ -264,8 +266,15 @@ async fn a_failed_export_is_retried_and_cleanup_waits_for_the_last_attempt() {
             .expect("recover");
         let outcome = &report.recovered[0];
         assert!(!outcome.exported_now);
-        assert!(
-            outcome.errors[0].contains("disk full"),
+        // The export's own step and cause, under the recovery step that ran it.
+        assert_eq!(
+            outcome.errors[0].step,
+            RunnerStep::Evidence,
+            "{:?}",
+            outcome.errors
+        );
+        assert_eq!(
+            outcome.errors[0].cause, "exporting the evidence: writing outcome.json: disk full",
             "{:?}",
             outcome.errors
         );
@@ -276,14 +285,30 @@ async fn a_failed_export_is_retried_and_cleanup_waits_for_the_last_attempt() {
             outcome.errors
         );
         if !last {
+            assert_eq!(
+                outcome.errors[1].step,
+                RunnerStep::CleanUp,
+                "{:?}",
+                outcome.errors
+            );
             assert!(
-                outcome.errors[1].contains("left for the next recovery"),
+                outcome.errors[1]
+                    .cause
+                    .contains("left for the next recovery"),
                 "{:?}",
                 outcome.errors
             );
         } else {
+            assert_eq!(
+                outcome.errors[1].step,
+                RunnerStep::Evidence,
+                "{:?}",
+                outcome.errors
+            );
             assert!(
-                outcome.errors[1].contains("without a complete export"),
+                outcome.errors[1]
+                    .cause
+                    .contains("without a complete export"),
                 "{:?}",
                 outcome.errors
             );
@@ -343,7 +368,10 @@ async fn a_failed_reap_exports_but_never_cleans_up() {
     assert!(outcome.exported_now);
     assert!(!outcome.cleaned);
     assert!(
-        outcome.errors.iter().any(|e| e.contains("mount busy")),
+        outcome
+            .errors
+            .iter()
+            .any(|e| e.step == RunnerStep::Reap && e.cause.contains("mount busy")),
         "{:?}",
         outcome.errors
     );

@@ -8,6 +8,7 @@ use crate::capacity::CapacityError;
 use crate::contract::Problems;
 use crate::evidence::EvidenceError;
 use crate::lifecycle::{FailureCause, LifecycleError};
+use crate::step::{RunnerStep, StepFailure};
 
 /// A run that failed, with where its evidence went.
 ///
@@ -107,17 +108,34 @@ pub enum RunErrorKind {
 }
 
 impl RunErrorKind {
-    /// The failure cause a run gets for this error.
+    /// The failure cause a run gets for this error: the boundary's, the
+    /// run's own (a timeout, a cancel), or the step of core's that failed.
     pub fn failure_cause(&self) -> FailureCause {
-        match self {
-            Self::Failed(cause) => cause.clone(),
-            Self::Boundary(error) => FailureCause::Boundary {
-                boundary: error.boundary,
-                message: crate::error_chain(error),
-            },
-            other => FailureCause::Runner {
-                message: crate::error_chain(other),
-            },
+        let step = match self {
+            Self::Failed(cause) => return cause.clone(),
+            Self::Boundary(error) => {
+                return FailureCause::Boundary {
+                    boundary: error.boundary,
+                    message: crate::error_chain(error),
+                };
+            }
+            Self::InvalidContract(_) | Self::Unsupported(_) => RunnerStep::CheckContract,
+            Self::Capacity(_) => RunnerStep::Admit,
+            Self::Lifecycle(_) => RunnerStep::Journal,
+            Self::Evidence(_) => RunnerStep::Evidence,
+            Self::Lease(_) => RunnerStep::Lease,
+            Self::Io { path, .. } => RunnerStep::RunState { path: path.clone() },
+            Self::LostSandboxLeft(_) => RunnerStep::Teardown,
+            Self::Ended { .. }
+            | Self::NotSuspended { .. }
+            | Self::NotProvisioned { .. }
+            | Self::NotSealed { .. } => RunnerStep::Order,
+        };
+        FailureCause::Runner {
+            failed: vec![StepFailure {
+                step,
+                cause: crate::error_chain(self),
+            }],
         }
     }
 }

@@ -13,6 +13,7 @@ use super::credential_leaks::CredentialLeak;
 use super::outcome::{Outcome, PromotionOutcome};
 use super::patch_reading::{changed_between, withhold};
 use super::scrub::Scrubber;
+use crate::step::{RunnerStep, StepErrors};
 
 /// What the required checks verified.
 #[derive(Debug, Default)]
@@ -73,7 +74,7 @@ pub(super) async fn export_bundle(
     evidence: &EvidenceWriter,
     inputs: ExportInputs<'_>,
     outcome: &mut Outcome,
-) -> Result<Option<PromotionOutcome>, Vec<String>> {
+) -> Result<Option<PromotionOutcome>, StepErrors> {
     let ExportInputs {
         source,
         checks,
@@ -82,9 +83,9 @@ pub(super) async fn export_bundle(
         journal,
         scrubber,
     } = inputs;
-    let mut errors = Vec::new();
-    let fail = |errors: &mut Vec<String>, step: &str, error: &dyn std::error::Error| {
-        errors.push(format!("{step}: {}", crate::error_chain(error)));
+    let mut errors = StepErrors::default();
+    let writing = |file: EvidenceFile| RunnerStep::WriteEvidence {
+        file: file.file_name().to_owned(),
     };
     let mut changed_since = Vec::new();
     if let Some(source) = source {
@@ -103,13 +104,13 @@ pub(super) async fn export_bundle(
                 outcome.patch_sha256 = Some(patch.patch_sha256.clone());
                 outcome.changed_paths = patch.changes.iter().filter(|c| !c.ignored).count();
                 if let Err(e) = evidence.write_bytes(EvidenceFile::Diff, &patch.patch) {
-                    fail(&mut errors, "writing diff.patch", &e);
+                    errors.push(writing(EvidenceFile::Diff), e);
                 }
                 if let Err(e) = evidence.write_json(EvidenceFile::Changes, &patch.changes) {
-                    fail(&mut errors, "writing changes.json", &e);
+                    errors.push(writing(EvidenceFile::Changes), e);
                 }
             }
-            Err(e) => fail(&mut errors, "exporting the patch", &e),
+            Err(e) => errors.push(RunnerStep::ExportPatch, e),
         }
     }
     let drift = (!changed_since.is_empty()).then(|| {
@@ -121,11 +122,11 @@ pub(super) async fn export_bundle(
     });
     outcome.changed_after_checks = changed_since;
     if let Err(e) = evidence.write_json(EvidenceFile::Checks, &checks) {
-        fail(&mut errors, "writing checks.json", &e);
+        errors.push(writing(EvidenceFile::Checks), e);
     }
     let approvals = promote.unwrap_or_default();
     if let Err(e) = evidence.write_json(EvidenceFile::Approvals, &approvals) {
-        fail(&mut errors, "writing approvals.json", &e);
+        errors.push(writing(EvidenceFile::Approvals), e);
     }
     let promotion = match (promote, source, &outcome.patch_sha256) {
         (None, ..) => None,
@@ -173,18 +174,18 @@ pub(super) async fn export_bundle(
     if let Some(promotion) = &promotion
         && let Err(e) = evidence.write_json(EvidenceFile::Promotion, promotion)
     {
-        fail(&mut errors, "writing promotion.json", &e);
+        errors.push(writing(EvidenceFile::Promotion), e);
     }
     if let Err(e) = evidence.copy_file(EvidenceFile::Journal, journal) {
-        fail(&mut errors, "copying the journal", &e);
+        errors.push(RunnerStep::CopyJournal, e);
     }
     // The outcome lists every failure so far; the last two can only be returned.
-    outcome.errors.extend(errors.iter().cloned());
+    outcome.errors.extend(errors.failures());
     if let Err(e) = evidence.write_json(EvidenceFile::Outcome, &*outcome) {
-        fail(&mut errors, "writing outcome.json", &e);
+        errors.push(writing(EvidenceFile::Outcome), e);
     }
     if let Err(e) = evidence.seal() {
-        fail(&mut errors, "sealing the bundle", &e);
+        errors.push(RunnerStep::SealEvidence, e);
     }
     if errors.is_empty() {
         Ok(promotion)

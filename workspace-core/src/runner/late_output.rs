@@ -28,6 +28,7 @@ use super::scrub::Scrubber;
 use super::state_files::{create_dir, read_state, remove_if_present, write_state};
 use crate::boundary::CommandOutput;
 use crate::evidence::EvidenceWriter;
+use crate::step::{RunnerStep, StepError, StepErrors};
 
 /// The directory of the commands' output files in a run directory.
 const COMMAND_OUTPUT_DIR: &str = "command-output";
@@ -97,7 +98,7 @@ pub(super) fn export(
     run_dir: &Path,
     evidence: &EvidenceWriter,
     scrubber: &Scrubber,
-    errors: &mut Vec<String>,
+    errors: &mut StepErrors,
 ) -> Vec<LateOutput> {
     let dir = run_dir.join(COMMAND_OUTPUT_DIR);
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -122,10 +123,15 @@ pub(super) fn export(
         match exported {
             Ok(Some(record)) => late.push(record),
             Ok(None) => {}
-            Err(e) => errors.push(format!(
-                "exporting the late output of command {seq}: {}",
-                crate::error_chain(&e)
-            )),
+            Err(e) => errors.push(
+                RunnerStep::ExportLateOutput,
+                StepError::new(
+                    RunnerStep::WriteEvidence {
+                        file: format!("late output of command {seq}"),
+                    },
+                    e,
+                ),
+            ),
         }
     }
     late
@@ -202,7 +208,7 @@ fn read_from(path: &Path, offset: u64) -> Result<(Vec<u8>, u64), RunErrorKind> {
 }
 
 /// Removes the commands' output files from the run directory.
-pub(super) fn remove_files(run_dir: &Path, errors: &mut Vec<String>) {
+pub(super) fn remove_files(run_dir: &Path, errors: &mut StepErrors) {
     remove_if_present(&run_dir.join(COMMAND_OUTPUT_DIR), errors);
 }
 
@@ -258,7 +264,12 @@ mod tests {
             },
         )
         .unwrap();
-        let late = export(dir.path(), &evidence, &scrubber(), &mut Vec::new());
+        let late = export(
+            dir.path(),
+            &evidence,
+            &scrubber(),
+            &mut StepErrors::default(),
+        );
         assert_eq!(read(&evidence, "late.stdout"), "[redacted:TOKEN] late\n");
         assert_eq!(
             late,
@@ -285,14 +296,22 @@ mod tests {
             },
         )
         .unwrap();
-        assert!(export(dir.path(), &evidence, &scrubber(), &mut Vec::new()).is_empty());
+        assert!(
+            export(
+                dir.path(),
+                &evidence,
+                &scrubber(),
+                &mut StepErrors::default()
+            )
+            .is_empty()
+        );
         assert!(!evidence.dir().join("commands/0001/late.stdout").exists());
     }
 
     #[test]
     fn without_a_record_the_whole_output_is_kept_beside_the_streamed_one() {
         let (dir, evidence) = fixture(b"tok-1234567890 everything\n");
-        let mut errors = Vec::new();
+        let mut errors = StepErrors::default();
         let late = export(dir.path(), &evidence, &scrubber(), &mut errors);
         assert!(errors.is_empty(), "{errors:?}");
         assert!(late[0].whole, "{late:?}");
@@ -309,7 +328,12 @@ mod tests {
         let big = vec![b'x'; usize::try_from(LATE_OUTPUT_LIMIT).unwrap() + 100];
         let (dir, evidence) = fixture(&big);
         record_streamed(dir.path(), 1, Streamed::default()).unwrap();
-        let late = export(dir.path(), &evidence, &scrubber(), &mut Vec::new());
+        let late = export(
+            dir.path(),
+            &evidence,
+            &scrubber(),
+            &mut StepErrors::default(),
+        );
         assert_eq!(late[0].not_kept_bytes, 100);
         assert_eq!(late[0].stdout_bytes, LATE_OUTPUT_LIMIT + 100);
         let kept = std::fs::metadata(evidence.dir().join("commands/0001/late.stdout")).unwrap();

@@ -10,6 +10,7 @@ use crate::RunId;
 use crate::boundary::{ExitRecord, KillCause, LeakReport, PromotionRecord};
 use crate::evidence::{ExitStatusRecord, ResourceUsage};
 use crate::lifecycle::{FailureCause, StateName};
+use crate::step::StepFailure;
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
@@ -119,9 +120,13 @@ pub struct Outcome {
     pub started_unix_ms: u64,
     /// When the export started (Unix milliseconds).
     pub exported_unix_ms: u64,
-    /// Steps that failed on the way (export problems included), one line each.
+    /// The state a run whose runner died was found in, when crash recovery
+    /// exported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_from: Option<StateName>,
+    /// Steps of core's that failed on the way (export problems included).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<String>,
+    pub errors: Vec<StepFailure>,
 }
 
 /// What [`Workspace::finish`](super::Workspace::finish) and
@@ -140,9 +145,9 @@ pub struct RunReport {
     pub promotion: Option<PromotionOutcome>,
     /// Whether cleanup finished (the run reached `Cleaned`).
     pub cleaned: bool,
-    /// Problems during cleanup (after the evidence was sealed), one line each.
+    /// Steps of cleanup that failed (after the evidence was sealed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub cleanup_errors: Vec<String>,
+    pub cleanup_errors: Vec<StepFailure>,
     /// Wall time from request to cleaned, in milliseconds.
     pub duration_ms: u64,
 }

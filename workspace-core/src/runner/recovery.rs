@@ -21,6 +21,7 @@ use crate::contract::Contract;
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 use crate::lifecycle::{CleanupPermit, FailureCause, StateName};
 use crate::recovery::{LostRun, RecoveryHooks, RecoveryStepError};
+use crate::step::{RunnerStep, StepError, StepErrors};
 
 /// Finishes lost runs with a stack's boundaries: the process boundary's teardown
 /// kills what the run left running (it finds a run by its id, so a new process
@@ -78,13 +79,9 @@ impl RecoveryHooks for StackRecovery {
 
     async fn export(&self, run: &LostRun) -> Result<(), RecoveryStepError> {
         let (paths, context) = self.context(run)?;
-        let evidence =
-            EvidenceWriter::reopen(&paths.evidence).map_err(|e| RecoveryStepError::Export {
-                steps: vec![format!(
-                    "reopening the evidence: {}",
-                    crate::error_chain(&e)
-                )],
-            })?;
+        let evidence = EvidenceWriter::reopen(&paths.evidence).map_err(|e| {
+            RecoveryStepError::Export(StepErrors(vec![StepError::new(RunnerStep::Evidence, e)]))
+        })?;
         if evidence.is_sealed() {
             return Ok(());
         }
@@ -123,26 +120,27 @@ impl RecoveryHooks for StackRecovery {
             network,
             started_unix_ms: crate::journal::begun_unix_ms(&paths.journal).unwrap_or(0),
             exported_unix_ms: unix_ms_now(),
-            errors: vec![format!(
-                "the runner was lost in state {}; recovered",
-                run.found_in.name()
-            )],
+            recovered_from: Some(run.found_in.name()),
+            errors: Vec::new(),
         };
         // The credentials its processes held, kept with the run: none of their
         // values may reach the evidence of a recovered run either.
         let credentials = match identity_store::load(&paths.run_dir) {
             Ok(identity) => identity.map(|i| i.credentials).unwrap_or_default(),
             Err(e) => {
-                outcome.errors.push(format!(
-                    "reading the run's credentials to keep them out of its evidence: {}",
-                    crate::error_chain(&e)
-                ));
+                // Scrubbing stays on what it can: the patch's files holding a
+                // credential are withheld by the digest check all the same.
+                let path = paths.run_dir.join(super::paths::IDENTITY_STATE_FILE);
+                outcome
+                    .errors
+                    .push(StepError::new(RunnerStep::RunState { path }, e).failure());
                 Vec::new()
             }
         };
         let scrubber = Scrubber::new(&credentials);
-        outcome.late_output =
-            late_output::export(&paths.run_dir, &evidence, &scrubber, &mut outcome.errors);
+        let mut late = StepErrors::default();
+        outcome.late_output = late_output::export(&paths.run_dir, &evidence, &scrubber, &mut late);
+        outcome.errors.extend(late.failures());
         export_bundle(
             self.stack.promotion.as_ref(),
             &context,
@@ -159,7 +157,7 @@ impl RecoveryHooks for StackRecovery {
         )
         .await
         .map(drop)
-        .map_err(|steps| RecoveryStepError::Export { steps })
+        .map_err(RecoveryStepError::Export)
     }
 
     async fn clean_up(
@@ -188,7 +186,7 @@ impl RecoveryHooks for StackRecovery {
                     .await?
             }
         }
-        let mut errors = Vec::new();
+        let mut errors = StepErrors::default();
         remove_run_files(&paths.run_dir, &mut errors);
         if errors.is_empty() {
             Ok(())
@@ -203,12 +201,18 @@ impl RecoveryHooks for StackRecovery {
 
 /// A record of the lost run, or the boundary error recovery reports.
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RecoveryStepError> {
-    read_required(path).map_err(|e| RecoveryStepError::Record(Box::new(e)))
+    read_required(path).map_err(|e| RecoveryStepError::Record {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
 }
 
 /// A record of the lost run that may not exist.
 fn read_optional<T: serde::de::DeserializeOwned>(
     path: &Path,
 ) -> Result<Option<T>, RecoveryStepError> {
-    read_state(path).map_err(|e| RecoveryStepError::Record(Box::new(e)))
+    read_state(path).map_err(|e| RecoveryStepError::Record {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    })
 }

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use super::error::RunErrorKind;
 use super::leases::LEASES_STATE_FILE;
 use super::paths::{CAPACITY_HELD_FILE, FILESYSTEM_STATE_FILE, IDENTITY_STATE_FILE};
+use crate::step::{RunnerStep, StepErrors};
 
 pub(super) fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
     std::fs::create_dir_all(path).map_err(|source| RunErrorKind::Io {
@@ -54,7 +55,7 @@ pub(super) fn write_state(path: &Path, value: &impl Serialize) -> Result<(), Run
 
 /// Removes `path` (a whole tree when it is a directory); one that is not
 /// there is gone already; a failure is added to `errors`.
-pub(super) fn remove_if_present(path: &Path, errors: &mut Vec<String>) {
+pub(super) fn remove_if_present(path: &Path, errors: &mut StepErrors) {
     let removed = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
         Ok(_) => std::fs::remove_file(path),
@@ -63,13 +64,18 @@ pub(super) fn remove_if_present(path: &Path, errors: &mut Vec<String>) {
     match removed {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => errors.push(format!("removing {}: {e}", path.display())),
+        Err(e) => errors.push(
+            RunnerStep::RemoveFile {
+                path: path.to_path_buf(),
+            },
+            e,
+        ),
     }
 }
 
 /// Removes the runner's own files in the run directory, then the directory if it
 /// is empty. Anything a boundary left there is reported, never removed blindly.
-pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
+pub(super) fn remove_private_state(run_dir: &Path, errors: &mut StepErrors) {
     for name in [
         FILESYSTEM_STATE_FILE,
         LEASES_STATE_FILE,
@@ -82,9 +88,11 @@ pub(super) fn remove_private_state(run_dir: &Path, errors: &mut Vec<String>) {
     match std::fs::remove_dir(run_dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => errors.push(format!(
-            "removing the run directory {}: {e}",
-            run_dir.display()
-        )),
+        Err(e) => errors.push(
+            RunnerStep::RemoveFile {
+                path: run_dir.to_path_buf(),
+            },
+            e,
+        ),
     }
 }

@@ -34,6 +34,7 @@ use crate::boundary::{
 use crate::contract::{Contract, Service, ServiceTemplate};
 use crate::digest::sha256_hex;
 use crate::evidence::ExitStatusRecord;
+use crate::step::StepErrors;
 
 /// The file in the run directory that records the run's template layers.
 pub const TEMPLATES_STATE_FILE: &str = "templates.json";
@@ -262,7 +263,7 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Removes the run's template layers and their record from the run directory
 /// (the host's templates stay). Only once nothing of the run is mounted.
-pub(super) fn remove_files(run_dir: &Path, errors: &mut Vec<String>) {
+pub(super) fn remove_files(run_dir: &Path, errors: &mut StepErrors) {
     remove_if_present(&run_dir.join(TEMPLATES_DIR), errors);
     remove_if_present(&run_dir.join(TEMPLATES_STATE_FILE), errors);
 }

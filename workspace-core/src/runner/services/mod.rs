@@ -35,6 +35,7 @@ use crate::clock::unix_ms_now;
 use crate::contract::Service;
 use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord};
 use crate::lifecycle::FailureCause;
+use crate::step::{RunnerStep, StepErrors};
 
 /// The file in the run directory that records the run's services.
 pub const SERVICES_STATE_FILE: &str = "services.json";
@@ -317,7 +318,7 @@ impl Services {
         process: &dyn ProcessBoundary,
         run: &RunContext,
         services: &[Service],
-        errors: &mut Vec<String>,
+        errors: &mut StepErrors,
     ) -> u32 {
         let grace_of = |name: &str| {
             services
@@ -340,11 +341,8 @@ impl Services {
                 }
                 Err(e) => {
                     record.ended = Some(format!("stopping it failed: {}", crate::error_chain(&e)));
-                    errors.push(format!(
-                        "stopping service {}: {}",
-                        record.name,
-                        crate::error_chain(&e)
-                    ));
+                    let name = record.name.clone();
+                    errors.push(RunnerStep::StopService { name }, e);
                 }
             }
         }
@@ -366,11 +364,9 @@ impl Services {
                     )
                 }
                 Err(e) => {
-                    errors.push(format!(
-                        "stopping the run's processes: {}",
-                        crate::error_chain(&e)
-                    ));
-                    format!("left to teardown: {}", crate::error_chain(&e))
+                    let ended = format!("left to teardown: {}", crate::error_chain(&e));
+                    errors.push(RunnerStep::Teardown, e);
+                    ended
                 }
             };
             for record in self.records.iter_mut().filter(|r| r.ended.is_none()) {
@@ -378,10 +374,7 @@ impl Services {
             }
         }
         if let Err(e) = self.save(&run.run_dir) {
-            errors.push(format!(
-                "recording the services: {}",
-                crate::error_chain(&e)
-            ));
+            errors.push(RunnerStep::ExportServices, e);
         }
         signalled
     }
@@ -415,7 +408,7 @@ impl Services {
     }
 
     /// Removes the services' logs and records from the run directory.
-    pub(super) fn remove_files(run_dir: &Path, errors: &mut Vec<String>) {
+    pub(super) fn remove_files(run_dir: &Path, errors: &mut StepErrors) {
         remove_if_present(&run_dir.join(LOGS_DIR), errors);
         remove_if_present(&run_dir.join(SERVICES_STATE_FILE), errors);
     }

@@ -1,7 +1,7 @@
 //! The end every run goes through: stop, export, clean up.
 
 use super::Workspace;
-use crate::boundary::{ApprovalRecord, LeakReport};
+use crate::boundary::{ApprovalRecord, BoundaryKind, LeakReport};
 use crate::clock::unix_ms_now;
 use crate::evidence::EvidenceFile;
 use crate::evidence::ResourceUsage;
@@ -13,6 +13,7 @@ use crate::runner::leases::RunLeases;
 use crate::runner::outcome::{NetworkCounts, Outcome, RunReport};
 use crate::runner::preview::{self, PreviewRecord};
 use crate::runner::run_files::remove_run_files;
+use crate::step::{RunnerStep, StepErrors};
 
 impl Workspace {
     /// Writes `preview.json` when the run published ports: the endpoints, and
@@ -22,10 +23,7 @@ impl Workspace {
         let endpoints = match preview::endpoints(&observed) {
             Ok(endpoints) => endpoints,
             Err(e) => {
-                self.errors.push(format!(
-                    "reading the preview endpoints: {}",
-                    crate::error_chain(&e)
-                ));
+                self.errors.push(RunnerStep::Preview, e);
                 return;
             }
         };
@@ -39,8 +37,8 @@ impl Workspace {
         };
         let record = PreviewRecord { endpoints, check };
         if let Err(e) = self.evidence.write_json(EvidenceFile::Preview, &record) {
-            self.errors
-                .push(format!("writing preview.json: {}", crate::error_chain(&e)));
+            let file = EvidenceFile::Preview.file_name().to_owned();
+            self.errors.push(RunnerStep::WriteEvidence { file }, e);
         }
     }
 
@@ -50,10 +48,7 @@ impl Workspace {
         let log = self.paths.run_dir.join(crate::egress::ATTEMPT_LOG_FILE);
         let text = std::fs::read_to_string(&log).ok()?;
         if let Err(e) = self.evidence.copy_file(EvidenceFile::Network, &log) {
-            self.errors.push(format!(
-                "exporting the network attempts: {}",
-                crate::error_chain(&e)
-            ));
+            self.errors.push(RunnerStep::Network, e);
         }
         Some(NetworkCounts::of(&text))
     }
@@ -86,21 +81,18 @@ impl Workspace {
         if sandboxed {
             self.export_preview(failure.is_none()).await;
             let services = self.run.contract.environment.services.clone();
-            let mut errors = Vec::new();
+            let mut errors = StepErrors::default();
             stopped_at_drain = self
                 .services
                 .stop_all(stack.process.as_ref(), &self.run, &services, &mut errors)
                 .await;
-            self.errors.extend(errors);
+            self.errors.append(&mut errors);
         }
         if let Err(e) = self
             .services
             .export(&self.evidence, &self.paths.run_dir, &self.scrubber)
         {
-            self.errors.push(format!(
-                "exporting the services: {}",
-                crate::error_chain(&e)
-            ));
+            self.errors.push(RunnerStep::ExportServices, e);
         }
         // Read while everything of the run still exists.
         let usage = if sandboxed {
@@ -112,8 +104,7 @@ impl Workspace {
             match stack.process.teardown(&self.run).await {
                 Ok(report) => Some(report),
                 Err(e) => {
-                    self.errors
-                        .push(format!("teardown: {}", crate::error_chain(&e)));
+                    self.errors.push(RunnerStep::Teardown, e);
                     None
                 }
             }
@@ -145,7 +136,8 @@ impl Workspace {
             network,
             started_unix_ms: self.started_unix_ms,
             exported_unix_ms: unix_ms_now(),
-            errors: std::mem::take(&mut self.errors),
+            recovered_from: None,
+            errors: std::mem::take(&mut self.errors).failures(),
         };
         let exported = export_bundle(
             stack.promotion.as_ref(),
@@ -168,19 +160,19 @@ impl Workspace {
                 self.journal(|life| life.finish_export().map(drop))?;
             }
             Err(errors) => self.fail(FailureCause::Runner {
-                message: format!("export: {}", errors.join("; ")),
+                failed: errors.failures(),
             }),
         }
 
-        let mut cleanup_errors = Vec::new();
+        let mut cleanup_errors = StepErrors::default();
         let mut cleaned = false;
         let stopped = leaks.as_ref().is_some_and(LeakReport::is_clean);
         if !stopped {
             // Removing files while a process or mount of the run may live could reach
             // through that mount into the host: leave the run to recovery.
             cleanup_errors.push(
-                "not cleaned up: teardown did not prove every process and mount gone; the run is left for recovery"
-                    .to_owned(),
+                RunnerStep::CleanUp,
+                "held back: teardown did not prove every process and mount gone; the run is left for recovery",
             );
         } else {
             let permit = self.journal(Lifecycle::clean_up)?;
@@ -190,7 +182,8 @@ impl Workspace {
                     .release(&self.run, filesystem, &permit)
                     .await
             {
-                cleanup_errors.push(format!("filesystem release: {}", crate::error_chain(&e)));
+                let boundary = BoundaryKind::Filesystem;
+                cleanup_errors.push(RunnerStep::Release { boundary }, e);
             }
             let released = match self.progress.source() {
                 Some(source) => stack.source.release(&self.run, source, &permit).await,
@@ -198,7 +191,8 @@ impl Workspace {
                 None => stack.source.release_unrecorded(&self.run, &permit).await,
             };
             if let Err(e) = released {
-                cleanup_errors.push(format!("source release: {}", crate::error_chain(&e)));
+                let boundary = BoundaryKind::Source;
+                cleanup_errors.push(RunnerStep::Release { boundary }, e);
             }
             remove_run_files(&self.paths.run_dir, &mut cleanup_errors);
             self.reservation = None;
@@ -208,7 +202,7 @@ impl Workspace {
                 cleaned = true;
             } else {
                 self.fail(FailureCause::Runner {
-                    message: cleanup_errors.join("; "),
+                    failed: cleanup_errors.failures(),
                 });
             }
         }
@@ -220,7 +214,7 @@ impl Workspace {
             outcome,
             promotion,
             cleaned,
-            cleanup_errors,
+            cleanup_errors: cleanup_errors.failures(),
             // The workspace's lifetime, across the processes that drove it.
             duration_ms: unix_ms_now().saturating_sub(self.started_unix_ms),
         })

@@ -33,6 +33,7 @@ use crate::boundary::{CommandSpec, RunContext, SourceRecord, Stack};
 use crate::capacity::{AdmissionControl, Grant};
 use crate::evidence::EvidenceWriter;
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
+use crate::step::{RunnerStep, StepErrors};
 
 pub use park::{DetachedRun, SuspendedRun};
 pub(super) use progress::{Progress, Provisioned};
@@ -60,7 +61,8 @@ pub struct Workspace {
     reservation: Option<Grant>,
     leases: RunLeases,
     commands: Vec<CommandOutcome>,
-    errors: Vec<String>,
+    /// Steps of core's that failed so far, for the outcome.
+    errors: StepErrors,
     started_unix_ms: u64,
     cancel: CancellationToken,
     /// How a running command ends on a cancel (see
@@ -128,7 +130,7 @@ impl Workspace {
             reservation: None,
             leases: RunLeases::default(),
             commands,
-            errors: Vec::new(),
+            errors: StepErrors::default(),
             started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
             cancel_grace: options.cancel_grace,
@@ -365,8 +367,7 @@ impl Workspace {
         }
         tracing::warn!(run_id = %self.run.run_id, ?cause, "run failed");
         if let Err(e) = self.life.fail(cause) {
-            self.errors
-                .push(format!("recording the failure: {}", crate::error_chain(&e)));
+            self.errors.push(RunnerStep::Journal, e);
         }
     }
 
