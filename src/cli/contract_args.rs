@@ -8,6 +8,8 @@ use workspace_core::contract::{
     ByteSize, Contract, DurationSpec, HostMount, MountMode, NetworkMode, SourceSection, TaskShape,
 };
 
+use workspace_core::runner::{RunErrorKind, Runner};
+
 use super::BadInput;
 use super::backend::Backend;
 use super::contract::load_contract;
@@ -104,8 +106,54 @@ impl ContractArgs {
         self.runtime.as_deref()
     }
 
+    /// Everything `runner` would refuse `contract` for, its source resolved
+    /// by the runner's source boundary (see
+    /// [`Runner::resolve`](workspace_core::runner::Runner::resolve)), as bad
+    /// input naming the flag that set a field where one did. Says so when the
+    /// run gets a commit without the repository's uncommitted changes.
+    pub(crate) async fn check_on(
+        &self,
+        runner: &Runner,
+        contract: &Contract,
+    ) -> Result<(), BadInput> {
+        match runner.resolve(contract).await {
+            Ok(resolved) => {
+                if let Some(resolved) = resolved.filter(|r| r.uncommitted_changes) {
+                    eprintln!(
+                        "agent-workspace: {} has uncommitted changes; the run gets {} as committed, without them",
+                        resolved.repository.display(),
+                        contract.source.revision
+                    );
+                }
+                Ok(())
+            }
+            Err(RunErrorKind::InvalidContract(problems) | RunErrorKind::Unsupported(problems))
+                if problems.iter().any(|p| self.flag_of(&p.path).is_some()) =>
+            {
+                let lines: Vec<String> = problems
+                    .iter()
+                    .map(|p| match self.flag_of(&p.path) {
+                        Some(flag) => format!("{flag} {}", p.message),
+                        None => p.to_string(),
+                    })
+                    .collect();
+                Err(BadInput(one_line(&lines.join("; "))))
+            }
+            Err(kind) => Err(BadInput(one_line(&kind.to_string()))),
+        }
+    }
+
+    /// The flag that set the contract field at `path`, when one did.
+    fn flag_of(&self, path: &str) -> Option<&'static str> {
+        match path {
+            "source.repo" if self.repo.is_some() => Some("--repo"),
+            "source.revision" if self.rev.is_some() => Some("--rev"),
+            _ => None,
+        }
+    }
+
     /// The contract these flags ask for: loaded (or the preset), overridden,
-    /// its repository and revision checked, validated. Nothing is created.
+    /// its repository made an absolute path, validated. Nothing is created.
     pub(crate) fn resolve(&self, objective: &str) -> Result<Contract, BadInput> {
         if self.runtime.is_some() && self.backend != Backend::Container {
             return Err(BadInput(
@@ -127,14 +175,8 @@ impl ContractArgs {
         if let Some(rev) = &self.rev {
             contract.source.revision = rev.clone();
         }
-        let (repo, opened) =
-            check_repository(Path::new(&contract.source.repo), self.repo.is_some())?;
+        let repo = absolute_repository(Path::new(&contract.source.repo), self.repo.is_some())?;
         contract.source.repo = repo.to_string_lossy().into_owned();
-        check_revision(
-            (&repo, &opened),
-            &contract.source.revision,
-            self.rev.is_some(),
-        )?;
         if let Some(network) = self.network {
             contract.environment.network.mode = match network {
                 Network::Deny => NetworkMode::Deny,
@@ -242,11 +284,11 @@ impl ContractArgs {
     }
 }
 
-/// The repository as an absolute path, opened, or why it is not one.
-fn check_repository(
-    repo: &Path,
-    from_flag: bool,
-) -> Result<(PathBuf, backend_worktree::gix::Repository), BadInput> {
+/// The repository as an absolute path (as git does, a directory inside a
+/// repository names that repository), or why it cannot be one. Whether it is
+/// a repository, and what its revision names, the source boundary resolves
+/// ([`ContractArgs::check_on`]).
+fn absolute_repository(repo: &Path, from_flag: bool) -> Result<PathBuf, BadInput> {
     let named = if from_flag { "--repo" } else { "source.repo" };
     let shown = repo.to_string_lossy();
     if shown.contains("://") || shown.starts_with("git@") {
@@ -256,47 +298,10 @@ fn check_repository(
     }
     let named_dir = std::fs::canonicalize(repo)
         .map_err(|e| BadInput(format!("{named} {}: {}", repo.display(), io_reason(&e))))?;
-    // As git does: a directory inside a repository names that repository.
-    let absolute = named_dir
+    Ok(named_dir
         .ancestors()
         .find(|dir| dir.join(".git").exists())
-        .map_or(named_dir.clone(), Path::to_path_buf);
-    let opened = backend_worktree::source::open_source_repo(&absolute).map_err(|e| {
-        BadInput(format!(
-            "{named} {}: not a git repository ({})",
-            repo.display(),
-            one_line(&workspace_core::error_chain(&e))
-        ))
-    })?;
-    Ok((absolute, opened))
-}
-
-/// `rev` must name a commit of the repository (`repo` opened as `opened`).
-fn check_revision(
-    (repo, opened): (&Path, &backend_worktree::gix::Repository),
-    rev: &str,
-    from_flag: bool,
-) -> Result<(), BadInput> {
-    let named = if from_flag {
-        "--rev"
-    } else {
-        "source.revision"
-    };
-    let commit = backend_worktree::source::resolve_revision(opened, rev).map_err(|e| {
-        BadInput(format!(
-            "{named} {rev}: not a commit of {} ({})",
-            repo.display(),
-            one_line(&workspace_core::error_chain(&e))
-        ))
-    })?;
-    let head = opened.head_id().ok().map(|id| id.detach());
-    if head == Some(commit) && backend_worktree::source::has_uncommitted_changes(opened) {
-        eprintln!(
-            "agent-workspace: {} has uncommitted changes; the run gets {rev} as committed, without them",
-            repo.display()
-        );
-    }
-    Ok(())
+        .map_or(named_dir.clone(), Path::to_path_buf))
 }
 
 fn io_reason(error: &std::io::Error) -> String {

@@ -8,7 +8,6 @@ use workspace_core::runner::CreateOptions;
 
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
-use super::run::refuse;
 use super::session::{bad_input, block_on, cancel_on_signals, runner_on};
 use super::summary::report_run_error;
 
@@ -40,8 +39,8 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
             Ok(runner) => runner,
             Err(code) => return code,
         };
-        if let Err(kind) = runner.check(&contract) {
-            return refuse(&kind);
+        if let Err(bad) = args.contract.check_on(&runner, &contract).await {
+            return bad_input(bad);
         }
         let options = CreateOptions {
             run_id: None,

@@ -11,7 +11,6 @@ use workspace_core::evidence::EvidenceFile;
 use workspace_core::runner::{CreateOptions, ObservedRecord, Runner};
 use workspace_core::step::describe;
 
-use super::BadInput;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
 use super::session::{bad_input, block_on, cancel_on_signals, runner_on};
@@ -73,10 +72,12 @@ pub(crate) fn run(args: ProbeArgs, host: &HostArgs) -> ExitCode {
         Ok(runner) => runner,
         Err(code) => return code,
     };
-    if let Err(kind) = runner.check(&contract) {
-        return bad_input(BadInput(one_line(&kind.to_string())));
-    }
-    block_on(execute(runner, contract, args.json))
+    block_on(async move {
+        if let Err(bad) = args.contract.check_on(&runner, &contract).await {
+            return bad_input(bad);
+        }
+        execute(runner, contract, args.json).await
+    })
 }
 
 async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {

@@ -5,15 +5,13 @@ use std::process::ExitCode;
 
 use clap::Args;
 use workspace_core::boundary::CommandSpec;
-use workspace_core::runner::{CreateOptions, RunErrorKind};
+use workspace_core::runner::CreateOptions;
 
-use super::EXIT_BAD_INPUT;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
 use super::progress::{Progress, passing_through, while_ticking};
 use super::session::{bad_input, block_on, cancel_on_signals, runner_on};
 use super::summary::{report_run_error, report_summary};
-pub(crate) use super::text::one_line;
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -66,8 +64,8 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
             Ok(runner) => runner,
             Err(code) => return code,
         };
-        if let Err(kind) = runner.check(&contract) {
-            return refuse(&kind);
+        if let Err(bad) = args.contract.check_on(&runner, &contract).await {
+            return bad_input(bad);
         }
         // With --json the command's stdout goes to stderr: stdout is the summary's.
         let progress = Progress::on_terminal();
@@ -90,10 +88,4 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
             Err(error) => report_run_error(&error),
         }
     })
-}
-
-/// A contract the stack refuses: bad input, on one line.
-pub(crate) fn refuse(kind: &RunErrorKind) -> ExitCode {
-    eprintln!("agent-workspace: {}", one_line(&kind.to_string()));
-    ExitCode::from(EXIT_BAD_INPUT)
 }

@@ -13,9 +13,10 @@ use std::sync::Arc;
 use workspace_core::boundary::{
     Attachment, BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary, PatchExport,
     ProcessBoundary, ProcessCapabilities, PromotionBoundary, PromotionCapabilities,
-    PromotionRecord, PromotionRequest, RunContext, SealPlan, SourceBoundary, SourceCapabilities,
-    SourceRecord, Stack, Suspension, TerminateReport,
+    PromotionRecord, PromotionRequest, ResolvedSource, RunContext, SealPlan, SourceBoundary,
+    SourceCapabilities, SourceRecord, Stack, Suspension, TerminateReport,
 };
+use workspace_core::contract::{Problems, SourceSection};
 use workspace_core::lifecycle::CleanupPermit;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -144,6 +145,18 @@ impl SourceBoundary for Gated<dyn SourceBoundary> {
 
     fn name(&self) -> &'static str {
         self.inner.name()
+    }
+
+    fn resolve<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        section: &'life1 SourceSection,
+    ) -> BoxFuture<'async_trait, Result<Option<ResolvedSource>, Problems>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        self.inner.resolve(section)
     }
 
     boundary_method! {

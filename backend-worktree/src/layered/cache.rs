@@ -143,16 +143,25 @@ impl BaseTree {
 }
 
 impl TreeCache {
-    /// Opens (creating) the cache at `root`, bounded to `max_bytes` of tree content.
+    /// The cache at `root`, bounded to `max_bytes` of tree content. Its
+    /// directories are made when the first tree is acquired: a runner that
+    /// never provisions a layered checkout leaves nothing on the host.
     ///
     /// # Ambient authority
     /// `root` is a host path, used as given.
     pub fn open(root: impl Into<PathBuf>, max_bytes: u64) -> Result<Self, CacheError> {
-        let root = root.into();
-        for dir in [root.join("trees"), root.join("staging")] {
+        Ok(Self {
+            root: root.into(),
+            max_bytes,
+        })
+    }
+
+    /// Makes the cache's directories, where they are not yet.
+    fn make_dirs(&self) -> Result<(), CacheError> {
+        for dir in [self.root.join("trees"), self.root.join("staging")] {
             fs::create_dir_all(&dir).map_err(io_error("create", &dir))?;
         }
-        Ok(Self { root, max_bytes })
+        Ok(())
     }
 
     /// The cache root.
@@ -174,6 +183,7 @@ impl TreeCache {
         if tree.is_empty() || tree.len() > 64 || !tree.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(CacheError::InvalidTreeId { tree: tree.into() });
         }
+        self.make_dirs()?;
         let mut populate = Some(populate);
         for _ in 0..3 {
             let lock = self.open_lock(tree)?;
@@ -211,7 +221,11 @@ impl TreeCache {
     pub fn entries(&self) -> Result<Vec<CacheEntry>, CacheError> {
         let trees = self.root.join("trees");
         let mut entries = Vec::new();
-        for entry in fs::read_dir(&trees).map_err(io_error("list", &trees))? {
+        let listed = match fs::read_dir(&trees) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(entries),
+            listed => listed.map_err(io_error("list", &trees))?,
+        };
+        for entry in listed {
             let entry = entry.map_err(io_error("list", &trees))?;
             let name = entry.file_name();
             let Some(tree) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use workspace_core::boundary::{
-    BoundaryError, BoundaryKind, OriginRecord, RunContext, SourceBoundary, SourceCapabilities,
-    SourceRecord,
+    BoundaryError, BoundaryKind, OriginRecord, ResolvedSource, RunContext, SourceBoundary,
+    SourceCapabilities, SourceRecord,
 };
-use workspace_core::contract::{CheckoutOrigin, Materialization, SourceSection};
+use workspace_core::contract::{CheckoutOrigin, Materialization, Problems, SourceSection};
 use workspace_core::lifecycle::CleanupPermit;
 
 use super::SourceError;
@@ -19,7 +19,7 @@ use super::inputs::copy_inputs;
 use super::linked::{provision_linked, release_linked};
 use super::pinned::pinned_files;
 use super::release::remove_tree;
-use super::resolve::{open_source_repo, resolve_revision};
+use super::resolve::{open_source_repo, resolve_revision, resolve_section};
 use super::resume::verify_checkout;
 use super::submodules::provision_submodules;
 use crate::layered::cache::{BaseTree, TreeCache};
@@ -113,6 +113,18 @@ impl SourceBoundary for WorktreeSource {
 
     fn name(&self) -> &'static str {
         "backend-worktree source"
+    }
+
+    async fn resolve(&self, section: &SourceSection) -> Result<Option<ResolvedSource>, Problems> {
+        let section = section.clone();
+        match tokio::task::spawn_blocking(move || resolve_section(&section)).await {
+            Ok(resolved) => resolved.map(Some),
+            Err(join) => {
+                let mut problems = Problems::new();
+                problems.push("source", format!("resolving it did not finish: {join}"));
+                Err(problems)
+            }
+        }
     }
 
     async fn provision(&self, run: &RunContext) -> Result<SourceRecord, BoundaryError> {

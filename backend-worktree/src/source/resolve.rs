@@ -1,10 +1,53 @@
 //! Opening the source repository and resolving a revision to a commit id.
 
+use std::error::Error as _;
 use std::path::Path;
 
 use gix::ObjectId;
+use workspace_core::boundary::ResolvedSource;
+use workspace_core::contract::{Problems, SourceSection};
+use workspace_core::error_chain;
 
 use super::SourceError;
+
+/// `section`'s repository opened and its revision resolved to a commit, or
+/// the problem, naming `source.repo` or `source.revision`: the blocking body
+/// of [`WorktreeSource::resolve`](crate::source::WorktreeSource).
+///
+/// # Ambient authority
+/// `section.repo` is a host path, used as given.
+pub fn resolve_section(section: &SourceSection) -> Result<ResolvedSource, Problems> {
+    let mut problems = Problems::new();
+    let path = Path::new(&section.repo);
+    let repo = match open_source_repo(path) {
+        Ok(repo) => repo,
+        Err(e) => {
+            let reason = e.source().map_or_else(|| e.to_string(), error_chain);
+            let message = format!("{}: not a git repository ({reason})", path.display());
+            problems.push("source.repo", message);
+            return Err(problems);
+        }
+    };
+    let commit = match resolve_revision(&repo, &section.revision) {
+        Ok(commit) => commit,
+        Err(e) => {
+            let message = format!(
+                "{} is not a commit of {} ({})",
+                section.revision,
+                path.display(),
+                error_chain(&e)
+            );
+            problems.push("source.revision", message);
+            return Err(problems);
+        }
+    };
+    let head = repo.head_id().ok().map(|id| id.detach());
+    Ok(ResolvedSource {
+        repository: path.to_owned(),
+        commit: commit.to_string(),
+        uncommitted_changes: head == Some(commit) && has_uncommitted_changes(&repo),
+    })
+}
 
 /// Opens the source repository at `path` in isolation (see [`crate::repo::open_source`]):
 /// only read, never written by standalone provisioning.

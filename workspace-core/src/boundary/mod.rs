@@ -51,8 +51,8 @@ pub use promotion::{
     PromotionRecord, PromotionRequest,
 };
 pub use source::{
-    InputRecord, LayersRecord, OriginRecord, PinnedAs, PinnedFile, SourceBoundary, SourceRecord,
-    SubmoduleRecord,
+    InputRecord, LayersRecord, OriginRecord, PinnedAs, PinnedFile, ResolvedSource, SourceBoundary,
+    SourceRecord, SubmoduleRecord,
 };
 pub use stack::Stack;
 

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::{BoundaryError, RunContext, SourceCapabilities};
-use crate::contract::Materialization;
+use crate::contract::{Materialization, Problems, SourceSection};
 use crate::lifecycle::CleanupPermit;
 
 /// Provisions the code a run receives and proves what it was.
@@ -20,6 +20,17 @@ pub trait SourceBoundary: Send + Sync + Debug + 'static {
     /// The implementation's name, used in messages about unsupported settings.
     fn name(&self) -> &'static str {
         std::any::type_name::<Self>()
+    }
+
+    /// Resolves `section` before anything of a run is made: its repository
+    /// opened, its revision resolved to a commit. What makes it unusable is a
+    /// problem naming its field (`source.repo`, `source.revision`), so the
+    /// contract is refused before anything is created, like an invalid one.
+    /// `None`: this implementation resolves nothing ahead of provisioning
+    /// (the default).
+    async fn resolve(&self, section: &SourceSection) -> Result<Option<ResolvedSource>, Problems> {
+        let _ = section;
+        Ok(None)
     }
 
     /// Makes the run's checkout under `run.run_dir` as `run.contract.source` says.
@@ -49,6 +60,20 @@ pub trait SourceBoundary: Send + Sync + Debug + 'static {
         run: &RunContext,
         permit: &CleanupPermit,
     ) -> Result<(), BoundaryError>;
+}
+
+/// What a contract's source section resolves to on this host, before a run
+/// of it is made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedSource {
+    /// The repository, as opened.
+    pub repository: PathBuf,
+    /// The commit the revision names (hex).
+    pub commit: String,
+    /// Whether the revision is the repository's `HEAD` and its work tree or
+    /// index has changes that are not committed: a run gets the commit
+    /// without them.
+    pub uncommitted_changes: bool,
 }
 
 /// What the agent received: written to `source.json`.

@@ -75,7 +75,7 @@ use workspace::{Opened, Provisioned};
 
 use crate::RunId;
 use crate::boundary::{CommandOutput, PreviewEndpoint};
-use crate::boundary::{CommandSpec, PatchExport, RunContext, Stack};
+use crate::boundary::{CommandSpec, PatchExport, ResolvedSource, RunContext, Stack};
 use crate::capacity::{AdmissionControl, Capacity};
 use crate::clock::unix_ms_now;
 use crate::contract::{CleanupOwner, Contract};
@@ -151,10 +151,29 @@ impl Runner {
         problems.into_result().map_err(RunErrorKind::Unsupported)
     }
 
+    /// [`check`](Self::check), then the source boundary's resolution of
+    /// `contract.source` (its repository opened, its revision resolved to a
+    /// commit): everything [`create`](Self::create) refuses a contract for,
+    /// and, where the boundary resolves ahead, what the run will get.
+    /// Nothing is created.
+    pub async fn resolve(
+        &self,
+        contract: &Contract,
+    ) -> Result<Option<ResolvedSource>, RunErrorKind> {
+        self.check(contract)?;
+        self.inner
+            .stack
+            .source
+            .resolve(&contract.source)
+            .await
+            .map_err(RunErrorKind::InvalidContract)
+    }
+
     /// Creates a run of `contract` and brings it to `Sealed`.
     ///
-    /// An invalid or unsupported contract is refused before anything is created
-    /// (the error has no evidence). Any later failure is concluded before this
+    /// An invalid or unsupported contract, or one whose source does not
+    /// resolve, is refused before anything is created (the error has no
+    /// evidence). Any later failure is concluded before this
     /// returns: the error names the exported evidence.
     pub async fn create(
         &self,
@@ -166,7 +185,9 @@ impl Runner {
             evidence,
             ..RunError::refused(&run_id, kind)
         };
-        self.check(&contract).map_err(|kind| refuse(kind, None))?;
+        self.resolve(&contract)
+            .await
+            .map_err(|kind| refuse(kind, None))?;
         let config = &self.inner.config;
         let paths = RunPaths::new(&config.runtime_dir, &config.evidence_root, &run_id);
         let started_unix_ms = unix_ms_now();
