@@ -13,7 +13,7 @@ use support::{
     marker, read_json, read_outcome, shell, wait_for_process,
 };
 use tokio_util::sync::CancellationToken;
-use workspace_core::boundary::{BoundaryKind, KillCause};
+use workspace_core::boundary::KillCause;
 use workspace_core::contract::{
     Assurance, ByteSize, CleanupOwner, Contract, DurationSpec, Fixture as EnvFixture, RequiredCheck,
 };
@@ -537,7 +537,7 @@ async fn a_toolchain_the_run_lacks_fails_closed_when_required_and_is_recorded_wh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_source_revision_that_does_not_exist_fails_with_sealed_evidence() {
+async fn a_source_revision_that_does_not_exist_is_refused_before_anything_is_created() {
     let fx = Fixture::new("badrev");
     let error = fx
         .runner()
@@ -546,40 +546,23 @@ async fn a_source_revision_that_does_not_exist_fails_with_sealed_evidence() {
             CreateOptions::default(),
         )
         .await
-        .expect_err("a missing revision must fail the run");
-    let evidence = error
-        .evidence
-        .clone()
-        .expect("the failure comes with evidence");
-    assert_eq!(evidence, fx.paths(&error.run_id).evidence);
-    assert!(
-        matches!(error.kind.as_ref(), RunErrorKind::Boundary(e) if e.boundary == BoundaryKind::Source),
-        "{error:?}"
-    );
-    assert_intact(&evidence);
-    let outcome = read_outcome(&evidence);
-    assert_eq!(outcome.ended_in, StateName::Failed);
-    match &outcome.failure {
-        Some(FailureCause::Boundary { boundary, message }) => {
-            assert_eq!(*boundary, BoundaryKind::Source);
-            assert!(!message.is_empty());
+        .expect_err("a missing revision must be refused");
+    // The source boundary resolved the revision before the run existed: no
+    // evidence, no journal, no checkout, and the problem names the field.
+    assert_eq!(error.evidence, None, "{error:?}");
+    match error.kind.as_ref() {
+        RunErrorKind::InvalidContract(problems) => {
+            let problem = problems.iter().next().expect("one problem");
+            assert_eq!(problem.path, "source.revision", "{problems}");
+            assert!(
+                problem.message.contains("no-such-branch-anywhere"),
+                "{problems}"
+            );
         }
-        other => panic!("expected a source boundary failure, got {other:?}"),
+        other => panic!("expected the contract refused at source.revision, got {other:?}"),
     }
-    assert!(outcome.commands.is_empty());
-    assert!(!evidence.join("source.json").exists());
-    let states = journal_states(&fx.paths(&error.run_id).journal);
-    assert_eq!(states.last(), Some(&State::Cleaned), "{states:?}");
-    assert!(
-        states.iter().any(|s| matches!(
-            s,
-            State::Failed {
-                at: StateName::Provisioning,
-                ..
-            }
-        )),
-        "{states:?}"
-    );
+    assert!(!fx.paths(&error.run_id).evidence.exists());
+    assert!(!fx.paths(&error.run_id).journal.exists());
     fx.assert_nothing_left(&error.run_id, &[]);
 }
 
