@@ -214,35 +214,45 @@ impl ProcessBoundary for NamespaceProcess {
                     .iter()
                     .filter(|pid| !own.contains(pid))
                     .count();
-                // Its pid 1 first, when this instance holds it: the kernel kills
-                // everything in its pid namespace with it, and its reaping is the
-                // moment they are all gone (no polling the cgroups meanwhile). A
-                // frozen v1 group would keep even a killed pid 1: thaw it first.
-                if let Some(mut holder) = holder {
-                    if let Err(e) = cgroup.thaw() {
-                        tracing::warn!(run_id = %run_id, error = %e, "thawing the run's processes failed");
+                let (left, files) = std::thread::scope(|scope| {
+                    // The run's files go while its processes end: nothing in the
+                    // sandbox reaches them by name, and what still writes to an
+                    // output file it holds writes to a removed file.
+                    let files = scope.spawn(|| remove_files(&run_dir));
+                    // Its pid 1 first, when this instance holds it: the kernel
+                    // kills everything in its pid namespace with it, and its
+                    // reaping is the moment they are all gone (no polling the
+                    // cgroups meanwhile). A frozen v1 group would keep even a
+                    // killed pid 1: thaw it first.
+                    if let Some(mut holder) = holder {
+                        if let Err(e) = cgroup.thaw() {
+                            tracing::warn!(run_id = %run_id, error = %e, "thawing the run's processes failed");
+                        }
+                        let reaped = holder.kill().and_then(|()| holder.wait());
+                        if let Err(e) = reaped {
+                            tracing::warn!(run_id = %run_id, error = %e, "ending the sandbox's pid 1 failed");
+                        }
                     }
-                    let reaped = holder.kill().and_then(|()| holder.wait());
-                    if let Err(e) = reaped {
-                        tracing::warn!(run_id = %run_id, error = %e, "ending the sandbox's pid 1 failed");
-                    }
-                }
-                // Then the whole cgroup: helpers joining it, and everything when
-                // another instance sealed the run.
-                if let Err(e) = cgroup.kill_all() {
-                    tracing::warn!(run_id = %run_id, error = %e, "killing the run's processes failed");
-                }
+                    // Then the whole cgroup (helpers joining it, and everything
+                    // when another instance sealed the run) and its directories.
+                    // What the removal could not end is what is left.
+                    let left = match cgroup.remove() {
+                        Ok(()) => Vec::new(),
+                        Err(e) => {
+                            tracing::warn!(run_id = %run_id, error = %e, "removing the run's cgroups failed");
+                            cgroup.pids().unwrap_or_default()
+                        }
+                    };
+                    (left, files.join())
+                });
                 if let Some(egress) = egress {
                     egress.reap();
                 }
-                processes = cgroup.pids().unwrap_or_default();
-                if let Err(e) = cgroup.remove() {
-                    tracing::warn!(run_id = %run_id, error = %e, "removing the run's cgroups failed");
-                }
+                processes = left;
+                files.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            } else {
+                remove_files(&run_dir)?;
             }
-            state::remove(&run_dir)?;
-            output::remove(&run_dir)?;
-            egress::remove_files(&run_dir);
             let cgroups = leaked_paths(&layout, &parent, &run_id).map_err(|source| {
                 ProcessError::Cgroup {
                     step: "looking for the run's cgroups",
@@ -413,4 +423,13 @@ fn stop(sealed: Sealed, run_dir: &std::path::Path) {
     if let Err(e) = state::remove(run_dir).and_then(|()| output::remove(run_dir)) {
         tracing::warn!(error = %e, "removing the sandbox record of a failed seal failed");
     }
+}
+
+/// Removes the files the sandbox kept in the run directory: its record, its
+/// commands' output, the egress proxy's configuration and stderr.
+fn remove_files(run_dir: &std::path::Path) -> Result<(), ProcessError> {
+    state::remove(run_dir)?;
+    output::remove(run_dir)?;
+    egress::remove_files(run_dir);
+    Ok(())
 }

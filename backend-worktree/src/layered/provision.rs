@@ -1,10 +1,11 @@
 //! Provisioning a layered run: hold the commit's base tree from the cache and make
 //! the run's own upper, work and merge directories plus its `.git`.
 //!
-//! Per run this writes only a few small files of `.git` (config, HEAD, alternates),
-//! never a file of the repository and not the index either: its cost does not grow
-//! with the repository. The tree's index lives in the cached lower layer at
-//! `.git/index`, so the merged view's `.git` is the run's upper `.git` over it; git
+//! Per run this writes only a few small files of `.git` (config, HEAD, alternates)
+//! and the three directories holding them, never a file of the repository and not
+//! the index either: its cost does not grow with the repository. The tree's index
+//! and `.git`'s empty directories (refs, packs, info) live in the cached lower
+//! layer, so the merged view's `.git` is the run's upper `.git` over it; git
 //! replaces the index through `index.lock` and a rename, so the first write lands in
 //! the upper directory and the shared copy is never touched. The isolating backend
 //! mounts
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use gix::ObjectId;
 
 use super::cache::{BaseTree, CacheError, TreeCache};
+use crate::source::config::{EMPTY_GIT_DIRS, create_empty_git_dirs, write_git_files};
 use crate::source::{SourceError, open_source_repo, resolve_revision};
 
 /// Inside a cached base tree: the files (the overlay's lower layer), with the index
@@ -85,9 +87,20 @@ pub fn provision_layered(
         let git_dir = files.join(".git");
         fs::create_dir_all(&git_dir)
             .map_err(|e| SourceError::io("create the base tree", &git_dir, e))?;
-        crate::source::materialize::materialize_tree(&repo, tree, &files, &files.join(LOWER_INDEX))
-            .map(|_| ())
+        crate::source::materialize::materialize_tree(
+            &repo,
+            tree,
+            &files,
+            &files.join(LOWER_INDEX),
+        )?;
+        create_empty_git_dirs(&git_dir)
     })?;
+    // A tree cached before the lower layer held them gets them now (creating
+    // what exists is a no-op, so runs sharing the tree may race here).
+    let lower_git = base.path().join(FILES_DIR).join(".git");
+    if !lower_git.join(EMPTY_GIT_DIRS[0]).is_dir() {
+        create_empty_git_dirs(&lower_git)?;
+    }
     let [upper, work, merged] = ["upper", "work", "merged"].map(|name| run_dir.join(name));
     for dir in [&upper, &work, &merged] {
         fs::create_dir_all(dir).map_err(|source| LayeredError::Io {
@@ -97,7 +110,7 @@ pub fn provision_layered(
         })?;
     }
     let objects = repo.common_dir().join("objects");
-    crate::source::config::write_git_dir(&upper, &objects, commit)?;
+    write_git_files(&upper, &objects, commit)?;
     Ok(LayeredCheckout {
         lower: base.path().join(FILES_DIR),
         base,

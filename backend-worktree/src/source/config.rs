@@ -43,10 +43,36 @@ pub(crate) fn prepare_destination(dest: &Path) -> Result<(), SourceError> {
     }
 }
 
+/// The directories of a fresh `.git` besides `objects/info`: empty at first, yet
+/// git only takes a directory with `refs` and `objects` for a repository.
+pub(crate) const EMPTY_GIT_DIRS: [&str; 4] = ["objects/pack", "refs/heads", "refs/tags", "info"];
+
 /// Writes `dest/.git`: a repository of its own (HEAD detached at `commit`, empty refs,
 /// a config written from scratch) whose objects come from `source_objects` through
 /// `objects/info/alternates`. Returns the `.git` path.
 pub(crate) fn write_git_dir(
+    dest: &Path,
+    source_objects: &Path,
+    commit: ObjectId,
+) -> Result<PathBuf, SourceError> {
+    create_empty_git_dirs(&dest.join(".git"))?;
+    write_git_files(dest, source_objects, commit)
+}
+
+/// Creates [`EMPTY_GIT_DIRS`] in `git_dir` (those missing).
+pub(crate) fn create_empty_git_dirs(git_dir: &Path) -> Result<(), SourceError> {
+    for dir in EMPTY_GIT_DIRS {
+        let path = git_dir.join(dir);
+        fs::create_dir_all(&path).map_err(|e| SourceError::io("create .git directory", path, e))?;
+    }
+    Ok(())
+}
+
+/// The files of [`write_git_dir`] (`config`, `HEAD` and `objects/info/alternates`)
+/// and the directories that hold them, without [`EMPTY_GIT_DIRS`]: for a `.git`
+/// whose empty directories come from elsewhere (a layered checkout's lower layer).
+/// Returns the `.git` path.
+pub(crate) fn write_git_files(
     dest: &Path,
     source_objects: &Path,
     commit: ObjectId,
@@ -61,16 +87,8 @@ pub(crate) fn write_git_dir(
             reason: "the source objects path cannot be written to an alternates file",
         })?;
     let git_dir = dest.join(".git");
-    for dir in [
-        "objects/info",
-        "objects/pack",
-        "refs/heads",
-        "refs/tags",
-        "info",
-    ] {
-        let path = git_dir.join(dir);
-        fs::create_dir_all(&path).map_err(|e| SourceError::io("create .git directory", path, e))?;
-    }
+    let info = git_dir.join("objects/info");
+    fs::create_dir_all(&info).map_err(|e| SourceError::io("create .git directory", info, e))?;
     write_new(
         &git_dir.join("objects/info/alternates"),
         format!("{objects_line}\n").as_bytes(),

@@ -73,24 +73,57 @@ fn write_new(path: &Path, bytes: &[u8], synced: bool) -> Result<(), EvidenceErro
     Ok(())
 }
 
-/// How many threads sync a bundle's files at once. A journaling file system
+/// How many threads sync a bundle's entries at once. A journaling file system
 /// commits the syncs that wait together in one transaction, so a bundle of a
 /// dozen files costs a few commits instead of one each (measured on ext4 with
 /// 15 small files: one thread per file took a third to a half of the time of
 /// one thread for all).
 const SYNC_WORKERS: usize = 16;
 
-/// Syncs every file `manifest` lists under `dir` (several at once, see
-/// [`SYNC_WORKERS`]), then every directory holding one, then `dir` itself and
-/// its parent (which holds the bundle's own entry): after this returns, all the
-/// manifest describes survives a crash of the host.
+/// One entry of a bundle to make durable: a file's data, or a directory's
+/// entries.
+enum Entry {
+    File(PathBuf),
+    Dir(PathBuf),
+}
+
+/// Syncs every file `manifest` lists under `dir`, every directory holding one,
+/// `dir` itself and its parent (which holds the bundle's own entry), several at
+/// once (see [`SYNC_WORKERS`]): after this returns, all the manifest describes
+/// survives a crash of the host.
+///
+/// Files and directories go in one batch, in no order: durability is only
+/// claimed once every sync returned, when the manifest (written after this) says
+/// so, and a batch that waits together shares the file system's commits.
 pub(crate) fn make_durable(dir: &Path, manifest: &Manifest) -> Result<(), EvidenceError> {
-    let files: Vec<PathBuf> = manifest.files.keys().map(|rel| dir.join(rel)).collect();
-    let per_worker = files.len().div_ceil(SYNC_WORKERS).max(1);
+    let mut dirs = BTreeSet::new();
+    for rel in manifest.files.keys() {
+        let mut parent = Path::new(rel.as_str()).parent();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            dirs.insert(dir.join(p));
+            parent = p.parent();
+        }
+    }
+    dirs.insert(dir.to_path_buf());
+    dirs.extend(dir.parent().map(Path::to_path_buf));
+    let entries: Vec<Entry> = manifest
+        .files
+        .keys()
+        .map(|rel| Entry::File(dir.join(rel)))
+        .chain(dirs.into_iter().map(Entry::Dir))
+        .collect();
+    let per_worker = entries.len().div_ceil(SYNC_WORKERS).max(1);
     std::thread::scope(|scope| {
-        let workers: Vec<_> = files
+        let workers: Vec<_> = entries
             .chunks(per_worker)
-            .map(|chunk| scope.spawn(|| chunk.iter().try_for_each(|path| sync_file(path))))
+            .map(|chunk| {
+                scope.spawn(|| {
+                    chunk.iter().try_for_each(|entry| match entry {
+                        Entry::File(path) => sync_file(path),
+                        Entry::Dir(path) => sync_dir(path),
+                    })
+                })
+            })
             .collect();
         // Every worker is joined before the first error is returned.
         let results: Vec<_> = workers.into_iter().map(|worker| worker.join()).collect();
@@ -98,24 +131,7 @@ pub(crate) fn make_durable(dir: &Path, manifest: &Manifest) -> Result<(), Eviden
             Ok(result) => result,
             Err(panic) => std::panic::resume_unwind(panic),
         })
-    })?;
-    let mut dirs = BTreeSet::new();
-    for rel in manifest.files.keys() {
-        let mut parent = Path::new(rel.as_str()).parent();
-        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
-            dirs.insert(p.to_path_buf());
-            parent = p.parent();
-        }
-    }
-    // Deepest first, so that each directory is synced after its children.
-    for rel in dirs.iter().rev() {
-        sync_dir(&dir.join(rel))?;
-    }
-    sync_dir(dir)?;
-    match dir.parent() {
-        Some(parent) => sync_dir(parent),
-        None => Ok(()),
-    }
+    })
 }
 
 /// Syncs the bundle file `path`. The manifest was computed from regular files

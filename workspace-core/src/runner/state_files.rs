@@ -73,8 +73,7 @@ pub(super) fn remove_if_present(path: &Path, errors: &mut StepErrors) {
     }
 }
 
-/// Removes the runner's own files in the run directory, then the directory if it
-/// is empty. Anything a boundary left there is reported, never removed blindly.
+/// Removes the runner's own files in the run directory.
 pub(super) fn remove_private_state(run_dir: &Path, errors: &mut StepErrors) {
     for name in [
         FILESYSTEM_STATE_FILE,
@@ -85,6 +84,11 @@ pub(super) fn remove_private_state(run_dir: &Path, errors: &mut StepErrors) {
     ] {
         remove_if_present(&run_dir.join(name), errors);
     }
+}
+
+/// Removes the run directory if it is empty. Anything a boundary left there is
+/// reported, never removed blindly.
+pub(super) fn remove_run_dir(run_dir: &Path, errors: &mut StepErrors) {
     match std::fs::remove_dir(run_dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -12,7 +12,7 @@ use crate::runner::late_output;
 use crate::runner::leases::RunLeases;
 use crate::runner::outcome::{NetworkCounts, Outcome, RunReport};
 use crate::runner::preview::{self, PreviewRecord};
-use crate::runner::run_files::remove_run_files;
+use crate::runner::run_files::remove_run_files_alongside;
 use crate::step::{RunnerStep, StepErrors};
 
 impl Workspace {
@@ -185,16 +185,19 @@ impl Workspace {
                 let boundary = BoundaryKind::Filesystem;
                 cleanup_errors.push(RunnerStep::Release { boundary }, e);
             }
-            let released = match self.progress.source() {
-                Some(source) => stack.source.release(&self.run, source, &permit).await,
-                // Provisioning failed before it made a record: remove what it left.
-                None => stack.source.release_unrecorded(&self.run, &permit).await,
+            // Provisioning failed before it made a record: remove what it left.
+            let release = async {
+                match self.progress.source() {
+                    Some(source) => stack.source.release(&self.run, source, &permit).await,
+                    None => stack.source.release_unrecorded(&self.run, &permit).await,
+                }
             };
+            let released =
+                remove_run_files_alongside(&self.paths.run_dir, release, &mut cleanup_errors).await;
             if let Err(e) = released {
                 let boundary = BoundaryKind::Source;
                 cleanup_errors.push(RunnerStep::Release { boundary }, e);
             }
-            remove_run_files(&self.paths.run_dir, &mut cleanup_errors);
             self.reservation = None;
             self.leases = RunLeases::default();
             if cleanup_errors.is_empty() {
