@@ -70,6 +70,7 @@ impl ProcessBoundary for DangerNoIsolationProcess {
             // Its ports are the host's own.
             preview_ports: false,
             images: false,
+            disk_caps: false,
         }
     }
 

@@ -92,6 +92,24 @@ fn exit_137_after_sigkill() {
 }
 
 #[test]
+fn a_write_past_the_disk_flag_fails_inside_with_no_space_left() {
+    let outcome = expect_exit(
+        "disk",
+        &[
+            "--disk",
+            "16MiB",
+            "--",
+            "/bin/sh",
+            "-c",
+            "head -c 20971520 /dev/zero > big 2>/tmp/err; s=$?; grep -q 'No space left on device' /tmp/err || s=9; rm -f big; exit $s",
+        ],
+        1,
+        ": exit 1, 0 changed files, ",
+    );
+    assert!(outcome["disk"]["used_bytes"].is_u64(), "{outcome}");
+}
+
+#[test]
 fn a_command_the_pids_limit_held_back_says_so() {
     // Wider than the limit: the shell cannot fork them all.
     let outcome = expect_exit(
@@ -364,6 +382,16 @@ fn the_shipped_payments_contract_runs_as_shipped_on_a_repository_that_has_what_i
     );
     let patch = std::fs::read_to_string(evidence.join("diff.patch")).unwrap();
     assert!(patch.contains("+fixed"), "{patch}");
+    // Its checkout lived on a disk of the declared 2 GiB.
+    let observed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("observed.json")).unwrap()).unwrap();
+    assert_eq!(observed["disk"]["kind"], "image", "{}", observed["disk"]);
+    assert_eq!(
+        observed["disk"]["cap_bytes"],
+        2u64 << 30,
+        "{}",
+        observed["disk"]
+    );
     // Without the token in the environment, the run says which variable is
     // missing, before anything is created (bad input).
     let out = fixture

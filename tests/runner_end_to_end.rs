@@ -15,7 +15,7 @@ use support::{
 use tokio_util::sync::CancellationToken;
 use workspace_core::boundary::KillCause;
 use workspace_core::contract::{
-    Assurance, ByteSize, CleanupOwner, Contract, DurationSpec, Fixture as EnvFixture, RequiredCheck,
+    Assurance, CleanupOwner, Contract, DurationSpec, Fixture as EnvFixture, RequiredCheck,
 };
 use workspace_core::digest::sha256_hex;
 use workspace_core::evidence::{ExitStatusRecord, Tamper, verify};
@@ -349,7 +349,6 @@ async fn a_command_cancelled_while_waited_for_is_recorded_as_killed_cancelled() 
 async fn a_contract_the_stack_cannot_keep_is_refused_before_anything_is_created() {
     let fx = Fixture::new("unsupported");
     let mut contract = fx.contract();
-    contract.environment.limits.disk = Some(ByteSize(1 << 30));
     contract.environment.runtime.image =
         Some(format!("oci-layout:/images/x@sha256:{}", "0".repeat(64)));
     contract.process.cleanup_owner = CleanupOwner::Caller;
@@ -357,18 +356,14 @@ async fn a_contract_the_stack_cannot_keep_is_refused_before_anything_is_created(
         .runner()
         .create(contract, CreateOptions::default())
         .await
-        .expect_err("a disk limit must be refused by the namespace stack");
+        .expect_err("a pinned image must be refused by the namespace stack");
     assert!(error.evidence.is_none(), "{error:?}");
     match error.kind.as_ref() {
         RunErrorKind::Unsupported(problems) => {
             let fields: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
             assert_eq!(
                 fields,
-                [
-                    "environment.runtime.image",
-                    "environment.limits.disk",
-                    "process.cleanup_owner"
-                ],
+                ["environment.runtime.image", "process.cleanup_owner"],
                 "{problems}"
             );
         }

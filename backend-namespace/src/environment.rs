@@ -93,6 +93,8 @@ impl EnvironmentBoundary for NamespaceEnvironment {
                 LimitKind::Cpu,
                 LimitKind::Memory,
                 LimitKind::Pids,
+                // Kept on the run's disk, which the process boundary makes.
+                LimitKind::Disk,
                 LimitKind::Tmp,
                 LimitKind::WallTime,
                 LimitKind::OpenFiles,

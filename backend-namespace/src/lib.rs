@@ -80,6 +80,7 @@
 #![deny(unsafe_code)]
 
 pub mod cgroup;
+pub mod disk;
 pub mod environment;
 pub mod host_check;
 pub mod identity;

@@ -68,6 +68,12 @@ pub(crate) struct ContractArgs {
     /// Memory cap (bytes, or with a unit: `512MiB`, `2GiB`).
     #[arg(long, value_name = "BYTES")]
     memory: Option<ByteSize>,
+    /// Cap on what the run writes to disk (its checkout's changes, its
+    /// services' data): a file system of that size of its own, where a write
+    /// past it fails with "No space left on device" (`256MiB`, `2GiB`; needs
+    /// root on the host).
+    #[arg(long, value_name = "BYTES")]
+    disk: Option<ByteSize>,
     /// Cap on processes and threads.
     #[arg(long, value_name = "N")]
     pids: Option<u32>,
@@ -148,6 +154,7 @@ impl ContractArgs {
         match path {
             "source.repo" if self.repo.is_some() => Some("--repo"),
             "source.revision" if self.rev.is_some() => Some("--rev"),
+            "environment.limits.disk" if self.disk.is_some() => Some("--disk"),
             _ => None,
         }
     }
@@ -206,6 +213,9 @@ impl ContractArgs {
         }
         if let Some(memory) = self.memory {
             limits.memory = Some(memory);
+        }
+        if let Some(disk) = self.disk {
+            limits.disk = Some(disk);
         }
         if let Some(pids) = self.pids {
             limits.pids = Some(pids);

@@ -284,6 +284,7 @@ impl ChildRun {
             stopped: 0,
             leaks: Some(LeakReport::default()),
             usage: Default::default(),
+            disk: None,
             patch_sha256: Some(patch.patch_sha256.clone()),
             changed_paths: patch.changes.len(),
             changed_after_checks: Vec::new(),

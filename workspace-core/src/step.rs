@@ -64,6 +64,8 @@ pub enum RunnerStep {
     ExportLateOutput,
     /// Stopping every process of the run and proving them gone.
     Teardown,
+    /// Reading what the run's capped disk holds.
+    DiskUsage,
     /// Finding and stopping the processes of a run whose runner died.
     Reap,
     /// Releasing what a boundary made for the run.
@@ -101,6 +103,7 @@ impl fmt::Display for RunnerStep {
             Self::ExportServices => f.write_str("exporting the services"),
             Self::ExportLateOutput => f.write_str("exporting late output"),
             Self::Teardown => f.write_str("teardown"),
+            Self::DiskUsage => f.write_str("reading the run's disk usage"),
             Self::Reap => f.write_str("reaping"),
             Self::Release { boundary } => {
                 write!(f, "releasing the {boundary} boundary's resources")

@@ -33,6 +33,8 @@ impl ProcessBoundary for ContainerProcess {
             // A forwarder program publishes them on the host's loopback.
             preview_ports: self.options.preview_forwarder.is_some(),
             images: true,
+            // Not yet: a capped disk under the bundle's writable layer.
+            disk_caps: false,
         }
     }
 

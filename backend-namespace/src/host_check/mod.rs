@@ -27,6 +27,7 @@
 //! | idmapped mounts | `/proc/sys/kernel/osrelease` ≥ 5.19 (overlayfs over an idmapped lower layer) **and** a real probe of the root directory's file system: one forked child makes a detached copy of its mount (`open_tree(OPEN_TREE_CLONE)`), gets a user namespace from a grandchild cloned into one with `CLONE_FILES` (it opens `/proc/self/ns/user` into the shared descriptor table and exits), and sets `MOUNT_ATTR_IDMAP` on the copy, as `spawn/idmapped.rs` does; the copy is never attached and goes with the child. The child reports over a pipe, running only raw syscalls and `_exit`. [`check_idmapped_mounts`] probes another directory (the base-tree cache's). Required for layered checkouts only ([`Check::REQUIRED_LAYERED`]). |
 //! | Landlock | `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` returns the ABI |
 //! | subordinate ids | as root: nothing needed; otherwise `/etc/subuid` and `/etc/subgid` give the user (by name or uid) at least 65,536 ids each |
+//! | disk caps | root (a run's disk is mounted on the host), `mkfs.ext4` where [`crate::disk`] looks for it, `/dev/loop-control`; only contracts with `environment.limits.disk` need it |
 //!
 //! # Cost
 //!
@@ -43,7 +44,7 @@
 //! grandchild). It changes nothing on the host: the idmapped mount it makes is
 //! detached and freed when the probe child exits.
 
-mod parse;
+pub(crate) mod parse;
 mod probe;
 #[cfg(test)]
 mod tests;
@@ -89,11 +90,13 @@ pub enum Check {
     Landlock,
     /// Subordinate uids and gids for a non-root caller.
     SubordinateIds,
+    /// Capped disks (`environment.limits.disk`): root, `mkfs.ext4` and loop devices.
+    DiskCaps,
 }
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 15] = [
+    pub const ALL: [Check; 16] = [
         Check::UserNamespaces,
         Check::MountNamespace,
         Check::PidNamespace,
@@ -109,19 +112,24 @@ impl Check {
         Check::IdmappedMounts,
         Check::Landlock,
         Check::SubordinateIds,
+        Check::DiskCaps,
     ];
 
     /// What a run over a standalone checkout cannot do without: every namespace a
     /// run enters (the cgroup namespace included), the cgroup controllers its limits
     /// use, seccomp, and (for a non-root caller) subordinate ids. Overlayfs,
-    /// idmapped mounts and Landlock are optional for it.
-    pub const REQUIRED_STANDALONE: [Check; 12] =
-        Check::all_but(&[Check::Overlayfs, Check::IdmappedMounts, Check::Landlock]);
+    /// idmapped mounts, Landlock and disk caps are optional for it.
+    pub const REQUIRED_STANDALONE: [Check; 12] = Check::all_but(&[
+        Check::Overlayfs,
+        Check::IdmappedMounts,
+        Check::Landlock,
+        Check::DiskCaps,
+    ]);
 
     /// What a run over a layered checkout cannot do without:
     /// [`Check::REQUIRED_STANDALONE`], overlayfs and idmapped mounts (the shared
     /// base tree is the overlay's lower layer, seen through an idmapped mount).
-    pub const REQUIRED_LAYERED: [Check; 14] = Check::all_but(&[Check::Landlock]);
+    pub const REQUIRED_LAYERED: [Check; 14] = Check::all_but(&[Check::Landlock, Check::DiskCaps]);
 
     /// [`Check::ALL`] without `skip`, in its order; `N` must be the count left
     /// (checked at compile time where a const uses it).
@@ -174,6 +182,7 @@ impl Check {
             Check::IdmappedMounts => "idmapped_mounts",
             Check::Landlock => "landlock",
             Check::SubordinateIds => "subordinate_ids",
+            Check::DiskCaps => "disk_caps",
         }
     }
 }

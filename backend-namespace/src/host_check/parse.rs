@@ -149,6 +149,7 @@ pub(crate) fn namespace_kind(
 pub(crate) struct Mount {
     pub(crate) mount_point: String,
     pub(crate) fstype: String,
+    pub(crate) source: String,
     pub(crate) super_options: String,
 }
 
@@ -178,11 +179,12 @@ pub(crate) fn mountinfo(content: &str) -> Vec<Mount> {
             let mount_point = before.split(' ').nth(4)?;
             let mut after = after.split(' ');
             let fstype = after.next()?;
-            let _source = after.next()?;
+            let source = after.next()?;
             let super_options = after.next().unwrap_or("");
             Some(Mount {
                 mount_point: unescape(mount_point),
                 fstype: fstype.to_owned(),
+                source: unescape(source),
                 super_options: super_options.to_owned(),
             })
         })
@@ -336,6 +338,40 @@ pub(crate) fn landlock(abi: Result<i64, i32>) -> Finding {
             Status::Restricted,
             format!("landlock_create_ruleset failed with errno {e}"),
             "an enclosing sandbox refuses the Landlock syscalls; run on the host or allow them",
+        ),
+    }
+}
+
+/// Whether this caller can make runs' capped disks: as root, with `mkfs.ext4`
+/// (`None`: not found) and loop devices.
+pub(crate) fn disk_caps(
+    is_root: bool,
+    mkfs: Option<&std::path::Path>,
+    loop_control: bool,
+) -> Finding {
+    let check = Check::DiskCaps;
+    match (is_root, mkfs, loop_control) {
+        (false, _, _) => Finding::gap(
+            check,
+            Status::Restricted,
+            "not root: a run's disk is mounted on the host",
+            "run as root for contracts with environment.limits.disk (or leave the cap out)",
+        ),
+        (true, None, _) => Finding::gap(
+            check,
+            Status::Missing,
+            "mkfs.ext4 not found in /usr/sbin, /sbin, /usr/bin or /bin",
+            "apt-get install e2fsprogs",
+        ),
+        (true, Some(_), false) => Finding::gap(
+            check,
+            Status::Missing,
+            "/dev/loop-control is missing (no loop devices)",
+            "modprobe loop (a kernel with CONFIG_BLK_DEV_LOOP)",
+        ),
+        (true, Some(mkfs), true) => Finding::ok(
+            check,
+            format!("root, {} and /dev/loop-control", mkfs.display()),
         ),
     }
 }

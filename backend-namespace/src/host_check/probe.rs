@@ -256,5 +256,10 @@ pub(crate) fn run_all() -> Vec<Finding> {
         read("/etc/subuid").as_deref(),
         read("/etc/subgid").as_deref(),
     ));
+    findings.push(parse::disk_caps(
+        is_root,
+        crate::disk::mkfs_path().as_deref(),
+        Path::new("/dev/loop-control").exists(),
+    ));
     findings
 }

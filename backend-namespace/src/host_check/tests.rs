@@ -137,6 +137,28 @@ fn mountinfo_escapes_and_garbage() {
     let m = parse::mountinfo("1 2 0:1 / /a\\040b rw - cgroup2 none rw\nnot a line\n");
     assert_eq!(m.len(), 1);
     assert_eq!(m[0].mount_point, "/a b");
+    assert_eq!(m[0].source, "none");
+}
+
+#[test]
+fn disk_caps_need_root_mkfs_and_loop_devices() {
+    let mkfs = std::path::Path::new("/usr/sbin/mkfs.ext4");
+    assert_eq!(parse::disk_caps(true, Some(mkfs), true).status, Status::Ok);
+    assert_gap(
+        &parse::disk_caps(false, Some(mkfs), true),
+        Status::Restricted,
+        "run as root",
+    );
+    assert_gap(
+        &parse::disk_caps(true, None, true),
+        Status::Missing,
+        "apt-get install e2fsprogs",
+    );
+    assert_gap(
+        &parse::disk_caps(true, Some(mkfs), false),
+        Status::Missing,
+        "modprobe loop",
+    );
 }
 
 #[test]

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use workspace_core::boundary::{
-    Attachment, BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary,
-    ProcessBoundary, ProcessCapabilities, RunContext, SealPlan, Suspension, TerminateReport,
+    Attachment, BoundaryError, BoundaryKind, CommandSpec, DiskRecord, DiskUsage, Execution,
+    LeakReport, ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext, SealPlan,
+    Suspension, TerminateReport,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 
@@ -31,7 +32,48 @@ impl ProcessBoundary for NamespaceProcess {
             // Pid 1 forwards each published port's host listener into the run.
             preview_ports: true,
             images: false,
+            disk_caps: crate::disk::available(),
         }
+    }
+
+    async fn make_disk(
+        &self,
+        run: &RunContext,
+        cap_bytes: u64,
+    ) -> Result<DiskRecord, BoundaryError> {
+        let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
+        disk_call("make the run's disk", move || {
+            crate::disk::make(&run_dir, &mount_point, cap_bytes)
+        })
+        .await
+    }
+
+    async fn remount_disk(
+        &self,
+        run: &RunContext,
+        cap_bytes: u64,
+    ) -> Result<DiskRecord, BoundaryError> {
+        let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
+        disk_call("mount the run's disk again", move || {
+            crate::disk::remount(&run_dir, &mount_point, cap_bytes)
+        })
+        .await
+    }
+
+    async fn disk_usage(&self, run: &RunContext) -> Result<DiskUsage, BoundaryError> {
+        let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
+        disk_call("read the run's disk usage", move || {
+            crate::disk::usage(&run_dir, &mount_point)
+        })
+        .await
+    }
+
+    async fn remove_disk(&self, run: &RunContext) -> Result<(), BoundaryError> {
+        let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
+        disk_call("remove the run's disk", move || {
+            crate::disk::remove(&run_dir, &mount_point)
+        })
+        .await
     }
 
     fn name(&self) -> &'static str {
@@ -432,4 +474,22 @@ fn remove_files(run_dir: &std::path::Path) -> Result<(), ProcessError> {
     output::remove(run_dir)?;
     egress::remove_files(run_dir);
     Ok(())
+}
+
+/// Runs a disk step on the blocking pool, its error named by `operation` and path.
+async fn disk_call<T: Send + 'static>(
+    operation: &'static str,
+    f: impl FnOnce() -> Result<T, crate::disk::DiskError> + Send + 'static,
+) -> Result<T, BoundaryError> {
+    let done = tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|join| BoundaryError::new(BoundaryKind::Process, operation, join))?;
+    done.map_err(|e| {
+        let path = e.path().map(std::path::Path::to_path_buf);
+        let error = BoundaryError::new(BoundaryKind::Process, operation, e);
+        match path {
+            Some(path) => error.with_path(path),
+            None => error,
+        }
+    })
 }

@@ -129,7 +129,7 @@ impl SourceBoundary for WorktreeSource {
 
     async fn provision(&self, run: &RunContext) -> Result<SourceRecord, BoundaryError> {
         let section = run.contract.source.clone();
-        let dest = run.run_dir.join(CHECKOUT_DIR);
+        let dest = run.layer_dir().join(CHECKOUT_DIR);
         let from = run.run_id.to_string();
         let span = tracing::info_span!("source.provision", run_id = %run.run_id);
         let path = dest.clone();
@@ -143,11 +143,11 @@ impl SourceBoundary for WorktreeSource {
         };
         let environment = run.contract.environment.clone();
         if let Some(cache) = layered {
-            let run_dir = run.run_dir.clone();
+            let layer_dir = run.layer_dir();
             let (record, base) = blocking("provision layered checkout", path, move || {
                 let _entered = span.enter();
                 let (mut record, base) =
-                    super::layered::provision_layered_source(&section, &cache, &run_dir)?;
+                    super::layered::provision_layered_source(&section, &cache, &layer_dir)?;
                 record.pinned = pinned_files(&record, &environment)?;
                 Ok((record, base))
             })
@@ -203,6 +203,7 @@ impl SourceBoundary for WorktreeSource {
         })?;
         let record = record.clone();
         let run_dir = run.run_dir.clone();
+        let layer_dir = run.layer_dir();
         let path = record.workspace.clone();
         let layered = record.layers.is_some();
         let released = blocking("release checkout", path, move || {
@@ -216,7 +217,7 @@ impl SourceBoundary for WorktreeSource {
                 Materialization::Linked => {
                     release_linked(Path::new(&record.repository), &record.workspace)
                 }
-                _ if layered => super::layered::release_layers(&run_dir),
+                _ if layered => super::layered::release_layers(&layer_dir),
                 _ => remove_tree(&record.workspace),
             }
         })
@@ -232,7 +233,8 @@ impl SourceBoundary for WorktreeSource {
         permit: &CleanupPermit,
     ) -> Result<(), BoundaryError> {
         let run_dir = run.run_dir.clone();
-        let checkout = run_dir.join(CHECKOUT_DIR);
+        let layer_dir = run.layer_dir();
+        let checkout = layer_dir.join(CHECKOUT_DIR);
         permit.check(&run.run_id).map_err(|e| {
             BoundaryError::new(BoundaryKind::Source, "release unrecorded checkout", e)
                 .with_path(checkout.clone())
@@ -248,7 +250,10 @@ impl SourceBoundary for WorktreeSource {
             if linked && std::fs::symlink_metadata(&checkout).is_ok() {
                 release_linked(&repository, &checkout)?;
             }
-            super::layered::release_layers(&run_dir)?;
+            if std::fs::symlink_metadata(&layer_dir).is_err() {
+                return Ok(()); // its disk was never made
+            }
+            super::layered::release_layers(&layer_dir)?;
             remove_tree(&checkout)
         })
         .await;

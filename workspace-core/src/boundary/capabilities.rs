@@ -70,6 +70,10 @@ pub struct ProcessCapabilities {
     /// the host, and a contract that declares any is refused.
     #[serde(default)]
     pub preview_ports: bool,
+    /// Whether it keeps `environment.limits.disk`: the run's writable layer on a
+    /// disk of that size of its own ([`ProcessBoundary::make_disk`](super::ProcessBoundary::make_disk)).
+    #[serde(default)]
+    pub disk_caps: bool,
     /// Whether it runs a run on the root filesystem of the pinned OCI image
     /// `environment.runtime.image` names, instead of the host's base system.
     pub images: bool,
@@ -257,6 +261,14 @@ impl ProcessCapabilities {
                 "a pinned image (it runs the host's base system; `--backend container` runs images)",
             );
         }
+        if section.limits.disk.is_some() && !self.disk_caps {
+            unsupported(
+                problems,
+                "environment.limits.disk",
+                backend,
+                "a disk cap (a file system of the cap's size for the run's writable layer)",
+            );
+        }
         if self.service_templates {
             return;
         }
@@ -396,6 +408,23 @@ mod tests {
         host.images = true;
         let mut problems = Problems::new();
         host.check_environment("container", &environment, &mut problems);
+        assert!(problems.is_empty(), "{problems}");
+    }
+
+    #[test]
+    fn a_disk_cap_needs_a_boundary_that_makes_disks() {
+        let mut environment = EnvironmentSection::default();
+        environment.limits.disk = Some(crate::contract::ByteSize(1 << 30));
+        let mut process = ProcessCapabilities::default();
+        let mut problems = Problems::new();
+        process.check_environment("container", &environment, &mut problems);
+        assert_eq!(
+            problems.to_string(),
+            "environment.limits.disk: container cannot enforce a disk cap (a file system of the cap's size for the run's writable layer)"
+        );
+        process.disk_caps = true;
+        let mut problems = Problems::new();
+        process.check_environment("namespace", &environment, &mut problems);
         assert!(problems.is_empty(), "{problems}");
     }
 

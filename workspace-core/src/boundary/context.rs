@@ -23,3 +23,26 @@ pub struct RunContext {
     /// The host-wide runtime directory shared by all runs (leases, caches, journals).
     pub runtime_dir: PathBuf,
 }
+
+/// The directory [`RunContext::layer_dir`] names when the run has a capped disk.
+pub const DISK_DIR: &str = "disk";
+
+impl RunContext {
+    /// Where the run's writable layer lives: its checkout (a layered
+    /// checkout's upper, work and merged directories) and its services'
+    /// template layers. With `environment.limits.disk` it is the mount point
+    /// of the run's capped disk, `<run_dir>/disk`, which the process boundary
+    /// makes before the checkout is provisioned
+    /// ([`ProcessBoundary::make_disk`](super::ProcessBoundary::make_disk));
+    /// without one, the run directory itself.
+    ///
+    /// It follows from the contract alone, so every runner of the run
+    /// (recovery too) finds the same place.
+    pub fn layer_dir(&self) -> PathBuf {
+        if self.contract.environment.limits.disk.is_some() {
+            self.run_dir.join(DISK_DIR)
+        } else {
+            self.run_dir.clone()
+        }
+    }
+}

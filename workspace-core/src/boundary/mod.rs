@@ -23,6 +23,7 @@
 
 mod capabilities;
 mod context;
+mod disk;
 mod environment;
 mod error;
 mod filesystem;
@@ -37,6 +38,7 @@ pub use capabilities::{
     ProcessCapabilities, PromotionCapabilities, SourceCapabilities,
 };
 pub use context::RunContext;
+pub use disk::{DiskKind, DiskRecord, DiskUsage};
 pub use environment::{EnvironmentBoundary, EnvironmentPlan, ResolvedLimits};
 pub use error::{BoundaryError, BoundaryKind, NotRunReason, ProgramNotRun};
 pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{
-    BoundaryError, EnvironmentPlan, FilesystemRecord, IdentityPlan, ProcessCapabilities,
-    RunContext, SourceRecord,
+    BoundaryError, DiskRecord, DiskUsage, EnvironmentPlan, FilesystemRecord, IdentityPlan,
+    ProcessCapabilities, RunContext, SourceRecord,
 };
 
 /// Applies the run's process boundary and executes commands inside it.
@@ -122,6 +122,50 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
                 LeftBehind(leaks),
             ))
         }
+    }
+
+    /// Makes the run's capped disk at [`RunContext::layer_dir`], holding at
+    /// most `cap_bytes`, before its checkout is provisioned there; returns
+    /// what is mounted, read back. Only asked of a boundary whose
+    /// capabilities claim [`disk_caps`](ProcessCapabilities::disk_caps); the
+    /// default refuses.
+    async fn make_disk(
+        &self,
+        run: &RunContext,
+        cap_bytes: u64,
+    ) -> Result<DiskRecord, BoundaryError> {
+        let _ = (run, cap_bytes);
+        Err(BoundaryError::new(
+            super::BoundaryKind::Process,
+            "make the run's disk",
+            format!("{} keeps no disk cap", self.name()),
+        ))
+    }
+
+    /// Mounts the disk [`make_disk`](Self::make_disk) made for the run again
+    /// where it is no longer mounted (the host restarted while the run was
+    /// suspended), or reads it back where it still is. Fails, saying so, when
+    /// the disk did not outlive the host (a tmpfs): the run's changes are gone.
+    async fn remount_disk(
+        &self,
+        run: &RunContext,
+        cap_bytes: u64,
+    ) -> Result<DiskRecord, BoundaryError> {
+        self.make_disk(run, cap_bytes).await
+    }
+
+    /// What the run's disk holds now, and the most it ever held.
+    async fn disk_usage(&self, run: &RunContext) -> Result<DiskUsage, BoundaryError> {
+        let _ = run;
+        Ok(DiskUsage::default())
+    }
+
+    /// Unmounts and removes the run's disk, whatever of it exists (recovery
+    /// asks too), once nothing of the run uses it: its checkout released, its
+    /// sandbox gone. Fails unless nothing of it is left (mount, device, image).
+    async fn remove_disk(&self, run: &RunContext) -> Result<(), BoundaryError> {
+        let _ = run;
+        Ok(())
     }
 
     /// Takes over the live sandbox of a run sealed and [detached](Self::detach)

@@ -31,6 +31,7 @@
 
 mod bounded;
 mod credential_leaks;
+mod disk;
 mod error;
 mod execute;
 mod export;

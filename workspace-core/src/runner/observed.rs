@@ -21,6 +21,9 @@ pub struct ObservedRecord {
     pub environment: AppliedEnvironment,
     /// The identity (credential names and digests, never values).
     pub identity: IdentityPlan,
+    /// The capped disk the run's writable layer lives on, as mounted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<crate::boundary::DiskRecord>,
 }
 
 /// The environment a run was sealed with, without variable values.

@@ -95,6 +95,9 @@ pub struct Outcome {
     /// teardown (every command, service and what they left running).
     #[serde(default, skip_serializing_if = "ResourceUsage::is_empty")]
     pub usage: ResourceUsage,
+    /// What the run's capped disk held at the end and at most, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<crate::boundary::DiskUsage>,
     /// The digest of `diff.patch`, when a patch was exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patch_sha256: Option<String>,

@@ -112,6 +112,7 @@ impl RecoveryHooks for StackRecovery {
             stopped: 0,
             leaks: None,
             usage: Default::default(),
+            disk: None,
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),
@@ -186,6 +187,7 @@ impl RecoveryHooks for StackRecovery {
                     .await?
             }
         }
+        super::disk::remove(self.stack.process.as_ref(), &context).await?;
         let mut errors = StepErrors::default();
         remove_run_files(&paths.run_dir, &mut errors);
         if errors.is_empty() {

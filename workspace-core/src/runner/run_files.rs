@@ -5,7 +5,8 @@ use std::path::Path;
 
 use super::late_output;
 use super::services::Services;
-use super::state_files::{remove_private_state, remove_run_dir};
+use super::state_files::remove_private_state;
+pub(super) use super::state_files::remove_run_dir;
 use super::templates;
 use crate::step::{RunnerStep, StepErrors};
 
@@ -17,10 +18,11 @@ pub(super) fn remove_run_files(run_dir: &Path, errors: &mut StepErrors) {
     remove_run_dir(run_dir, errors);
 }
 
-/// [`remove_run_files`] on a blocking thread while `release` (the boundaries'
-/// removal of what they made in the run directory) runs, the run directory
-/// last; returns what `release` returned. For a run that ends whether or not
-/// `release` succeeds: its files go either way.
+/// The runner's files of [`remove_run_files`] but the run directory, on a
+/// blocking thread while `release` (the boundaries' removal of what they made
+/// in the run directory) runs; returns what `release` returned. For a run that
+/// ends whether or not `release` succeeds: its files go either way. The run
+/// directory is the caller's to remove, last ([`remove_run_dir`]).
 ///
 /// The two touch different entries of the run directory, and removing a
 /// directory costs a journal update each on most file systems: side by side they
@@ -46,7 +48,6 @@ pub(super) async fn remove_run_files_alongside<T>(
             e,
         ),
     }
-    remove_run_dir(run_dir, errors);
     released
 }
 

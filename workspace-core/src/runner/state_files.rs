@@ -80,6 +80,7 @@ pub(super) fn remove_private_state(run_dir: &Path, errors: &mut StepErrors) {
         LEASES_STATE_FILE,
         IDENTITY_STATE_FILE,
         CAPACITY_HELD_FILE,
+        super::disk::DISK_STATE_FILE,
         crate::egress::ATTEMPT_LOG_FILE,
     ] {
         remove_if_present(&run_dir.join(name), errors);

@@ -86,7 +86,8 @@ fn layer(
 ) -> Result<TemplateLayer, RunErrorKind> {
     let key = key(template, &run.contract, identity)?;
     let stored = run.runtime_dir.join(TEMPLATES_DIR).join(&key);
-    let dir = run.run_dir.join(TEMPLATES_DIR).join(&service.name);
+    // On the run's disk, when it has one: what the service writes is the run's.
+    let dir = run.layer_dir().join(TEMPLATES_DIR).join(&service.name);
     let (upper, work, empty) = (dir.join("upper"), dir.join("work"), dir.join("empty"));
     let prepared = stored.is_dir();
     if prepared {

@@ -6,6 +6,7 @@ use crate::boundary::{Attachment, EnvironmentPlan, SealPlan};
 use crate::evidence::EvidenceFile;
 use crate::lifecycle::StateName;
 use crate::runner::bounded::bounded;
+use crate::runner::disk;
 use crate::runner::error::RunErrorKind;
 use crate::runner::leases::{LEASES_STATE_FILE, LeasedNames};
 use crate::runner::paths::CAPACITY_HELD_FILE;
@@ -33,6 +34,8 @@ impl Workspace {
         let environment = self.capacity_to_attach().await?;
         self.life.resume()?;
         self.lease_again()?;
+        // The checkout is read from its disk: mounted again if the host restarted.
+        disk::remount(stack.process.as_ref(), &self.run).await?;
         self.verify_source(&provisioned).await?;
         let plan = self.attach_plan(&provisioned, environment.clone()).await?;
         match stack.process.attach(&self.run, &plan).await? {

@@ -9,6 +9,7 @@ use crate::contract::CheckoutOrigin;
 use crate::evidence::{EvidenceFile, FingerprintKey};
 use crate::lifecycle::{Origin, StateName};
 use crate::runner::bounded::bounded;
+use crate::runner::disk;
 use crate::runner::error::RunErrorKind;
 use crate::runner::identity_store;
 use crate::runner::observed::{AppliedEnvironment, ObservedRecord};
@@ -43,6 +44,8 @@ impl Workspace {
         self.lease(None)?;
         let limit = self.limit(StateName::Provisioning);
         let source = bounded(StateName::Provisioning, limit, &self.cancel, async {
+            // The checkout is provisioned on the run's disk, when it has one.
+            disk::make(stack.process.as_ref(), &self.run).await?;
             stack
                 .source
                 .provision(&self.run)
@@ -136,6 +139,7 @@ impl Workspace {
             filesystem,
             environment: AppliedEnvironment::from(&environment),
             identity,
+            disk: disk::record(&self.paths.run_dir)?,
         };
         self.evidence
             .write_json(EvidenceFile::Observed, &observed)?;

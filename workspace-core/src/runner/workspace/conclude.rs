@@ -6,13 +6,14 @@ use crate::clock::unix_ms_now;
 use crate::evidence::EvidenceFile;
 use crate::evidence::ResourceUsage;
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
+use crate::runner::disk;
 use crate::runner::error::RunError;
 use crate::runner::export::{ExportInputs, Verified, export_bundle};
 use crate::runner::late_output;
 use crate::runner::leases::RunLeases;
 use crate::runner::outcome::{NetworkCounts, Outcome, RunReport};
 use crate::runner::preview::{self, PreviewRecord};
-use crate::runner::run_files::remove_run_files_alongside;
+use crate::runner::run_files::{remove_run_dir, remove_run_files_alongside};
 use crate::step::{RunnerStep, StepErrors};
 
 impl Workspace {
@@ -111,6 +112,15 @@ impl Workspace {
         } else {
             Some(LeakReport::default())
         };
+        // Every process of the run ended: nothing writes to its disk any more.
+        let disk = match disk::usage(stack.process.as_ref(), &self.run).await {
+            Some(Ok(usage)) => Some(usage),
+            Some(Err(e)) => {
+                self.errors.push(RunnerStep::DiskUsage, e);
+                None
+            }
+            None => None,
+        };
         self.journal(|life| life.export().map(drop))?;
         let network = self.export_network();
         let late_output = late_output::export(
@@ -128,6 +138,7 @@ impl Workspace {
             stopped: stopped_at_drain + leaks.as_ref().map_or(0, |leaks| leaks.stopped),
             leaks: leaks.clone(),
             usage,
+            disk,
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),
@@ -197,7 +208,12 @@ impl Workspace {
             if let Err(e) = released {
                 let boundary = BoundaryKind::Source;
                 cleanup_errors.push(RunnerStep::Release { boundary }, e);
+            } else if let Err(e) = disk::remove(stack.process.as_ref(), &self.run).await {
+                // Only once the checkout on it is released.
+                let boundary = BoundaryKind::Process;
+                cleanup_errors.push(RunnerStep::Release { boundary }, e);
             }
+            remove_run_dir(&self.paths.run_dir, &mut cleanup_errors);
             self.reservation = None;
             self.leases = RunLeases::default();
             if cleanup_errors.is_empty() {

@@ -1,0 +1,76 @@
+//! The run's capped disk, when its contract caps one (`environment.limits.disk`):
+//! made before the checkout is provisioned on it, read back into
+//! `observed.json`, measured into `outcome.json` once every process of the run
+//! ended, removed once the checkout is released.
+//!
+//! Its record is kept in the run directory (`disk.json`) for the runners that
+//! take the run over later; removing it needs no record, since where the disk
+//! lives follows from the contract ([`RunContext::layer_dir`]).
+
+use std::path::Path;
+
+use super::error::RunErrorKind;
+use super::state_files::{read_state, write_state};
+use crate::boundary::{BoundaryError, DiskRecord, DiskUsage, ProcessBoundary, RunContext};
+
+/// The run's disk record in its run directory.
+pub(super) const DISK_STATE_FILE: &str = "disk.json";
+
+/// The cap the contract declares, in bytes.
+fn cap(run: &RunContext) -> Option<u64> {
+    run.contract
+        .environment
+        .limits
+        .disk
+        .map(|disk| disk.bytes())
+}
+
+/// Makes the run's disk, when its contract caps one, and keeps its record.
+pub(super) async fn make(
+    process: &dyn ProcessBoundary,
+    run: &RunContext,
+) -> Result<(), RunErrorKind> {
+    let Some(cap) = cap(run) else {
+        return Ok(());
+    };
+    let record = process.make_disk(run, cap).await?;
+    write_state(&run.run_dir.join(DISK_STATE_FILE), &record)
+}
+
+/// Mounts the run's disk again for a run taken back (or reads it back where
+/// it is still mounted), and keeps its record.
+pub(super) async fn remount(
+    process: &dyn ProcessBoundary,
+    run: &RunContext,
+) -> Result<(), RunErrorKind> {
+    let Some(cap) = cap(run) else {
+        return Ok(());
+    };
+    let record = process.remount_disk(run, cap).await?;
+    write_state(&run.run_dir.join(DISK_STATE_FILE), &record)
+}
+
+/// The run's disk as recorded when it was made.
+pub(super) fn record(run_dir: &Path) -> Result<Option<DiskRecord>, RunErrorKind> {
+    read_state(&run_dir.join(DISK_STATE_FILE))
+}
+
+/// What the run's disk holds, when it has one.
+pub(super) async fn usage(
+    process: &dyn ProcessBoundary,
+    run: &RunContext,
+) -> Option<Result<DiskUsage, BoundaryError>> {
+    cap(run)?;
+    Some(process.disk_usage(run).await)
+}
+
+/// Removes the run's disk, when its contract caps one (whatever of it exists).
+pub(super) async fn remove(
+    process: &dyn ProcessBoundary,
+    run: &RunContext,
+) -> Result<(), BoundaryError> {
+    if cap(run).is_none() {
+        return Ok(());
+    }
+    process.remove_disk(run).await
+}
