@@ -41,6 +41,9 @@ pub(crate) struct Summary {
     /// An allowlisted run's connection attempts, allowed and denied.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkCounts>,
+    /// What the run's capped disk held at the end and at most, when it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<workspace_core::boundary::DiskUsage>,
     /// The commands whose background processes wrote after they ended.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub late_output: Vec<LateOutput>,
@@ -69,6 +72,7 @@ impl Summary {
             credential_leaks: report.outcome.credential_leaks.clone(),
             patch_sha256: report.outcome.patch_sha256.clone(),
             network: report.outcome.network,
+            disk: report.outcome.disk,
             late_output: report.outcome.late_output.clone(),
             duration_ms: report.duration_ms,
             cleaned: report.cleaned,
@@ -105,6 +109,18 @@ impl Summary {
             line.push_str(&format!(
                 "; network: {} allowed{failed}, {} denied (network.jsonl)",
                 network.allowed, network.denied
+            ));
+        }
+        if let Some(disk) = &self.disk {
+            let at_most = disk.peak_bytes.map_or(String::new(), |peak| {
+                format!(
+                    ", {} at most written out",
+                    workspace_core::contract::ByteSize(peak)
+                )
+            });
+            line.push_str(&format!(
+                "; disk: {} used at the end{at_most}",
+                workspace_core::contract::ByteSize(disk.used_bytes)
             ));
         }
         match self.late_output.as_slice() {

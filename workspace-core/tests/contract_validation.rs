@@ -303,6 +303,12 @@ fn each_malformed_contract_names_its_field_path() {
             "is zero",
         ),
         (
+            "disk below the smallest",
+            with("[environment.limits]\ndisk = \"1KiB\"\n"),
+            "environment.limits.disk",
+            "less than the smallest disk, 1 MiB",
+        ),
+        (
             "bad size unit",
             with("[environment.limits]\nmemory = \"4XB\"\n"),
             "environment.limits.memory",

@@ -51,10 +51,12 @@ pub struct DiskRecord {
 pub struct DiskUsage {
     /// Bytes in use at the end (`statvfs`: blocks less free blocks).
     pub used_bytes: u64,
-    /// The most the disk ever held, where the file system shows it: for an
-    /// image, the blocks the image file has on the host (a file system on a
-    /// loop device without discard never gives a block back, so this is the
-    /// high-water mark of its use, metadata included, and what the run cost
-    /// the host's disk). `None` for a tmpfs, which keeps no such mark.
+    /// The most the disk's device ever held, where it shows it: for an image,
+    /// the blocks the image file has on the host. A file system on a loop
+    /// device without discard never gives a block back, so this is the
+    /// high-water mark of what was written out to it, metadata included, and
+    /// what the run cost the host's disk; data deleted before the kernel wrote
+    /// it back never reached the device and is not in it. `None` for a tmpfs,
+    /// which keeps no such mark.
     pub peak_bytes: Option<u64>,
 }

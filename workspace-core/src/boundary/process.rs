@@ -154,7 +154,7 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
         self.make_disk(run, cap_bytes).await
     }
 
-    /// What the run's disk holds now, and the most it ever held.
+    /// What the run's disk holds now, and the most its device ever held.
     async fn disk_usage(&self, run: &RunContext) -> Result<DiskUsage, BoundaryError> {
         let _ = run;
         Ok(DiskUsage::default())

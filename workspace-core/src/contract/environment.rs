@@ -285,6 +285,15 @@ impl Limits {
                 format!("{cpus} is not a CPU share in (0, {MAX_CPUS}]"),
             );
         }
+        if let Some(disk) = self.disk
+            && disk.bytes() > 0
+            && disk.bytes() < MIN_DISK_BYTES
+        {
+            problems.push(
+                "environment.limits.disk",
+                format!("{disk} is less than the smallest disk, 1 MiB (a checkout's own files need that much)"),
+            );
+        }
         let zero_checks = [
             ("memory", self.memory.map(ByteSize::bytes)),
             ("pids", self.pids.map(u64::from)),
@@ -309,6 +318,10 @@ impl Limits {
         self.cpus.map(|c| (c * 1000.0).round() as u64)
     }
 }
+
+/// The smallest `environment.limits.disk`: a checkout's own files (its `.git`
+/// at least) must fit.
+pub const MIN_DISK_BYTES: u64 = 1 << 20;
 
 /// What a run reserves without `environment.reservation`: half a core.
 pub const DEFAULT_RESERVED_CPU_MILLIS: u64 = 500;
