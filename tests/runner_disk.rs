@@ -231,6 +231,14 @@ async fn recovery_removes_the_disk_of_a_run_whose_runner_was_lost() {
         patch.contains("+lost"),
         "the evidence is exported from the disk: {patch}"
     );
+    // Read from the disk before recovery removed it.
+    let usage = read_outcome(&evidence)
+        .disk
+        .expect("the lost run's disk usage");
+    assert!(
+        usage.used_bytes > 0 && usage.peak_bytes.is_some(),
+        "{usage:?}"
+    );
     fx.assert_nothing_left(&run_id, &["disk-lost"]);
     assert_disk_gone(&fx);
 }

@@ -99,8 +99,13 @@ pub fn remount(
     read_back(run_dir, mount_point, cap_bytes)
 }
 
-/// What the disk at `mount_point` holds now, and the most it ever held.
-pub fn usage(run_dir: &Path, mount_point: &Path) -> Result<DiskUsage, DiskError> {
+/// What the disk at `mount_point` holds now, and the most it ever held;
+/// `None` when nothing is mounted there (the figures would be the run
+/// directory's file system's).
+pub fn usage(run_dir: &Path, mount_point: &Path) -> Result<Option<DiskUsage>, DiskError> {
+    if mounted_at(mount_point)?.is_none() {
+        return Ok(None);
+    }
     let stat = nix::sys::statvfs::statvfs(mount_point)
         .map_err(|e| DiskError::io("read the usage of", mount_point)(e.into()))?;
     let fragment = stat.fragment_size();
@@ -112,10 +117,10 @@ pub fn usage(run_dir: &Path, mount_point: &Path) -> Result<DiskUsage, DiskError>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(DiskError::io("inspect", &image)(e)),
     };
-    Ok(DiskUsage {
+    Ok(Some(DiskUsage {
         used_bytes,
         peak_bytes,
-    })
+    }))
 }
 
 /// Unmounts and removes whatever of the disk exists, then proves nothing is

@@ -60,7 +60,7 @@ impl ProcessBoundary for NamespaceProcess {
         .await
     }
 
-    async fn disk_usage(&self, run: &RunContext) -> Result<DiskUsage, BoundaryError> {
+    async fn disk_usage(&self, run: &RunContext) -> Result<Option<DiskUsage>, BoundaryError> {
         let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
         disk_call("read the run's disk usage", move || {
             crate::disk::usage(&run_dir, &mount_point)

@@ -2,7 +2,7 @@
 //! contract caps it (`environment.limits.disk`).
 //!
 //! The writable layer is everything the run writes that the host keeps on disk:
-//! its checkout (a layered checkout's upper and work directories) and its
+//! its checkout (a layered checkout's upper, work and merged directories) and its
 //! services' template layers, all under [`RunContext::layer_dir`](super::RunContext::layer_dir).
 //! The process boundary makes the disk before the checkout is provisioned and
 //! removes it once the checkout is released; what it records is read back from

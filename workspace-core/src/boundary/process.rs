@@ -154,10 +154,12 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
         self.make_disk(run, cap_bytes).await
     }
 
-    /// What the run's disk holds now, and the most its device ever held.
-    async fn disk_usage(&self, run: &RunContext) -> Result<DiskUsage, BoundaryError> {
+    /// What the run's disk holds now, and the most its device ever held;
+    /// `None` when no disk of the run is mounted (it was never made, or the
+    /// host restarted).
+    async fn disk_usage(&self, run: &RunContext) -> Result<Option<DiskUsage>, BoundaryError> {
         let _ = run;
-        Ok(DiskUsage::default())
+        Ok(None)
     }
 
     /// Unmounts and removes the run's disk, whatever of it exists (recovery

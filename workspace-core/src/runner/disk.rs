@@ -12,6 +12,7 @@ use std::path::Path;
 use super::error::RunErrorKind;
 use super::state_files::{read_state, write_state};
 use crate::boundary::{BoundaryError, DiskRecord, DiskUsage, ProcessBoundary, RunContext};
+use crate::step::{RunnerStep, StepErrors};
 
 /// The run's disk record in its run directory.
 pub(super) const DISK_STATE_FILE: &str = "disk.json";
@@ -55,13 +56,21 @@ pub(super) fn record(run_dir: &Path) -> Result<Option<DiskRecord>, RunErrorKind>
     read_state(&run_dir.join(DISK_STATE_FILE))
 }
 
-/// What the run's disk holds, when it has one.
+/// What the run's disk holds, when it has one mounted; a failure to read it
+/// is added to `errors`.
 pub(super) async fn usage(
     process: &dyn ProcessBoundary,
     run: &RunContext,
-) -> Option<Result<DiskUsage, BoundaryError>> {
+    errors: &mut StepErrors,
+) -> Option<DiskUsage> {
     cap(run)?;
-    Some(process.disk_usage(run).await)
+    match process.disk_usage(run).await {
+        Ok(usage) => usage,
+        Err(e) => {
+            errors.push(RunnerStep::DiskUsage, e);
+            None
+        }
+    }
 }
 
 /// Removes the run's disk, when its contract caps one (whatever of it exists).

@@ -141,6 +141,8 @@ impl RecoveryHooks for StackRecovery {
         let scrubber = Scrubber::new(&credentials);
         let mut late = StepErrors::default();
         outcome.late_output = late_output::export(&paths.run_dir, &evidence, &scrubber, &mut late);
+        // Its processes are reaped: nothing writes to its disk any more.
+        outcome.disk = super::disk::usage(self.stack.process.as_ref(), &context, &mut late).await;
         outcome.errors.extend(late.failures());
         export_bundle(
             self.stack.promotion.as_ref(),

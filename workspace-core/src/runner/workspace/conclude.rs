@@ -113,14 +113,7 @@ impl Workspace {
             Some(LeakReport::default())
         };
         // Every process of the run ended: nothing writes to its disk any more.
-        let disk = match disk::usage(stack.process.as_ref(), &self.run).await {
-            Some(Ok(usage)) => Some(usage),
-            Some(Err(e)) => {
-                self.errors.push(RunnerStep::DiskUsage, e);
-                None
-            }
-            None => None,
-        };
+        let disk = disk::usage(stack.process.as_ref(), &self.run, &mut self.errors).await;
         self.journal(|life| life.export().map(drop))?;
         let network = self.export_network();
         let late_output = late_output::export(
