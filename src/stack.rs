@@ -17,6 +17,19 @@ use workspace_core::boundary::Stack;
 /// The cgroup directory (in every hierarchy) the default stack's runs are made in.
 pub const DEFAULT_CGROUP_PARENT: &str = "agent-workspace";
 
+/// The cgroup directory the runs of user `uid` are made in by default:
+/// [`DEFAULT_CGROUP_PARENT`] for root, `agent-workspace-user-<uid>` for an
+/// ordinary user, a subtree root delegates to it once
+/// (`agent-workspace check-host --fix --user NAME`, or
+/// `backend_namespace::cgroup::delegate`).
+pub fn default_cgroup_parent(uid: u32) -> String {
+    if uid == 0 {
+        DEFAULT_CGROUP_PARENT.to_owned()
+    } else {
+        format!("{DEFAULT_CGROUP_PARENT}-user-{uid}")
+    }
+}
+
 /// The embedded default stack: fresh standalone checkouts, path grants and patch
 /// promotion on the host; Linux namespaces, cgroups and seccomp around every
 /// command. No daemon, no image.

@@ -229,7 +229,7 @@ fn check_host_lists_every_finding_and_exits_0_here() {
         "seccomp",
         "overlayfs",
         "idmapped_mounts",
-        "subordinate_ids",
+        "cgroup_delegation",
     ] {
         assert!(
             stdout

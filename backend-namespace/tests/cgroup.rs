@@ -358,3 +358,73 @@ fn cgroup_cpu_limit_and_existing_run_dir() {
     assert!(run.exists());
     assert_gone(run, &layout, &parent.name);
 }
+
+/// An unused uid and gid the delegation test gives a parent to (no such user
+/// exists: only ownership is looked at, and one `mkdir` runs as it).
+const DELEGATE_ID: u32 = 64_999;
+
+#[test]
+fn a_delegated_parent_is_the_users_own_and_lets_it_make_groups_but_nothing_above() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let layout = CgroupLayout::detect().unwrap();
+    let parent = ParentGuard::new(&layout);
+    assert!(
+        !backend_namespace::cgroup::delegation(&layout, &parent.name, DELEGATE_ID)
+            .unwrap()
+            .is_empty(),
+        "an absent parent is reported"
+    );
+    let dirs = backend_namespace::cgroup::delegate(&layout, &parent.name, DELEGATE_ID, DELEGATE_ID)
+        .unwrap();
+    assert!(!dirs.is_empty());
+    let again =
+        backend_namespace::cgroup::delegate(&layout, &parent.name, DELEGATE_ID, DELEGATE_ID)
+            .unwrap();
+    assert_eq!(dirs, again, "idempotent");
+    for dir in &dirs {
+        assert_eq!(
+            std::fs::metadata(dir).unwrap().uid(),
+            DELEGATE_ID,
+            "{}",
+            dir.display()
+        );
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().into_string().unwrap();
+            let owner = entry.metadata().unwrap().uid();
+            let delegated = [
+                "cgroup.procs",
+                "tasks",
+                "cgroup.threads",
+                "cgroup.subtree_control",
+            ];
+            if delegated.contains(&name.as_str()) {
+                assert_eq!(owner, DELEGATE_ID, "{name} in {}", dir.display());
+            } else {
+                // A limit file of the parent: the user cannot lift it.
+                assert_eq!(owner, 0, "{name} in {} was given away", dir.display());
+            }
+        }
+        // The user makes a group of its own there, and it is the user's.
+        let status = Command::new("/bin/mkdir")
+            .arg(dir.join("made-by-the-user"))
+            .uid(DELEGATE_ID)
+            .gid(DELEGATE_ID)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mkdir as the user in {}", dir.display());
+        let made = dir.join("made-by-the-user");
+        assert_eq!(std::fs::metadata(&made).unwrap().uid(), DELEGATE_ID);
+        std::fs::remove_dir(&made).unwrap();
+    }
+    assert_eq!(
+        backend_namespace::cgroup::delegation(&layout, &parent.name, DELEGATE_ID).unwrap(),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert_eq!(
+        backend_namespace::cgroup::delegation(&layout, &parent.name, DELEGATE_ID + 1).unwrap(),
+        dirs,
+        "another user is told it cannot use them"
+    );
+}

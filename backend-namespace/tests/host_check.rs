@@ -7,7 +7,7 @@ use backend_namespace::host_check::{Check, Status, check_host, check_idmapped_mo
 
 #[test]
 fn every_check_is_ok_on_this_host() {
-    let report = check_host();
+    let report = check_host("agent-workspace");
     // The duration is logged, not asserted (see the module docs for the measurement).
     println!("check_host took {} us", report.elapsed_us);
     assert_eq!(report.findings.len(), Check::ALL.len());
@@ -36,7 +36,7 @@ fn every_check_is_ok_on_this_host() {
 /// real; a directory on another file system is probed the same way.
 #[test]
 fn idmapped_mounts_are_probed_for_real() {
-    let report = check_host();
+    let report = check_host("agent-workspace");
     let finding = report.finding(Check::IdmappedMounts).unwrap();
     assert_eq!(finding.status, Status::Ok, "{finding}");
     assert!(

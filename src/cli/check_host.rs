@@ -2,15 +2,25 @@
 
 use std::process::ExitCode;
 
+use backend_namespace::cgroup::{CgroupLayout, delegate};
 use backend_namespace::host_check::{Check, Finding, HostReport, Status, check_host};
 use clap::Args;
 use serde::Serialize;
+
+use super::host::HostArgs;
 
 #[derive(Debug, Args)]
 pub(crate) struct CheckHostArgs {
     /// Print the findings as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// As root: make this host ready for `--user`'s runs (a cgroup subtree
+    /// delegated to that user, where its runs make their groups), then exit.
+    #[arg(long, requires = "user")]
+    fix: bool,
+    /// The ordinary user `--fix` prepares the host for (a name or a uid).
+    #[arg(long, value_name = "NAME", requires = "fix")]
+    user: Option<String>,
 }
 
 /// What the command's runs cannot do without: they make layered checkouts, so
@@ -22,8 +32,11 @@ const REQUIRED: [Check; 14] = Check::REQUIRED_LAYERED;
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
 struct Output<'a> {
-    /// Whether every required check is `ok`.
+    /// Whether every required check is `ok` and nothing else stands in the way.
     ready: bool,
+    /// What stands in the way whatever the host's settings, if anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocker: Option<&'a str>,
     /// The checks the namespace backend needs.
     required: &'a [Check],
     findings: &'a [Finding],
@@ -33,12 +46,19 @@ struct Output<'a> {
 /// Runs every host check and prints one line per finding (with its remediation
 /// when it is not `ok`). Exit 0 when the host is ready for the namespace backend,
 /// 1 when a required check is not `ok`.
-pub(crate) fn run(args: &CheckHostArgs) -> ExitCode {
-    let report = check_host();
+pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
+    if let (true, Some(user)) = (args.fix, &args.user) {
+        return fix(user, host);
+    }
+    let report = check_host(&host.cgroup_parent());
     let gaps = report.is_ready_for(&REQUIRED).err().unwrap_or_default();
+    // What no setting of the host fixes yet: see `ProcessError::OrdinaryUser`.
+    let blocker = (!nix::unistd::geteuid().is_root())
+        .then(|| backend_namespace::process::ProcessError::OrdinaryUser.to_string());
     if args.json {
         let output = Output {
-            ready: gaps.is_empty(),
+            ready: gaps.is_empty() && blocker.is_none(),
+            blocker: blocker.as_deref(),
             required: &REQUIRED,
             findings: &report.findings,
             elapsed_us: report.elapsed_us,
@@ -52,14 +72,16 @@ pub(crate) fn run(args: &CheckHostArgs) -> ExitCode {
         }
     } else {
         print!("{}", table(&report));
-        if gaps.is_empty() {
+        if let Some(blocker) = &blocker {
+            println!("NOT ready for the namespace backend: {blocker}");
+        } else if gaps.is_empty() {
             println!("ready for the namespace backend");
         } else {
             let names: Vec<&str> = gaps.iter().map(|gap| gap.check.name()).collect();
             println!("NOT ready for the namespace backend: {}", names.join(", "));
         }
     }
-    if gaps.is_empty() {
+    if gaps.is_empty() && blocker.is_none() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -100,4 +122,56 @@ fn table(report: &HostReport) -> String {
         }
     }
     out
+}
+
+/// `--fix --user NAME`: as root, delegates the cgroup subtree `NAME`'s runs
+/// make their groups in (its default parent unless `--cgroup-parent` names
+/// another), and prints each directory. Exit 0 when done, 1 otherwise.
+fn fix(name: &str, host: &HostArgs) -> ExitCode {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("agent-workspace: check-host --fix changes the host's cgroups: run it as root");
+        return ExitCode::FAILURE;
+    }
+    let user = match name.parse::<u32>() {
+        Ok(uid) => nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)),
+        Err(_) => nix::unistd::User::from_name(name),
+    };
+    let user = match user {
+        Ok(Some(user)) if !user.uid.is_root() => user,
+        Ok(Some(_)) => {
+            eprintln!("agent-workspace: --user {name}: root needs no delegation");
+            return ExitCode::FAILURE;
+        }
+        Ok(None) => {
+            eprintln!("agent-workspace: --user {name}: no such user");
+            return ExitCode::FAILURE;
+        }
+        Err(err) => {
+            eprintln!("agent-workspace: --user {name}: cannot look it up: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let parent = host.cgroup_parent_of(user.uid.as_raw());
+    let delegated = CgroupLayout::detect()
+        .and_then(|layout| delegate(&layout, &parent, user.uid.as_raw(), user.gid.as_raw()));
+    match delegated {
+        Ok(dirs) => {
+            for dir in dirs {
+                println!(
+                    "cgroup_delegation  {} now belongs to {} ({})",
+                    dir.display(),
+                    user.name,
+                    user.uid
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!(
+                "agent-workspace: delegating {parent} to {}: {err}",
+                user.name
+            );
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -50,7 +50,11 @@ pub(crate) fn run(args: &ConformanceArgs, host: &HostArgs) -> ExitCode {
         );
         return ExitCode::from(super::EXIT_BAD_INPUT);
     }
-    let parent = format!("{}-conformance-{}", host.cgroup_parent, std::process::id());
+    let parent = format!(
+        "{}-conformance-{}",
+        host.cgroup_parent(),
+        std::process::id()
+    );
     let kit = match args.backend {
         KitBackend::Namespace => {
             let parent = parent.clone();

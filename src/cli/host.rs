@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use agent_workspace::{DEFAULT_CGROUP_PARENT, HostDirs};
+use agent_workspace::{HostDirs, default_cgroup_parent};
 use clap::Args;
 use workspace_core::capacity::{HostPool, Resources};
 
@@ -17,10 +17,16 @@ pub(crate) struct HostArgs {
         env = "AGENT_WORKSPACE_RUNTIME_DIR"
     )]
     runtime_dir: Option<PathBuf>,
-    /// The cgroup directory runs are made in, in every hierarchy.
-    #[arg(long, global = true, value_name = "NAME", env = "AGENT_WORKSPACE_CGROUP_PARENT",
-          default_value = DEFAULT_CGROUP_PARENT)]
-    pub(crate) cgroup_parent: String,
+    /// The cgroup directory runs are made in, in every hierarchy
+    /// [default: `agent-workspace` as root, else `agent-workspace-user-UID`, a
+    /// subtree root delegates once with `check-host --fix --user NAME`].
+    #[arg(
+        long = "cgroup-parent",
+        global = true,
+        value_name = "NAME",
+        env = "AGENT_WORKSPACE_CGROUP_PARENT"
+    )]
+    cgroup_parent_flag: Option<String>,
     /// How many runs may hold capacity on this host at once (default: no limit
     /// beyond cpu and memory). For tests and for hosts that need a cap.
     #[arg(
@@ -47,6 +53,18 @@ impl HostArgs {
     /// How long a command gets to stop when the run is interrupted.
     pub(crate) fn stop_grace(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.stop_grace)
+    }
+
+    /// The cgroup directory this user's runs are made in, with the flag applied.
+    pub(crate) fn cgroup_parent(&self) -> String {
+        self.cgroup_parent_of(nix::unistd::geteuid().as_raw())
+    }
+
+    /// The cgroup directory user `uid`'s runs are made in, with the flag applied.
+    pub(crate) fn cgroup_parent_of(&self, uid: u32) -> String {
+        self.cgroup_parent_flag
+            .clone()
+            .unwrap_or_else(|| default_cgroup_parent(uid))
     }
 
     /// The runtime and evidence directories, with the flags applied.

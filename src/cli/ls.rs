@@ -125,7 +125,7 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
             && row.state != StateName::Cleaned.to_string()
             && let Ok(run_id) = RunId::new(row.run_id.as_str())
         {
-            row.processes = run_processes(layout, &host.cgroup_parent, &run_id)
+            row.processes = run_processes(layout, &host.cgroup_parent(), &run_id)
                 .ok()
                 .filter(|pids| !pids.is_empty())
                 .map(|pids| pids.len());

@@ -145,7 +145,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Logs(args) => logs::run(args, &cli.host),
         Command::Recover(args) => recover::run(&args, &cli.host),
         Command::Prune(args) => prune::run(&args, &cli.host),
-        Command::CheckHost(args) => check_host::run(&args),
+        Command::CheckHost(args) => check_host::run(&args, &cli.host),
         Command::Probe(args) => probe::run(args, &cli.host),
         Command::Conformance(args) => conformance::run(&args, &cli.host),
         Command::EgressProxy { config } => helper(agent_workspace::egress::serve(&config)),

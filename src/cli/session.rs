@@ -60,13 +60,13 @@ pub(crate) fn runner_on(
     };
     let stack = match backend {
         Backend::Namespace => agent_workspace::namespace_stack_layered(
-            &host.cgroup_parent,
+            &host.cgroup_parent(),
             dirs.runtime.join("trees"),
             TREE_CACHE_BYTES,
         )
         .map_err(|e| cannot(&e))?,
         Backend::Container => agent_workspace::container_stack(
-            &host.cgroup_parent,
+            &host.cgroup_parent(),
             runtime,
             &dirs.runtime.join("containers"),
         )

@@ -73,6 +73,15 @@ pub enum CgroupError {
         #[source]
         source: io::Error,
     },
+    /// A delegated group's directory or file could not be given to its user.
+    #[error("cgroup: giving {path} to its user failed")]
+    Delegate {
+        /// The directory or file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
     /// A v2 controller could not be enabled in a `cgroup.subtree_control`.
     #[error("cgroup: enabling the {controller} controller in {path} failed")]
     EnableController {

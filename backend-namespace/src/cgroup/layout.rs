@@ -57,10 +57,11 @@ impl CgroupLayout {
     /// Reads `/proc/self/mountinfo` (else `/proc/mounts`) for `cgroup2` and v1
     /// `cgroup` mounts and the v2 root's `cgroup.controllers`. A controller goes on
     /// v2 if the v2 root offers it, else on its v1 mount, else it is
-    /// [`Placement::Missing`].
+    /// [`Placement::Missing`]. For a caller that is not root, the layout is
+    /// what an ordinary user can use of it: on a hybrid host, no v2 hierarchy unless a controller a run needs is there.
     ///
     /// # Ambient authority
-    /// Reads the host's mount table and cgroup files.
+    /// Reads the host's mount table, cgroup files and effective uid.
     pub fn detect() -> Result<Self, CgroupError> {
         let mounts = match std::fs::read_to_string(MOUNTINFO) {
             Ok(text) => parse_mountinfo(&text),
@@ -82,7 +83,29 @@ impl CgroupLayout {
                 .collect(),
             None => Vec::new(),
         };
-        Ok(Self::decide(&mounts, unified, unified_controllers))
+        let layout = Self::decide(&mounts, unified, unified_controllers);
+        Ok(if nix::unistd::geteuid().is_root() {
+            layout
+        } else {
+            layout.for_an_ordinary_user()
+        })
+    }
+
+    /// What an ordinary user's runs use of this layout: on a hybrid host whose
+    /// v2 hierarchy carries no controller a run needs, none of it. There it would
+    /// only track and kill, which the v1 hierarchies and the v1 freezer do as well,
+    /// and an ordinary user cannot move a process into it at all: v2 asks for
+    /// write access to the `cgroup.procs` of the closest common ancestor of the
+    /// old and new groups, here the root's.
+    pub(crate) fn for_an_ordinary_user(self) -> Self {
+        let needs_v2 = Controller::ALL
+            .into_iter()
+            .any(|c| *self.placement(c) == Placement::V2);
+        if self.unified.is_some() && !needs_v2 && self.freezer_v1.is_some() {
+            self.without_unified()
+        } else {
+            self
+        }
     }
 
     /// Decides the placements from parsed mounts and the v2 root's controllers.
@@ -310,6 +333,21 @@ mod tests {
             layout.freezer_v1(),
             Some(Path::new("/sys/fs/cgroup/freezer"))
         );
+    }
+
+    #[test]
+    fn an_ordinary_user_leaves_out_a_v2_hierarchy_only_when_no_controller_is_there() {
+        let mounts = parse_mountinfo(HYBRID);
+        let bare = CgroupLayout::decide(&mounts, pick_unified(&mounts), Vec::new());
+        let user = bare.clone().for_an_ordinary_user();
+        assert_eq!(user.unified(), None);
+        assert_eq!(
+            user.placement(Controller::Memory),
+            bare.placement(Controller::Memory)
+        );
+        let with_memory =
+            CgroupLayout::decide(&mounts, pick_unified(&mounts), vec!["memory".into()]);
+        assert_eq!(with_memory.clone().for_an_ordinary_user(), with_memory);
     }
 
     #[test]

@@ -52,6 +52,7 @@
 //!
 //! [`ResolvedLimits`]: workspace_core::boundary::ResolvedLimits
 
+mod delegate;
 mod error;
 mod freezer;
 mod fsio;
@@ -66,6 +67,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use delegate::{delegate, delegation};
 pub use error::CgroupError;
 pub use kill_method::KillMethod;
 pub use layout::{CgroupLayout, Placement};

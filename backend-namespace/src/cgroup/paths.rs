@@ -105,7 +105,7 @@ pub fn remove_parent(layout: &CgroupLayout, parent_name: &str) -> Result<(), Cgr
 }
 
 /// Every hierarchy mount of the layout a run may have a directory in.
-fn hierarchy_mounts(layout: &CgroupLayout) -> Vec<PathBuf> {
+pub(crate) fn hierarchy_mounts(layout: &CgroupLayout) -> Vec<PathBuf> {
     let mut mounts: Vec<PathBuf> = Vec::new();
     let v1 = Controller::ALL
         .into_iter()

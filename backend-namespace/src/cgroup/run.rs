@@ -451,7 +451,7 @@ fn plan_dirs(layout: &CgroupLayout, parent: &Path, run_id: &RunId) -> Vec<RunDir
 }
 
 /// Enables `controllers` in `cgroup.subtree_control` from the v2 root down to `parent`.
-fn enable_v2_controllers(
+pub(crate) fn enable_v2_controllers(
     root: &Path,
     parent: &Path,
     controllers: &[Controller],
@@ -474,9 +474,15 @@ fn enable_v2_controllers(
 
 /// Enables `controllers` for the children of the v2 group `dir`
 /// (`cgroup.subtree_control`).
+///
+/// Controllers already enabled are not written again: an ordinary user's runs
+/// go through ancestors it may read but not write (a delegated subtree's
+/// parents, enabled once by root: see `delegate.rs`).
 fn hand_down(dir: &Path, controllers: &[Controller]) -> Result<(), CgroupError> {
     let file = dir.join("cgroup.subtree_control");
-    for controller in controllers {
+    let enabled = fsio::read(&file)?;
+    let enabled: Vec<&str> = enabled.split_whitespace().collect();
+    for controller in controllers.iter().filter(|c| !enabled.contains(&c.name())) {
         fsio::write_raw(&file, &format!("+{controller}")).map_err(|source| {
             CgroupError::EnableController {
                 controller: *controller,

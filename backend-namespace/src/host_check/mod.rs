@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use backend_namespace::host_check::{check_host, Check};
-//! let report = check_host();
+//! let report = check_host("agent-workspace");
 //! if let Err(gaps) = report.is_ready_for(&[Check::UserNamespaces, Check::PidNamespace]) {
 //!     for gap in gaps {
 //!         eprintln!("{}: {} (fix: {})", gap.check, gap.detail, gap.remediation);
@@ -26,7 +26,7 @@
 //! | overlayfs | `/proc/filesystems` lists `overlay` |
 //! | idmapped mounts | `/proc/sys/kernel/osrelease` ≥ 5.19 (overlayfs over an idmapped lower layer) **and** a real probe of the root directory's file system: one forked child makes a detached copy of its mount (`open_tree(OPEN_TREE_CLONE)`), gets a user namespace from a grandchild cloned into one with `CLONE_FILES` (it opens `/proc/self/ns/user` into the shared descriptor table and exits), and sets `MOUNT_ATTR_IDMAP` on the copy, as `spawn/idmapped.rs` does; the copy is never attached and goes with the child. The child reports over a pipe, running only raw syscalls and `_exit`. [`check_idmapped_mounts`] probes another directory (the base-tree cache's). Required for layered checkouts only ([`Check::REQUIRED_LAYERED`]). |
 //! | Landlock | `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)` returns the ABI |
-//! | subordinate ids | as root: nothing needed; otherwise `/etc/subuid` and `/etc/subgid` give the user (by name or uid) at least 65,536 ids each |
+//! | cgroup delegation | as root: nothing needed; otherwise the run groups' parent directory exists in every hierarchy the caller's runs use and is the caller's own ([`crate::cgroup::delegation`]); `check-host --fix --user NAME` makes it ([`crate::cgroup::delegate`]) |
 //! | disk caps | root (a run's disk is mounted on the host), `mkfs.ext4` where [`crate::disk`] looks for it, `/dev/loop-control`; only contracts with `environment.limits.disk` need it |
 //!
 //! # Cost
@@ -88,8 +88,9 @@ pub enum Check {
     IdmappedMounts,
     /// Landlock (any ABI version).
     Landlock,
-    /// Subordinate uids and gids for a non-root caller.
-    SubordinateIds,
+    /// For a non-root caller: a cgroup subtree delegated to it, where its runs
+    /// make their groups.
+    CgroupDelegation,
     /// Capped disks (`environment.limits.disk`): root, `mkfs.ext4` and loop devices.
     DiskCaps,
 }
@@ -111,13 +112,13 @@ impl Check {
         Check::Overlayfs,
         Check::IdmappedMounts,
         Check::Landlock,
-        Check::SubordinateIds,
+        Check::CgroupDelegation,
         Check::DiskCaps,
     ];
 
     /// What a run over a standalone checkout cannot do without: every namespace a
     /// run enters (the cgroup namespace included), the cgroup controllers its limits
-    /// use, seccomp, and (for a non-root caller) subordinate ids. Overlayfs,
+    /// use, seccomp, and (for a non-root caller) a delegated cgroup subtree. Overlayfs,
     /// idmapped mounts, Landlock and disk caps are optional for it.
     pub const REQUIRED_STANDALONE: [Check; 12] = Check::all_but(&[
         Check::Overlayfs,
@@ -181,7 +182,7 @@ impl Check {
             Check::Overlayfs => "overlayfs",
             Check::IdmappedMounts => "idmapped_mounts",
             Check::Landlock => "landlock",
-            Check::SubordinateIds => "subordinate_ids",
+            Check::CgroupDelegation => "cgroup_delegation",
             Check::DiskCaps => "disk_caps",
         }
     }
@@ -291,16 +292,17 @@ impl HostReport {
     }
 }
 
-/// Check what this host supports. Takes a few milliseconds (see the module docs).
+/// Check what this host supports for a caller whose runs make their groups
+/// under `cgroup_parent`. Takes a few milliseconds (see the module docs).
 ///
 /// # Ambient authority
 ///
-/// Reads `/proc`, `/sys/fs/cgroup`, `/etc/subuid`, `/etc/subgid` and the caller's
+/// Reads `/proc`, `/sys/fs/cgroup`, `/etc/passwd` and the caller's
 /// identity, and forks two children: one creates (and drops) namespaces, one makes
 /// (and drops) a detached idmapped mount of `/`.
-pub fn check_host() -> HostReport {
+pub fn check_host(cgroup_parent: &str) -> HostReport {
     let start = Instant::now();
-    let findings = probe::run_all();
+    let findings = probe::run_all(cgroup_parent);
     let elapsed_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
     let gaps = findings.iter().filter(|f| f.status != Status::Ok).count();
     tracing::info!(elapsed_us, gaps, "host check finished");

@@ -376,57 +376,43 @@ pub(crate) fn disk_caps(
     }
 }
 
-/// Total ids granted to `user` (by name or by uid) in a subuid/subgid file.
-pub(crate) fn subordinate_count(content: &str, user: &str, uid: u32) -> u64 {
-    let uid = uid.to_string();
-    content
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let mut parts = l.split(':');
-            let (owner, _start, count) = (parts.next()?, parts.next()?, parts.next()?);
-            (owner == user || owner == uid).then(|| count.trim().parse::<u64>().ok())?
-        })
-        .sum()
-}
-
-/// Ids a rootless run needs: one full 16-bit range.
-pub(crate) const SUBORDINATE_IDS_NEEDED: u64 = 65_536;
-
-/// Subordinate ids, from `/etc/subuid` and `/etc/subgid` (`None`: file absent).
-pub(crate) fn subordinate_ids(
+/// Whether `user` may make run groups under `parent`: `missing` lists the
+/// hierarchies' directories it cannot make groups in (absent or not its own),
+/// or why they could not be looked at.
+pub(crate) fn cgroup_delegation(
     is_root: bool,
     user: &str,
     uid: u32,
-    subuid: Option<&str>,
-    subgid: Option<&str>,
+    parent: &str,
+    missing: Result<Vec<std::path::PathBuf>, String>,
 ) -> Finding {
-    let check = Check::SubordinateIds;
+    let check = Check::CgroupDelegation;
     if is_root {
-        return Finding::ok(check, "running as root: no subordinate ids needed");
-    }
-    let uids = subuid.map_or(0, |c| subordinate_count(c, user, uid));
-    let gids = subgid.map_or(0, |c| subordinate_count(c, user, uid));
-    if uids >= SUBORDINATE_IDS_NEEDED && gids >= SUBORDINATE_IDS_NEEDED {
         return Finding::ok(
             check,
-            format!("{user} ({uid}): {uids} subordinate uids, {gids} subordinate gids"),
+            format!("running as root: runs make their groups under {parent}"),
         );
     }
-    Finding::gap(
-        check,
-        Status::Missing,
-        format!(
-            "{user} ({uid}) has {uids} subordinate uids in /etc/subuid{} and {gids} subordinate gids in /etc/subgid{}; {SUBORDINATE_IDS_NEEDED} of each are needed",
-            if subuid.is_none() { " (absent)" } else { "" },
-            if subgid.is_none() { " (absent)" } else { "" },
+    let fix = format!("sudo agent-workspace check-host --fix --user {user}");
+    match missing {
+        Ok(dirs) if dirs.is_empty() => Finding::ok(
+            check,
+            format!("{parent} is delegated to {user} ({uid}) in every hierarchy"),
         ),
-        format!(
-            "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 {user} \
-             (and install newuidmap/newgidmap: the uidmap package)"
+        Ok(dirs) => Finding::gap(
+            check,
+            Status::Missing,
+            format!(
+                "{user} ({uid}) cannot make groups in {} (absent, or not its own)",
+                dirs.iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            fix,
         ),
-    )
+        Err(why) => Finding::gap(check, Status::Missing, why, fix),
+    }
 }
 
 /// The step of the idmapped-mount probe that failed.

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use nix::libc;
 
-use super::Finding;
 use super::parse::{self, IdmapStep, NS_KINDS, UserNsInputs};
+use super::{Check, Finding};
 use crate::sys::{self, Birth, fd, mount, process};
 
 fn read(path: impl AsRef<Path>) -> Option<String> {
@@ -189,6 +189,14 @@ pub(crate) const IDMAPPED_PROBE_DIR: &str = "/";
 
 /// The idmapped-mounts finding for `dir`.
 pub(crate) fn idmapped_mounts(dir: &Path, is_root: bool) -> Finding {
+    if !is_root {
+        // An ordinary user's runs map to its own ids and the base-tree cache it
+        // makes is its own: the lower layer needs no idmapped mount.
+        return Finding::ok(
+            Check::IdmappedMounts,
+            "not needed: an ordinary user's runs map to its own ids, and the base-tree cache is its own",
+        );
+    }
     parse::idmapped_mounts(
         &dir.to_string_lossy(),
         read("/proc/sys/kernel/osrelease").as_deref(),
@@ -198,7 +206,7 @@ pub(crate) fn idmapped_mounts(dir: &Path, is_root: bool) -> Finding {
 }
 
 /// Run every check, in `Check::ALL` order.
-pub(crate) fn run_all() -> Vec<Finding> {
+pub(crate) fn run_all(cgroup_parent: &str) -> Vec<Finding> {
     let uid = nix::unistd::geteuid();
     let is_root = uid.is_root();
     let created = probe_creation();
@@ -249,12 +257,15 @@ pub(crate) fn run_all() -> Vec<Finding> {
         .ok()
         .flatten()
         .map_or_else(|| uid.to_string(), |u| u.name);
-    findings.push(parse::subordinate_ids(
+    let missing = crate::cgroup::CgroupLayout::detect()
+        .and_then(|layout| crate::cgroup::delegation(&layout, cgroup_parent, uid.as_raw()))
+        .map_err(|err| err.to_string());
+    findings.push(parse::cgroup_delegation(
         is_root,
         &user,
         uid.as_raw(),
-        read("/etc/subuid").as_deref(),
-        read("/etc/subgid").as_deref(),
+        cgroup_parent,
+        missing,
     ));
     findings.push(parse::disk_caps(
         is_root,

@@ -207,22 +207,28 @@ fn seccomp_overlay_landlock() {
 }
 
 #[test]
-fn subordinate_ids() {
-    let sub = "# comment\nalice:100000:65536\nbob:165536:1000\n1002:300000:65536\n";
-    assert_eq!(parse::subordinate_count(sub, "alice", 1000), 65_536);
-    assert_eq!(parse::subordinate_count(sub, "carol", 1002), 65_536);
-    let ok = parse::subordinate_ids(false, "alice", 1000, Some(sub), Some(sub));
+fn cgroup_delegation() {
+    let ok = parse::cgroup_delegation(false, "alice", 1000, "aw-user-1000", Ok(Vec::new()));
     assert_eq!(ok.status, Status::Ok, "{ok}");
-    let few = parse::subordinate_ids(false, "bob", 1001, Some(sub), Some(sub));
+    let absent = vec![std::path::PathBuf::from(
+        "/sys/fs/cgroup/memory/aw-user-1000",
+    )];
+    let missing = parse::cgroup_delegation(false, "bob", 1000, "aw-user-1000", Ok(absent));
     assert_gap(
-        &few,
+        &missing,
         Status::Missing,
-        "usermod --add-subuids 100000-165535 --add-subgids 100000-165535 bob",
+        "sudo agent-workspace check-host --fix --user bob",
     );
-    let absent = parse::subordinate_ids(false, "dave", 1003, None, None);
-    assert!(absent.detail.contains("(absent)"), "{absent}");
-    let root = parse::subordinate_ids(true, "root", 0, None, None);
-    assert_eq!(root.detail, "running as root: no subordinate ids needed");
+    assert!(
+        missing
+            .detail
+            .contains("/sys/fs/cgroup/memory/aw-user-1000"),
+        "{missing}"
+    );
+    let unread = parse::cgroup_delegation(false, "bob", 1000, "p", Err("no mount table".into()));
+    assert_eq!(unread.detail, "no mount table");
+    let root = parse::cgroup_delegation(true, "root", 0, "p", Err("unused".into()));
+    assert_eq!(root.status, Status::Ok, "{root}");
 }
 
 #[test]

@@ -56,14 +56,25 @@ pub enum ProcessError {
         /// The problems, one per field.
         problems: workspace_core::contract::Problems,
     },
-    /// The run's host id (`host_id_base` + its id inside) is past `u32`.
+    /// The run's host id (an offset base + its id inside) is past `u32`.
     #[error("host id base {base} + id {id} overflows")]
     HostIdOverflow {
-        /// [`ProcessOptions::host_id_base`](super::ProcessOptions::host_id_base).
+        /// [`HostIds::Offset`](super::HostIds::Offset)'s base.
         base: u32,
         /// The id inside.
         id: u32,
     },
+    /// The runner is an ordinary user ([`HostIds::Caller`](super::HostIds::Caller)):
+    /// its processes could not join the run's sandbox. The kernel lets a
+    /// process enter another's namespaces through a pidfd only if it may ptrace
+    /// it, and the sandbox's pid 1 is not dumpable (so that the run's own
+    /// processes cannot reach into it either), which only `CAP_SYS_PTRACE` on
+    /// the host overrides.
+    #[error(
+        "an ordinary user's runs cannot join their sandbox yet (its pid 1 is not dumpable, and \
+         entering its namespaces needs CAP_SYS_PTRACE on the host): run as root"
+    )]
+    OrdinaryUser,
     /// The run was already sealed.
     #[error("run {run_id} is already sealed")]
     AlreadySealed {

@@ -4,7 +4,7 @@
 //!
 //! The source boundary (backend-worktree) makes the checkout as the runner, i.e.
 //! host root. Inside the run the command is uid `n` of a user namespace that maps
-//! exactly one id, `n` → `host_id_base + n`; host root is not mapped there, so
+//! exactly one id, `n` → `base + n` as root (see `host_ids.rs`); host root is not mapped there, so
 //! every file of the checkout shows up as `nobody` and the run cannot write its own
 //! workspace (nor git's index, nor `.git/objects`). `seal` therefore changes the
 //! owner of what the run may write to the mapped host ids, once, before any command

@@ -5,7 +5,7 @@
 //!
 //! * **seal**: hands what the run may write over to the run's identity
 //!   ([`hand_over`]: the whole checkout of a standalone or linked source, the upper
-//!   and work directories of a layered one, owned by `host_id_base + uid/gid`,
+//!   and work directories of a layered one, owned by the run's host ids ([`HostIds`]),
 //!   without following links or crossing mounts; a layered checkout's shared lower
 //!   layer is never changed: each command sees it through an idmapped mount in
 //!   which its owner is the run's, see [`crate::spawn`]); creates the run's cgroups under
@@ -32,7 +32,7 @@
 //!   run, in a cgroup of its own below the run's (`cmd-<n>`, so its timeout, kill
 //!   and memory-limit cause cover its tree only), with the run's environment plus
 //!   the injected credentials, the identity's uid/gid (mapped to
-//!   `host_id_base + id` on the host) and the rlimit baseline (soft = hard):
+//!   its [`HostIds`] on the host) and the rlimit baseline (soft = hard):
 //!   `RLIMIT_NOFILE` = `limits.open_files`, `RLIMIT_CORE` = 0, `RLIMIT_FSIZE` =
 //!   `limits.disk` (each file at most the disk cap; unlimited without one). Its
 //!   stdin is a pipe; its stdout and stderr are files of the run (`output.rs`),
@@ -98,6 +98,7 @@ mod egress;
 mod error;
 mod execution;
 mod handover;
+mod host_ids;
 mod in_sandbox;
 mod network;
 mod output;
@@ -117,15 +118,13 @@ use workspace_core::mount_plan::HostLayout;
 pub use error::ProcessError;
 pub use execution::NamespaceExecution;
 pub use handover::{HandoverOutcome, MAX_OPEN_DIRS, hand_over};
+pub use host_ids::{DEFAULT_HOST_ID_BASE, HostIds};
 pub use pty::PTY_WINDOW_SIZE;
 pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
 
 use crate::cgroup::RunCgroup;
 use crate::spawn::Sandbox;
 use seal::{RunSpec, Sealed};
-
-/// The host id that id 0 inside a run maps to; id `n` maps to base + `n`.
-pub const DEFAULT_HOST_ID_BASE: u32 = 100_000;
 
 /// How long the boundary probe of `seal` may take, from its clone to its exit.
 ///
@@ -144,8 +143,9 @@ pub struct ProcessOptions {
     /// The cgroup directory (relative, e.g. `agent-workspace`) the runs' cgroups
     /// are made in, in every hierarchy.
     pub cgroup_parent: String,
-    /// The host id that id 0 inside maps to (id `n` maps to base + `n`).
-    pub host_id_base: u32,
+    /// Which host ids the run's ids map to ([`HostIds::for_this_process`] by
+    /// default: an offset range as root, the caller's own ids otherwise).
+    pub host_ids: HostIds,
     /// The host's base system and `/etc` files passed through.
     pub host: HostLayout,
     /// How long the boundary probe of `seal` may take ([`PROBE_TIMEOUT`] by default).
@@ -158,7 +158,7 @@ pub struct ProcessOptions {
 }
 
 impl ProcessOptions {
-    /// Options with `cgroup_parent`, [`DEFAULT_HOST_ID_BASE`], this host's
+    /// Options with `cgroup_parent`, [`HostIds::for_this_process`], this host's
     /// layout ([`probe_host_layout`]) and [`PROBE_TIMEOUT`].
     ///
     /// # Ambient authority
@@ -166,7 +166,7 @@ impl ProcessOptions {
     pub fn probe(cgroup_parent: impl Into<String>) -> Result<Self, ProcessError> {
         Ok(Self {
             cgroup_parent: cgroup_parent.into(),
-            host_id_base: DEFAULT_HOST_ID_BASE,
+            host_ids: HostIds::for_this_process(),
             host: probe_host_layout()?,
             probe_timeout: PROBE_TIMEOUT,
             egress_proxy: None,

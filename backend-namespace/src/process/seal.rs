@@ -161,16 +161,7 @@ pub(crate) fn host_ids(
     plan: &SealPlan,
     options: &ProcessOptions,
 ) -> Result<(u32, u32), ProcessError> {
-    let host_id = |id: u32| {
-        options
-            .host_id_base
-            .checked_add(id)
-            .ok_or(ProcessError::HostIdOverflow {
-                base: options.host_id_base,
-                id,
-            })
-    };
-    Ok((host_id(plan.identity.uid)?, host_id(plan.identity.gid)?))
+    options.host_ids.of(plan.identity.uid, plan.identity.gid)
 }
 
 /// Creates the run's cgroups, builds its plan and starts its sandbox (blocking).
@@ -179,6 +170,9 @@ pub(crate) fn prepare(
     plan: &SealPlan,
     options: &ProcessOptions,
 ) -> Result<Sealed, ProcessError> {
+    if matches!(options.host_ids, super::HostIds::Caller { .. }) {
+        return Err(ProcessError::OrdinaryUser);
+    }
     let identity = &plan.identity;
     let (host_uid, host_gid) = host_ids(plan, options)?;
 

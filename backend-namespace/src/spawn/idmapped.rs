@@ -138,6 +138,15 @@ pub(crate) fn idmapped_lower(
             source,
         }
     };
+    // A lower layer that is the run's own already needs no mount at all, and an
+    // ordinary user (whose runs map to its own ids) could not make one: look
+    // before `open_tree`, which needs `CAP_SYS_ADMIN`.
+    let before = nix::sys::stat::stat(lower).map_err(fail("inspecting the lower layer"))?;
+    if (before.st_dev, before.st_ino) == expected
+        && (before.st_uid, before.st_gid) == (host_uid, host_gid)
+    {
+        return Ok(None);
+    }
     let path = CString::new(lower.as_os_str().as_bytes())
         .map_err(|_| fail("naming the lower layer")(Errno::EINVAL))?;
     let tree = mount::clone_tree(&path)
