@@ -75,8 +75,9 @@ pub fn delegate(
 }
 
 /// The directories of `parent_name` in the hierarchies an ordinary user's runs
-/// use of `layout` (which may be root's) that `uid` cannot make groups in: missing, or not its own. Empty when the subtree is
-/// delegated (or `uid` is root, who needs no delegation).
+/// use of `layout` (which may be root's) that `uid` cannot make groups in:
+/// missing, or not its own. Empty when the subtree is delegated (or `uid` is
+/// root, who needs no delegation).
 ///
 /// # Ambient authority
 /// Looks at the host's cgroup hierarchies.
