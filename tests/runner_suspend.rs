@@ -6,9 +6,10 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use support::{Fixture, assert_intact, marker, read_outcome, shell, wait_for_process};
+use support::{Fixture, assert_intact, command, command_lines_with, marker, read_outcome, shell};
+use workspace_core::boundary::Suspension;
 use workspace_core::evidence::ExitStatusRecord;
 use workspace_core::lifecycle::State;
 use workspace_core::runner::{CommandIo, CreateOptions, RunErrorKind};
@@ -22,23 +23,49 @@ async fn a_suspended_run_keeps_its_checkout_and_resumes_in_another_runner() {
         .await
         .unwrap();
     let run_id = ws.run_id().clone();
+    // The sleeper carries its marker in its own argv and never forks, so once the
+    // shell that started it is gone, exactly one process carries the marker.
     let sleeper = marker("suspend-sleeper");
     let first = ws
         .exec(
-            &shell(
-                "echo first > note.txt; (setsid sleep 1000 &) ; true",
-                &sleeper,
+            &command(
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "echo first > note.txt; \
+                     setsid python3 -c 'import time; time.sleep(1000)' \"$0\" </dev/null >/dev/null 2>&1 &",
+                    &sleeper,
+                ],
+                None,
             ),
             CommandIo::captured(),
         )
         .await
         .unwrap();
     assert_eq!(first.exit.status, ExitStatusRecord::Code(0));
+    let python_sleepers = || {
+        command_lines_with(&sleeper)
+            .into_iter()
+            .filter(|(_, line)| line.starts_with("python3"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while command_lines_with(&sleeper).len() != 1 || python_sleepers() != 1 {
+        assert!(Instant::now() < deadline, "the sleeper never started alone");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let suspended = ws.suspend().await.unwrap();
     assert_eq!(suspended.run_id, run_id);
 
-    // Parked: no process of the run, the checkout kept, recovery leaves it alone.
-    assert!(!wait_for_process(&sleeper, Duration::from_millis(200)));
+    // Parked: the sleeper frozen in place (not killed), the checkout kept,
+    // recovery leaves it alone.
+    assert!(
+        matches!(&suspended.suspension, Suspension::Frozen { processes } if !processes.is_empty()),
+        "{:?}",
+        suspended.suspension
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(python_sleepers(), 1, "frozen, not killed");
     let paths = f.paths(&run_id);
     assert!(
         paths.run_dir.exists(),
