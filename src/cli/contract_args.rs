@@ -124,7 +124,9 @@ impl ContractArgs {
     ) -> Result<(), BadInput> {
         match runner.resolve(contract).await {
             Ok(resolved) => {
-                if let Some(resolved) = resolved.filter(|r| r.uncommitted_changes) {
+                if let Some(resolved) = resolved
+                    && runner.uncommitted_changes(contract).await == Some(true)
+                {
                     eprintln!(
                         "agent-workspace: {} has uncommitted changes; the run gets {} as committed, without them",
                         resolved.repository.display(),

@@ -19,7 +19,9 @@ use super::inputs::copy_inputs;
 use super::linked::{provision_linked, release_linked};
 use super::pinned::pinned_files;
 use super::release::remove_tree;
-use super::resolve::{open_source_repo, resolve_revision, resolve_section};
+use super::resolve::{
+    open_source_repo, resolve_revision, resolve_section, section_has_uncommitted_changes,
+};
 use super::resume::verify_checkout;
 use super::submodules::provision_submodules;
 use crate::layered::cache::{BaseTree, TreeCache};
@@ -125,6 +127,14 @@ impl SourceBoundary for WorktreeSource {
                 Err(problems)
             }
         }
+    }
+
+    async fn uncommitted_changes(&self, section: &SourceSection) -> Option<bool> {
+        let section = section.clone();
+        tokio::task::spawn_blocking(move || section_has_uncommitted_changes(&section))
+            .await
+            .ok()
+            .flatten()
     }
 
     async fn provision(&self, run: &RunContext) -> Result<SourceRecord, BoundaryError> {

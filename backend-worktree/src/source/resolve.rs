@@ -41,12 +41,26 @@ pub fn resolve_section(section: &SourceSection) -> Result<ResolvedSource, Proble
             return Err(problems);
         }
     };
-    let head = repo.head_id().ok().map(|id| id.detach());
     Ok(ResolvedSource {
         repository: path.to_owned(),
         commit: commit.to_string(),
-        uncommitted_changes: head == Some(commit) && has_uncommitted_changes(&repo),
     })
+}
+
+/// Whether a run of `section` would go without changes of its repository
+/// (see [`SourceBoundary::uncommitted_changes`]); `None` when it does not
+/// resolve: the blocking body of
+/// [`WorktreeSource`](crate::source::WorktreeSource)'s answer.
+///
+/// [`SourceBoundary::uncommitted_changes`]: workspace_core::boundary::SourceBoundary::uncommitted_changes
+///
+/// # Ambient authority
+/// `section.repo` is a host path, used as given.
+pub fn section_has_uncommitted_changes(section: &SourceSection) -> Option<bool> {
+    let repo = open_source_repo(Path::new(&section.repo)).ok()?;
+    let commit = resolve_revision(&repo, &section.revision).ok()?;
+    let head = repo.head_id().ok().map(|id| id.detach());
+    Some(head == Some(commit) && has_uncommitted_changes(&repo))
 }
 
 /// Opens the source repository at `path` in isolation (see [`crate::repo::open_source`]):

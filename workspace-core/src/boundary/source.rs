@@ -33,6 +33,17 @@ pub trait SourceBoundary: Send + Sync + Debug + 'static {
         Ok(None)
     }
 
+    /// Whether a run of `section` would go without changes its repository
+    /// has: its revision is the repository's `HEAD`, and the work tree or the
+    /// index differs from it (untracked files aside). A status of the whole
+    /// work tree, so a run never asks it; a front end that tells its user
+    /// does. `None`: not known (the default; also when `section` does not
+    /// resolve).
+    async fn uncommitted_changes(&self, section: &SourceSection) -> Option<bool> {
+        let _ = section;
+        None
+    }
+
     /// Makes the run's checkout under `run.run_dir` as `run.contract.source` says.
     async fn provision(&self, run: &RunContext) -> Result<SourceRecord, BoundaryError>;
 
@@ -70,10 +81,6 @@ pub struct ResolvedSource {
     pub repository: PathBuf,
     /// The commit the revision names (hex).
     pub commit: String,
-    /// Whether the revision is the repository's `HEAD` and its work tree or
-    /// index has changes that are not committed: a run gets the commit
-    /// without them.
-    pub uncommitted_changes: bool,
 }
 
 /// What the agent received: written to `source.json`.

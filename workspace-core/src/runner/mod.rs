@@ -170,6 +170,19 @@ impl Runner {
             .map_err(RunErrorKind::InvalidContract)
     }
 
+    /// Whether a run of `contract` would go without changes its repository
+    /// has (uncommitted changes at `HEAD`), as the source boundary answers
+    /// [`SourceBoundary::uncommitted_changes`](crate::boundary::SourceBoundary::uncommitted_changes):
+    /// a status of the repository's whole work tree, which [`create`](Self::create)
+    /// never pays for. `None`: not known.
+    pub async fn uncommitted_changes(&self, contract: &Contract) -> Option<bool> {
+        self.inner
+            .stack
+            .source
+            .uncommitted_changes(&contract.source)
+            .await
+    }
+
     /// Creates a run of `contract` and brings it to `Sealed`.
     ///
     /// An invalid or unsupported contract, or one whose source does not
