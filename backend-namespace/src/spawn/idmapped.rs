@@ -35,7 +35,8 @@
 //! new user namespace (a fork-style raw `clone`, like the run's child; the helper
 //! only closes its descriptors and sleeps in `ppoll` with every signal blocked),
 //! writes its maps, opens `/proc/<pid>/ns/user`, then kills and reaps it. The
-//! namespace lives on as long as the idmapped mount refers to it.
+//! namespace lives on as long as an idmapped mount refers to it, and this
+//! process keeps it for the next mount of the same mapping.
 //!
 //! # Ambient authority
 //!
@@ -48,6 +49,7 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Mutex;
 
 use nix::errno::Errno;
 use nix::libc;
@@ -176,8 +178,44 @@ pub(crate) fn idmapped_lower(
     Ok(Some(tree))
 }
 
-/// A user namespace mapping exactly `uid.0` → `uid.1` and `gid.0` → `gid.1`.
+/// The user namespaces made for idmapped mounts, by mapping. A namespace's map
+/// never changes once written, so one serves every idmapped mount of its
+/// mapping for the life of this process: making one costs a clone, two map
+/// writes and a kill, about a millisecond of every sandbox's start. Held here,
+/// a namespace has no process in it and nothing but the mounts made with it
+/// refers to it; the descriptors are close-on-exec, and every sandbox child
+/// closes what it does not keep.
+static MAPPING_NAMESPACES: Mutex<Vec<(Mapping, OwnedFd)>> = Mutex::new(Vec::new());
+
+/// `(on-disk uid, host uid), (on-disk gid, host gid)`.
+type Mapping = ((u32, u32), (u32, u32));
+
+/// A user namespace mapping exactly `uid.0` → `uid.1` and `gid.0` → `gid.1`:
+/// a duplicate of the one this process made before for that mapping, else a
+/// new one ([`new_mapping_namespace`]).
 fn mapping_namespace(uid: (u32, u32), gid: (u32, u32)) -> Result<OwnedFd, SpawnError> {
+    let duplicate = |ns: &OwnedFd| {
+        ns.try_clone().map_err(|e| SpawnError::IdmappedLower {
+            step: "duplicating the mapping namespace",
+            path: "-".into(),
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+        })
+    };
+    // A panic while the list was held left it whole: every entry is pushed complete.
+    let mut made = MAPPING_NAMESPACES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, ns)) = made.iter().find(|(mapping, _)| *mapping == (uid, gid)) {
+        return duplicate(ns);
+    }
+    let ns = new_mapping_namespace(uid, gid)?;
+    let mine = duplicate(&ns)?;
+    made.push(((uid, gid), ns));
+    Ok(mine)
+}
+
+/// A new user namespace mapping exactly `uid.0` → `uid.1` and `gid.0` → `gid.1`.
+fn new_mapping_namespace(uid: (u32, u32), gid: (u32, u32)) -> Result<OwnedFd, SpawnError> {
     let helper = Helper::start()?;
     let dir = std::path::PathBuf::from(format!("/proc/{}", helper.0));
     idmap::write(&dir.join("uid_map"), &format!("{} {} 1\n", uid.0, uid.1))?;
