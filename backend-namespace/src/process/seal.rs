@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use workspace_core::boundary::{PreviewEndpoint, ResolvedLimits, RunContext, SealPlan};
 use workspace_core::contract::{Contract, NetworkMode};
-use workspace_core::mount_plan::{MountPlan, PlanInputs};
+use workspace_core::mount_plan::{MountPlan, PlanInputs, excluded_paths, excluded_paths_layered};
 
 use super::egress::{self, EgressProxy};
 use super::error::ProcessError;
@@ -200,18 +200,17 @@ pub(crate) fn prepare(
         handover.push((dir.to_path_buf(), outcome));
     }
 
-    let (trees, checkout): (Vec<&Path>, &Path) = match &plan.source.layers {
+    let patterns = &run.contract.filesystem.excluded;
+    let (excluded, checkout) = match &plan.source.layers {
         Some(layers) => (
-            vec![layers.lower.as_path(), layers.upper.as_path()],
+            excluded_paths_layered(&layers.lower, &layers.upper, patterns)?,
             layers.upper.as_path(),
         ),
         None => (
-            vec![plan.source.workspace.as_path()],
+            excluded_paths(&[plan.source.workspace.as_path()], patterns)?,
             plan.source.workspace.as_path(),
         ),
     };
-    let excluded =
-        workspace_core::mount_plan::excluded_paths(&trees, &run.contract.filesystem.excluded)?;
     let source_objects = workspace_core::mount_plan::source_objects(checkout);
     let (contract, host_mounts) = resolve_host_mounts(&run.contract)?;
     let mount_plan = MountPlan::build(&PlanInputs {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use super::lower_walks;
 use crate::contract::exclusion_glob;
 
 /// Why the checkout could not be read for the plan.
@@ -53,6 +54,33 @@ pub fn excluded_paths(
     trees: &[&Path],
     patterns: &[String],
 ) -> Result<Vec<(String, bool)>, CheckoutError> {
+    let matches = matcher(patterns)?;
+    let mut found = BTreeMap::new();
+    for tree in trees {
+        walk(tree, "", &matches, &mut found)?;
+    }
+    Ok(listed(found))
+}
+
+/// [`excluded_paths`] of a layered checkout, `lower` then `upper`, where
+/// `lower` is a base tree that is never written once made (a commit's cached
+/// tree, shared by every run of it): its walk is done once per process for
+/// each set of patterns and kept, so a run walks only its own `upper` layer.
+/// A lower tree made again at the same path is a new directory (another
+/// inode or change time) and is walked again.
+pub fn excluded_paths_layered(
+    lower: &Path,
+    upper: &Path,
+    patterns: &[String],
+) -> Result<Vec<(String, bool)>, CheckoutError> {
+    let matches = matcher(patterns)?;
+    let mut found = lower_walks::walked(lower, patterns, |found| walk(lower, "", &matches, found))?;
+    walk(upper, "", &matches, &mut found)?;
+    Ok(listed(found))
+}
+
+/// One matcher for `patterns` and [`PROTECTED_EXCLUSIONS`].
+fn matcher(patterns: &[String]) -> Result<impl Fn(&str) -> bool, CheckoutError> {
     let mut matchers = Vec::new();
     for pattern in patterns
         .iter()
@@ -65,23 +93,23 @@ pub fn excluded_paths(
         })?;
         matchers.push(glob.compile_matcher());
     }
-    let matches = |rel: &str| matchers.iter().any(|m| m.is_match(rel));
-    let mut found = BTreeMap::new();
-    for tree in trees {
-        walk(tree, "", &matches, &mut found)?;
-    }
-    Ok(found
+    Ok(move |rel: &str| matchers.iter().any(|m| m.is_match(rel)))
+}
+
+/// The paths still excluded once every tree was walked, sorted.
+fn listed(found: BTreeMap<String, Kind>) -> Vec<(String, bool)> {
+    found
         .into_iter()
         .filter_map(|(path, kind)| match kind {
             Kind::File => Some((path, true)),
             Kind::Dir => Some((path, false)),
             Kind::Gone => None,
         })
-        .collect())
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     File,
     Dir,
     Gone,
@@ -230,6 +258,63 @@ mod tests {
                 ("secrets".to_owned(), false),
             ]
         );
+    }
+
+    #[test]
+    fn a_layered_checkout_walks_its_lower_tree_once_and_its_upper_layer_each_time() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let lower = tmp.path().join("lower");
+        let upper = tmp.path().join("upper");
+        write(&lower.join(".env"), "A=1");
+        write(&lower.join("app/.env.local"), "B=2");
+        write(&lower.join("src/lib.rs"), "");
+        std::fs::create_dir(&upper).unwrap_or_else(|e| panic!("{e}"));
+        let patterns = vec!["secrets".to_owned()];
+        let layered = |upper: &Path| {
+            excluded_paths_layered(&lower, upper, &patterns).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let first = layered(&upper);
+        assert_eq!(
+            first,
+            excluded_paths(&[&lower, &upper], &patterns).unwrap_or_else(|e| panic!("{e}"))
+        );
+        assert_eq!(
+            first,
+            vec![
+                (".env".to_owned(), true),
+                ("app/.env.local".to_owned(), true)
+            ]
+        );
+
+        // The run's own layer is read every time: what it adds, and a whiteout
+        // that removes a path of the lower tree.
+        write(&upper.join("secrets/key"), "k");
+        let whiteout = std::process::Command::new("mknod")
+            .arg(upper.join(".env"))
+            .args(["c", "0", "0"])
+            .status()
+            .unwrap_or_else(|e| panic!("mknod (coreutils): {e}"));
+        assert!(whiteout.success(), "mknod of a whiteout needs root");
+        assert_eq!(
+            layered(&upper),
+            vec![
+                ("app/.env.local".to_owned(), true),
+                ("secrets".to_owned(), false)
+            ]
+        );
+
+        // The lower tree is never written once made, so it is not walked
+        // again: a file put deep inside it by hand is not seen...
+        write(&lower.join("src/.env"), "C=3");
+        let other = tmp.path().join("other-upper");
+        std::fs::create_dir(&other).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(layered(&other), first);
+        // ...but a tree made again at the same path is another directory.
+        let moved = tmp.path().join("old-lower");
+        std::fs::rename(&lower, &moved).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(&lower).unwrap_or_else(|e| panic!("{e}"));
+        write(&lower.join("src/.env"), "C=3");
+        assert_eq!(layered(&other), vec![("src/.env".to_owned(), true)]);
     }
 
     #[test]

@@ -35,10 +35,13 @@
 mod build;
 mod checkout;
 mod host;
+mod lower_walks;
 mod types;
 
 pub use build::{HostLayout, PlanInputs, SystemEntry};
-pub use checkout::{CheckoutError, PROTECTED_EXCLUSIONS, excluded_paths, source_objects};
+pub use checkout::{
+    CheckoutError, PROTECTED_EXCLUSIONS, excluded_paths, excluded_paths_layered, source_objects,
+};
 pub use host::{
     ETC_PATHS, HostLayoutError, IMAGE_RESERVED, SYSTEM_PATHS, probe_host_layout, probe_image,
     probe_under,
