@@ -110,6 +110,23 @@ fn a_write_past_the_disk_flag_fails_inside_with_no_space_left() {
 }
 
 #[test]
+fn a_disk_flag_with_decimals_is_the_size_it_says() {
+    let fixture = CliFixture::new("disk-decimal");
+    let out = fixture.run(&["--disk", "1.5GiB", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let (line, evidence) = summary(&out);
+    assert!(line.contains("; disk: "), "{line}");
+    let observed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("observed.json")).unwrap()).unwrap();
+    assert_eq!(
+        observed["disk"]["cap_bytes"],
+        3u64 << 29,
+        "{}",
+        observed["disk"]
+    );
+}
+
+#[test]
 fn a_command_the_pids_limit_held_back_says_so() {
     // Wider than the limit: the shell cannot fork them all.
     let outcome = expect_exit(
@@ -256,7 +273,7 @@ fn bad_input_exits_2_with_one_line_and_leaves_nothing_behind() {
     let contract = contract.to_str().unwrap();
     let missing = fixture.path().join("no-such-repo");
     let missing = missing.to_str().unwrap();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &[
                 "run",
@@ -314,6 +331,14 @@ fn bad_input_exits_2_with_one_line_and_leaves_nothing_behind() {
             "--timeout",
         ),
         (&["run", "--repo", repo, "--evidence", evidence], "<CMD>"),
+        (
+            &["run", "--repo", repo, "--disk", "512KiB", "--", "/bin/true"],
+            "--disk 512KiB is less than the smallest disk",
+        ),
+        (
+            &["run", "--repo", repo, "--disk", "1.3B", "--", "/bin/true"],
+            "--disk",
+        ),
     ];
     for (args, names) in cases {
         expect_bad_input(&fixture, args, names);

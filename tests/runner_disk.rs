@@ -302,3 +302,71 @@ async fn an_image_disk_outlives_a_host_restart_while_its_run_is_suspended() {
     fx.assert_nothing_left(&run_id, &[]);
     assert_disk_gone(&fx);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_cap_over_a_small_memory_cap_is_an_image_so_a_full_disk_is_no_oom_kill() {
+    let fx = Fixture::new("disk-memory");
+    let _unmount = Unmount(fx.base.path().to_path_buf());
+    let mut contract = capped(&fx, 16 * MIB);
+    // A tmpfs's pages would count against the command's memory: 20 MiB
+    // written to a 16 MiB tmpfs under 48 MiB would come close to the cap.
+    contract.environment.limits.memory = Some(ByteSize(48 * MIB));
+    let script = "head -c 20971520 /dev/zero > big 2>err; s=$?; \
+        grep -q 'No space left on device' err && echo no space; rm -f big err; exit $s";
+    let report = fx
+        .runner()
+        .run(
+            contract,
+            &shell(script, "disk-memory"),
+            CommandIo::captured(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    assert_eq!(stdout(&report, 1), "no space\n");
+    let outcome = read_outcome(&report.evidence);
+    assert_eq!(outcome.commands[0].exit.status, ExitStatusRecord::Code(1));
+    assert_eq!(
+        outcome.commands[0].exit.killed, None,
+        "not killed: {outcome:?}"
+    );
+    let disk = &read_json(&report.evidence, "observed.json")["disk"];
+    assert_eq!(disk["kind"], "image", "{disk}");
+    assert!(
+        disk["chosen_because"]
+            .as_str()
+            .unwrap()
+            .contains("memory cap"),
+        "{disk}"
+    );
+    assert_disk_gone(&fx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cap_larger_than_the_free_space_fails_naming_the_field_and_leaves_nothing() {
+    let fx = Fixture::new("disk-too-large");
+    let _unmount = Unmount(fx.base.path().to_path_buf());
+    let free = host_free(&fx);
+    // Twice what is free, rounded up to whole GiB.
+    let cap = (free * 2).div_ceil(1 << 30) << 30;
+    let runner = fx.runner();
+    let err = runner
+        .create(capped(&fx, cap), CreateOptions::default())
+        .await
+        .unwrap_err();
+    let text = workspace_core::error_chain(&err);
+    assert!(
+        text.contains("environment.limits.disk") && text.contains("free"),
+        "{text}"
+    );
+    // Nothing was made, and the failure is on record.
+    let evidence = err
+        .evidence
+        .clone()
+        .expect("the evidence of the failed run");
+    assert_intact(&evidence);
+    assert!(!evidence.join("commands").exists());
+    assert_disk_gone(&fx);
+    fx.assert_nothing_left(&err.run_id, &[]);
+}

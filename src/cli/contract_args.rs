@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use workspace_core::contract::{
-    ByteSize, Contract, DurationSpec, HostMount, MountMode, NetworkMode, SourceSection, TaskShape,
+    ByteSize, Contract, DurationSpec, HostMount, MountMode, NetworkMode, Problems, SourceSection,
+    TaskShape,
 };
 
 use workspace_core::runner::{RunErrorKind, Runner};
@@ -136,19 +137,30 @@ impl ContractArgs {
                 Ok(())
             }
             Err(RunErrorKind::InvalidContract(problems) | RunErrorKind::Unsupported(problems))
-                if problems.iter().any(|p| self.flag_of(&p.path).is_some()) =>
+                if self.names_a_flag(&problems) =>
             {
-                let lines: Vec<String> = problems
-                    .iter()
-                    .map(|p| match self.flag_of(&p.path) {
-                        Some(flag) => format!("{flag} {}", p.message),
-                        None => p.to_string(),
-                    })
-                    .collect();
-                Err(BadInput(one_line(&lines.join("; "))))
+                Err(BadInput(self.naming_flags(&problems)))
             }
             Err(kind) => Err(BadInput(one_line(&kind.to_string()))),
         }
+    }
+
+    /// Whether a flag set the field of any of `problems`.
+    fn names_a_flag(&self, problems: &Problems) -> bool {
+        problems.iter().any(|p| self.flag_of(&p.path).is_some())
+    }
+
+    /// `problems` on one line, each naming the flag that set its field where
+    /// one did (`--disk 512KiB: ...`), else the field.
+    fn naming_flags(&self, problems: &Problems) -> String {
+        let lines: Vec<String> = problems
+            .iter()
+            .map(|p| match self.flag_of(&p.path) {
+                Some(flag) => format!("{flag} {}", p.message),
+                None => p.to_string(),
+            })
+            .collect();
+        one_line(&lines.join("; "))
     }
 
     /// The flag that set the contract field at `path`, when one did.
@@ -157,6 +169,10 @@ impl ContractArgs {
             "source.repo" if self.repo.is_some() => Some("--repo"),
             "source.revision" if self.rev.is_some() => Some("--rev"),
             "environment.limits.disk" if self.disk.is_some() => Some("--disk"),
+            "environment.limits.memory" if self.memory.is_some() => Some("--memory"),
+            "environment.limits.pids" if self.pids.is_some() => Some("--pids"),
+            "environment.limits.cpus" if self.cpus.is_some() => Some("--cpus"),
+            "environment.limits.wall_time" if self.timeout.is_some() => Some("--timeout"),
             _ => None,
         }
     }
@@ -287,10 +303,14 @@ impl ContractArgs {
             }
         }
         contract.validate().map_err(|problems| {
-            BadInput(format!(
-                "the contract is invalid: {}",
-                one_line(&problems.to_string())
-            ))
+            if self.names_a_flag(&problems) {
+                BadInput(self.naming_flags(&problems))
+            } else {
+                BadInput(format!(
+                    "the contract is invalid: {}",
+                    one_line(&problems.to_string())
+                ))
+            }
         })?;
         Ok(contract)
     }

@@ -78,18 +78,29 @@ impl HostArgs {
 }
 
 /// This host's capacity pool, shared by every `agent-workspace` process using the
-/// same runtime directory (under `<runtime>/capacity`): its cores, its memory, its
-/// free disk not tracked, and no limit on the number of runs beyond those unless
-/// `--capacity-slots` sets one.
+/// same runtime directory (under `<runtime>/capacity`): its cores, its memory,
+/// the space free on the runtime directory's file system (what capped disks,
+/// `environment.limits.disk`, reserve: their images live there, so two runs
+/// whose caps add up to more than is free do not run at once), and no limit on
+/// the number of runs beyond those unless `--capacity-slots` sets one.
 pub(crate) fn host_capacity(host: &HostArgs) -> HostPool {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let runtime = host.dirs().runtime;
     let total = Resources {
         cpu_millis: cores * 1000,
         memory_bytes: mem_total().unwrap_or(u64::MAX),
-        disk_bytes: u64::MAX,
+        disk_bytes: free_bytes(&runtime).unwrap_or(u64::MAX),
         slots: host.capacity_slots.unwrap_or(u32::MAX),
     };
-    HostPool::open(host.dirs().runtime.join(CAPACITY_DIR), total)
+    HostPool::open(runtime.join(CAPACITY_DIR), total)
+}
+
+/// The bytes an unprivileged writer may still use on the file system of
+/// `dir`, or of its nearest existing ancestor when it is not made yet.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let existing = dir.ancestors().find(|d| d.exists())?;
+    let stat = nix::sys::statvfs::statvfs(existing).ok()?;
+    Some(stat.blocks_available().saturating_mul(stat.fragment_size()))
 }
 
 /// The pool's directory under the runtime directory.

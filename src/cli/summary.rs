@@ -115,12 +115,12 @@ impl Summary {
             let at_most = disk.peak_bytes.map_or(String::new(), |peak| {
                 format!(
                     ", {} at most written out",
-                    workspace_core::contract::ByteSize(peak)
+                    workspace_core::contract::ByteSize(peak).approx()
                 )
             });
             line.push_str(&format!(
                 "; disk: {} used at the end{at_most}",
-                workspace_core::contract::ByteSize(disk.used_bytes)
+                workspace_core::contract::ByteSize(disk.used_bytes).approx()
             ));
         }
         match self.late_output.as_slice() {

@@ -50,6 +50,17 @@ pub enum DiskError {
         /// Why.
         reason: String,
     },
+    /// The cap is more than the host can give the run where its disk would be:
+    /// more than its file system has free, or more than a file there can hold.
+    #[error("environment.limits.disk: {cap} is more than {reason} at {}", path.display())]
+    TooLarge {
+        /// The cap, as the contract writes it.
+        cap: workspace_core::contract::ByteSize,
+        /// Where the disk would be (the run directory).
+        path: PathBuf,
+        /// What the host has instead.
+        reason: String,
+    },
     /// Something of the disk outlived its removal.
     #[error("the run's disk at {path} is not removed: {left}")]
     Left {
@@ -67,6 +78,7 @@ impl DiskError {
             Self::Io { path, .. }
             | Self::Program { path, .. }
             | Self::Gone { path, .. }
+            | Self::TooLarge { path, .. }
             | Self::Left { path, .. } => Some(path),
             Self::Missing { .. } => None,
         }

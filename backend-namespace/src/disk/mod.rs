@@ -4,12 +4,15 @@
 //! before the checkout is provisioned there, so that a write past the cap gets
 //! `ENOSPC` inside the run and the host's disk never gives it more.
 //!
-//! Which kind, chosen when the disk is made:
+//! Which kind, chosen when the disk is made ([`kind_for`]):
 //!
-//! * a cap of at most [`TMPFS_MAX_BYTES`]: a tmpfs of that size (made in well
-//!   under a millisecond; its pages are memory, charged to the memory cgroup of
-//!   the run process that writes them, and lost if the host restarts);
-//! * any larger cap: a sparse image file of the cap's size in the run directory,
+//! * a cap of at most [`TMPFS_MAX_BYTES`] and at most a quarter of the run's
+//!   memory cap: a tmpfs of that size (made in well under a millisecond; its
+//!   pages are memory, charged to the memory cgroup of the run process that
+//!   writes them, and lost if the host restarts). A tmpfs as large as the
+//!   memory cap would make a full disk an out-of-memory kill, where the run
+//!   expects "No space left on device";
+//! * any other cap: a sparse image file of the cap's size in the run directory,
 //!   formatted ext4 (`mkfs.ext4`, no reserved blocks, no discard) and
 //!   loop-mounted (`mount -o loop`, which sets the device to detach itself at
 //!   unmount). The host pays only for the blocks written.
@@ -31,6 +34,7 @@ use std::process::Command;
 
 use nix::mount::{MntFlags, umount2};
 use workspace_core::boundary::{DiskKind, DiskRecord, DiskUsage};
+use workspace_core::contract::ByteSize;
 
 pub use error::DiskError;
 use mounted::{MountedDisk, loop_device_backing, mounted_at};
@@ -49,15 +53,38 @@ pub fn available() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// The kind of disk a cap of `cap_bytes` gets in a run whose memory cap is
+/// `memory_cap` (see the module docs).
+pub fn kind_for(cap_bytes: u64, memory_cap: Option<u64>) -> DiskKind {
+    let fits_memory = memory_cap.is_none_or(|memory| cap_bytes <= memory / 4);
+    if cap_bytes <= TMPFS_MAX_BYTES && fits_memory {
+        DiskKind::Tmpfs
+    } else {
+        DiskKind::Image
+    }
+}
+
 /// Makes a disk of `cap_bytes` at `mount_point` for the run whose directory is
-/// `run_dir` (the mount point's parent), and reads it back.
+/// `run_dir` (the mount point's parent) and whose memory cap is `memory_cap`,
+/// and reads it back. A cap the host cannot give (an image larger than the
+/// run directory's file system has free, or than a file there can be) fails
+/// with [`DiskError::TooLarge`] before anything is made.
 ///
 /// # Ambient authority
 /// Creates `mount_point` and the image under `run_dir`, and mounts on the host.
-pub fn make(run_dir: &Path, mount_point: &Path, cap_bytes: u64) -> Result<DiskRecord, DiskError> {
+pub fn make(
+    run_dir: &Path,
+    mount_point: &Path,
+    cap_bytes: u64,
+    memory_cap: Option<u64>,
+) -> Result<DiskRecord, DiskError> {
     let owner = std::fs::metadata(run_dir).map_err(DiskError::io("inspect", run_dir))?;
+    let kind = kind_for(cap_bytes, memory_cap);
+    if kind == DiskKind::Image {
+        check_room(run_dir, cap_bytes)?;
+    }
     create_mount_point(mount_point)?;
-    let made = if cap_bytes <= TMPFS_MAX_BYTES {
+    let made = if kind == DiskKind::Tmpfs {
         mount_tmpfs(mount_point, cap_bytes, &owner)
     } else {
         let image = run_dir.join(IMAGE_FILE);
@@ -161,6 +188,23 @@ pub fn remove(run_dir: &Path, mount_point: &Path) -> Result<(), DiskError> {
     }
 }
 
+/// Fails unless `run_dir`'s file system has `cap_bytes` free for the
+/// image: a sparse image larger than that would leave the host's disk full
+/// before the run's, so the cap would not be what stops the run.
+fn check_room(run_dir: &Path, cap_bytes: u64) -> Result<(), DiskError> {
+    let stat = nix::sys::statvfs::statvfs(run_dir)
+        .map_err(|e| DiskError::io("read the free space of", run_dir)(e.into()))?;
+    let free = stat.blocks_available().saturating_mul(stat.fragment_size());
+    if cap_bytes <= free {
+        return Ok(());
+    }
+    Err(DiskError::TooLarge {
+        cap: ByteSize(cap_bytes),
+        path: run_dir.to_path_buf(),
+        reason: format!("the {} its file system has free", ByteSize(free).approx()),
+    })
+}
+
 /// The mount point: a new, empty directory.
 fn create_mount_point(mount_point: &Path) -> Result<(), DiskError> {
     std::fs::create_dir(mount_point).map_err(DiskError::io("create", mount_point))
@@ -196,8 +240,16 @@ fn format_image(image: &Path, cap_bytes: u64, owner: &std::fs::Metadata) -> Resu
         .mode(0o600)
         .open(image)
         .map_err(DiskError::io("create", image))?;
-    file.set_len(cap_bytes)
-        .map_err(DiskError::io("size", image))?;
+    if let Err(e) = file.set_len(cap_bytes) {
+        return Err(match e.raw_os_error() {
+            Some(nix::libc::EFBIG) => DiskError::TooLarge {
+                cap: ByteSize(cap_bytes),
+                path: image.parent().unwrap_or(image).to_path_buf(),
+                reason: "the largest file its file system can hold".into(),
+            },
+            _ => DiskError::io("size", image)(e),
+        });
+    }
     drop(file);
     let extended = format!(
         "nodiscard,lazy_itable_init=1,lazy_journal_init=1,root_owner={}:{}",
@@ -244,7 +296,7 @@ fn read_back(run_dir: &Path, mount_point: &Path, cap_bytes: u64) -> Result<DiskR
             DiskKind::Tmpfs,
             None,
             format!(
-                "a cap of at most {} MiB is kept in memory (a tmpfs of the cap's size)",
+                "a cap of at most {} MiB and a quarter of the memory cap is kept in memory (a tmpfs of the cap's size)",
                 TMPFS_MAX_BYTES >> 20
             ),
         ),
@@ -252,7 +304,7 @@ fn read_back(run_dir: &Path, mount_point: &Path, cap_bytes: u64) -> Result<DiskR
             DiskKind::Image,
             Some(run_dir.join(IMAGE_FILE)),
             format!(
-                "a cap above {} MiB is a sparse ext4 image, loop-mounted (this host's file systems are not assumed to have project quotas)",
+                "a cap above {} MiB or a quarter of the memory cap (a tmpfs's pages would count against it) is a sparse ext4 image, loop-mounted (this host's file systems are not assumed to have project quotas)",
                 TMPFS_MAX_BYTES >> 20
             ),
         ),
@@ -326,4 +378,19 @@ fn run(program: &'static str, command: &mut Command, path: &Path) -> Result<(), 
         status: output.status,
         stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tmpfs_only_for_a_small_cap_well_under_the_memory_cap() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(kind_for(16 * MIB, None), DiskKind::Tmpfs);
+        assert_eq!(kind_for(16 * MIB, Some(4 << 30)), DiskKind::Tmpfs);
+        assert_eq!(kind_for(16 * MIB, Some(64 * MIB)), DiskKind::Tmpfs);
+        assert_eq!(kind_for(16 * MIB, Some(48 * MIB)), DiskKind::Image);
+        assert_eq!(kind_for(TMPFS_MAX_BYTES + 1, None), DiskKind::Image);
+    }
 }

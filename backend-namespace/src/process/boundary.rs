@@ -42,8 +42,9 @@ impl ProcessBoundary for NamespaceProcess {
         cap_bytes: u64,
     ) -> Result<DiskRecord, BoundaryError> {
         let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
+        let memory = run.contract.environment.limits.memory.map(|m| m.bytes());
         disk_call("make the run's disk", move || {
-            crate::disk::make(&run_dir, &mount_point, cap_bytes)
+            crate::disk::make(&run_dir, &mount_point, cap_bytes, memory)
         })
         .await
     }

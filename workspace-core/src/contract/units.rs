@@ -1,7 +1,9 @@
 //! Human-readable sizes and durations (`"4GiB"`, `"30m"`) that round-trip exactly.
 //!
-//! Both accept an integer (bytes, seconds) or a string with one unit, and always
-//! serialize to the canonical string: the largest unit that divides the value exactly.
+//! Both accept an integer (bytes, seconds) or a string with one unit, whose number
+//! may have decimals as long as the value comes out whole (`"1.5GiB"`, `"1.5m"`),
+//! and always serialize to the canonical string: the largest unit that divides the
+//! value exactly.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -11,7 +13,7 @@ use std::time::Duration;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
-/// A number of bytes: `"512MiB"`, `"4GiB"`, `"100MB"` or an integer.
+/// A number of bytes: `"512MiB"`, `"1.5GiB"`, `"100MB"` or an integer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ByteSize(pub u64);
 
@@ -31,6 +33,19 @@ impl ByteSize {
     /// The size in bytes.
     pub fn bytes(self) -> u64 {
         self.0
+    }
+
+    /// The size for people: one decimal in the largest binary unit of which
+    /// it is at least 1 (`"87.3 MiB"`). [`Display`](fmt::Display) is exact.
+    pub fn approx(self) -> String {
+        BYTE_UNITS
+            .iter()
+            .filter(|(unit, _)| unit.ends_with("iB"))
+            .find(|(_, scale)| self.0 >= *scale)
+            .map_or_else(
+                || format!("{} B", self.0),
+                |(unit, scale)| format!("{:.1} {unit}", self.0 as f64 / *scale as f64),
+            )
     }
 }
 
@@ -64,10 +79,7 @@ impl FromStr for ByteSize {
                     )
                 })?
         };
-        number
-            .checked_mul(scale)
-            .map(ByteSize)
-            .ok_or_else(|| format!("size {s:?} overflows 64 bits"))
+        number.times(scale, s, "bytes").map(ByteSize)
     }
 }
 
@@ -128,23 +140,64 @@ impl FromStr for DurationSpec {
                 .ok_or_else(|| format!("unknown duration unit {unit:?} (use ms, s, m, h)"))?
         };
         number
-            .checked_mul(scale)
+            .times(scale, s, "milliseconds")
             .map(Self::from_millis)
-            .ok_or_else(|| format!("duration {s:?} overflows 64 bits"))
     }
 }
 
-fn split_number(s: &str) -> Result<(u64, &str), String> {
+/// The number a size or duration starts with: digits, and optionally a
+/// decimal point and more digits (`1.5` in `"1.5GiB"`).
+struct Number {
+    /// The digits without the point, as one integer (`15`).
+    digits: u128,
+    /// How many of them follow the point (`1`).
+    decimals: u32,
+}
+
+impl Number {
+    /// The number times `scale`, which must come out a whole number of
+    /// `units` that fits 64 bits.
+    fn times(&self, scale: u64, text: &str, units: &str) -> Result<u64, String> {
+        let divisor = 10u128.pow(self.decimals);
+        let scaled = self
+            .digits
+            .checked_mul(u128::from(scale))
+            .ok_or_else(|| format!("{text:?} overflows 64 bits"))?;
+        if scaled % divisor != 0 {
+            return Err(format!("{text:?} is not a whole number of {units}"));
+        }
+        u64::try_from(scaled / divisor).map_err(|_| format!("{text:?} overflows 64 bits"))
+    }
+}
+
+fn split_number(s: &str) -> Result<(Number, &str), String> {
     let s = s.trim();
-    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
-    if digits == 0 {
+    let digits = |from: &str| from.bytes().take_while(u8::is_ascii_digit).count();
+    let whole = digits(s);
+    if whole == 0 {
         return Err(format!("{s:?} does not start with a number"));
     }
-    let (number, unit) = s.split_at(digits);
-    let number = number
-        .parse::<u64>()
-        .map_err(|_| format!("{s:?} overflows 64 bits"))?;
-    Ok((number, unit.trim()))
+    let (mut number, mut rest) = s.split_at(whole);
+    let mut text = number.to_owned();
+    let mut decimals = 0;
+    if let Some(after) = rest.strip_prefix('.') {
+        let fraction = digits(after);
+        if fraction == 0 {
+            return Err(format!("{s:?}: a decimal point needs digits after it"));
+        }
+        (number, rest) = after.split_at(fraction);
+        text.push_str(number);
+        decimals = u32::try_from(fraction).map_err(|_| format!("{s:?} has too many decimals"))?;
+        if decimals > 18 {
+            return Err(format!("{s:?} has too many decimals"));
+        }
+    }
+    let digits = text
+        .parse::<u128>()
+        .ok()
+        .filter(|d| *d <= u128::from(u64::MAX) * 10u128.pow(decimals))
+        .ok_or_else(|| format!("{s:?} overflows 64 bits"))?;
+    Ok((Number { digits, decimals }, rest.trim()))
 }
 
 /// Serde for "string with a unit, or a plain integer".
@@ -188,7 +241,7 @@ macro_rules! string_or_integer_serde {
                 json_schema!({
                     "description": $description,
                     "type": ["string", "integer"],
-                    "pattern": "^[0-9]+\\s*[A-Za-z]*$",
+                    "pattern": "^[0-9]+(\\.[0-9]+)?\\s*[A-Za-z]*$",
                     "minimum": 0
                 })
             }
@@ -224,9 +277,26 @@ mod tests {
         assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
         assert_eq!(ByteSize(100_000_000).to_string(), "100000000B");
         assert_eq!(ByteSize(0).to_string(), "0B");
+        assert_eq!(ByteSize(3 << 29).approx(), "1.5 GiB");
+        assert_eq!(ByteSize(12_288).approx(), "12.0 KiB");
+        assert_eq!(ByteSize(100).approx(), "100 B");
         assert!("4XB".parse::<ByteSize>().is_err());
         assert!("GiB".parse::<ByteSize>().is_err());
         assert!("99999999999TiB".parse::<ByteSize>().is_err());
+    }
+
+    #[test]
+    fn sizes_and_durations_take_decimals_that_come_out_whole() {
+        assert_eq!("1.5GiB".parse(), Ok(ByteSize(3 << 29)));
+        assert_eq!("0.5KiB".parse(), Ok(ByteSize(512)));
+        assert_eq!("2.25MB".parse(), Ok(ByteSize(2_250_000)));
+        assert_eq!("1.5m".parse(), Ok(DurationSpec::from_secs(90)));
+        assert_eq!("0.25s".parse(), Ok(DurationSpec::from_millis(250)));
+        let err = "1.3B".parse::<ByteSize>().unwrap_err();
+        assert!(err.contains("not a whole number of bytes"), "{err}");
+        assert!("1.0001s".parse::<DurationSpec>().is_err());
+        assert!("1.GiB".parse::<ByteSize>().is_err());
+        assert!("16777216.5TiB".parse::<ByteSize>().is_err());
     }
 
     #[test]
