@@ -80,19 +80,28 @@ pub fn provision_layered(
     run_dir: &Path,
 ) -> Result<LayeredCheckout, LayeredError> {
     let repo = open_source_repo(source_repo)?;
-    let commit = resolve_revision(&repo, rev)?;
-    let tree = crate::source::checkout::tree_of(&repo, commit)?;
+    provision_layered_from(cache, &repo, rev, run_dir)
+}
+
+/// [`provision_layered`] from a source repository already opened (with
+/// [`open_source_repo`]), for a caller that reads more of it.
+///
+/// # Ambient authority
+/// `run_dir` is a host path, used as given.
+pub fn provision_layered_from(
+    cache: &TreeCache,
+    repo: &gix::Repository,
+    rev: &str,
+    run_dir: &Path,
+) -> Result<LayeredCheckout, LayeredError> {
+    let commit = resolve_revision(repo, rev)?;
+    let tree = crate::source::checkout::tree_of(repo, commit)?;
     let base = cache.acquire(&tree.to_hex().to_string(), |dir| {
         let files = dir.join(FILES_DIR);
         let git_dir = files.join(".git");
         fs::create_dir_all(&git_dir)
             .map_err(|e| SourceError::io("create the base tree", &git_dir, e))?;
-        crate::source::materialize::materialize_tree(
-            &repo,
-            tree,
-            &files,
-            &files.join(LOWER_INDEX),
-        )?;
+        crate::source::materialize::materialize_tree(repo, tree, &files, &files.join(LOWER_INDEX))?;
         create_empty_git_dirs(&git_dir)
     })?;
     // A tree cached before the lower layer held them gets them now (creating

@@ -16,7 +16,7 @@ use super::release::{remove_empty_dir, remove_tree};
 use super::resolve::open_source_repo;
 use super::submodules::provision_submodules;
 use crate::layered::cache::{BaseTree, TreeCache};
-use crate::layered::provision::{LayeredCheckout, provision_layered};
+use crate::layered::provision::{LayeredCheckout, provision_layered_from};
 
 /// Provisions a fresh layered checkout under `run_dir` and records it; the returned
 /// [`BaseTree`] must be held for as long as the run uses its lower layer.
@@ -31,7 +31,9 @@ pub(crate) fn provision_layered_source(
         });
     }
     let repo_path = Path::new(&section.repo);
-    let checkout = provision_layered(cache, repo_path, &section.revision, run_dir)
+    // Opened once: the checkout and its record read the same repository.
+    let source = open_source_repo(repo_path)?;
+    let checkout = provision_layered_from(cache, &source, &section.revision, run_dir)
         .map_err(|e| SourceError::Layered(Box::new(e)))?;
     let LayeredCheckout {
         base,
@@ -43,7 +45,6 @@ pub(crate) fn provision_layered_source(
         merged,
     } = checkout;
     let record = (|| {
-        let source = open_source_repo(repo_path)?;
         // Submodules are recorded (none is initialised: none was declared).
         let submodules = provision_submodules(&source, commit, tree, &merged, &[])?;
         let inputs = copy_inputs_between(&lower, &upper, &section.inputs)?;
