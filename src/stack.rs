@@ -7,7 +7,7 @@ use std::sync::Arc;
 use backend_container::process::{ContainerOptions, ContainerProcess};
 use backend_namespace::environment::NamespaceEnvironment;
 use backend_namespace::identity::NamespaceIdentity;
-use backend_namespace::process::{NamespaceProcess, ProcessError, ProcessOptions};
+use backend_namespace::process::{HostIds, NamespaceProcess, ProcessError, ProcessOptions};
 use backend_worktree::filesystem::WorktreeFilesystem;
 use backend_worktree::layered::cache::{CacheError, TreeCache};
 use backend_worktree::promotion::WorktreePromotion;
@@ -109,9 +109,17 @@ pub enum LayeredStackError {
 
 fn stack_over(source: WorktreeSource, cgroup_parent: &str) -> Result<Stack, ProcessError> {
     let worktree_promotion = Arc::new(WorktreePromotion::new());
+    let probed = ProcessOptions::probe(cgroup_parent)?;
+    // The egress proxy enters its run's network namespace from a thread, which
+    // needs `CAP_SYS_ADMIN` in the runner's own user namespace as well: an
+    // ordinary user's runs get no allowlisted network (refused naming the field).
+    let egress_proxy = match probed.host_ids {
+        HostIds::Offset { .. } => helper_program(),
+        HostIds::Caller { .. } => None,
+    };
     let options = ProcessOptions {
-        egress_proxy: helper_program(),
-        ..ProcessOptions::probe(cgroup_parent)?
+        egress_proxy,
+        ..probed
     };
     let environment = match options.egress_proxy {
         Some(_) => NamespaceEnvironment::from_host().with_egress_proxy(),

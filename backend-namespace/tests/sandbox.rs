@@ -17,7 +17,7 @@ fn start(fixture: &Fixture) -> (SpawnedChild, Sandbox) {
     let mut request = fixture.request_argv(Vec::new());
     request.pid1 = Pid1::HoldSandbox;
     let holder = spawn(&request).expect("starting the sandbox");
-    let sandbox = Sandbox::of(&holder).unwrap();
+    let sandbox = Sandbox::of(&holder, None).unwrap();
     (holder, sandbox)
 }
 
@@ -154,12 +154,59 @@ fn a_sandbox_outlives_the_handle_that_started_it_when_released() {
     let pid = holder.pid();
     holder.release();
     drop(sandbox);
-    let again = Sandbox::open(pid).expect("reopening the sandbox");
+    let again = Sandbox::open(pid, None).expect("reopening the sandbox");
     let (status, out) = run_in(&again, "echo still here");
     ok(status, &out);
     assert_eq!(out, "still here\n");
     again.kill().unwrap();
     // Reap it: this process is still its parent.
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    nix::sys::wait::waitpid(pid, None).unwrap();
+}
+
+#[test]
+fn a_sandbox_with_a_door_is_entered_through_it_and_nothing_else_stands_in_for_it() {
+    let fixture = Fixture::new();
+    let mut request = fixture.request_argv(vec!["/usr/bin/sleep".into(), "infinity".into()]);
+    request.pid1 = Pid1::HoldSandbox;
+    let holder = spawn(&request).expect("starting the sandbox with a door");
+    let pid = holder.pid();
+    // The door is pid 1's only child, and it has exec'd by the time spawn returns.
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    let door: u32 = children.trim().parse().expect("one child of pid 1");
+    let cmdline = std::fs::read(format!("/proc/{door}/cmdline")).unwrap();
+    assert_eq!(cmdline, b"/usr/bin/sleep\0infinity\0");
+    assert_eq!(pid_ns(door), pid_ns(pid), "the door is in the sandbox");
+
+    let through_door = Sandbox::of(&holder, Some(door)).unwrap();
+    assert_eq!(through_door.entry_pid(), door);
+    let (status, via_door) = run_in(
+        &through_door,
+        "readlink /proc/self/ns/pid /proc/self/ns/mnt",
+    );
+    ok(status, &via_door);
+    let direct = Sandbox::open(pid, None).unwrap();
+    let (status, via_pid1) = run_in(&direct, "readlink /proc/self/ns/pid /proc/self/ns/mnt");
+    ok(status, &via_pid1);
+    assert_eq!(via_door, via_pid1, "the same sandbox either way");
+
+    // A process that is not pid 1's child is no door (this test process, say).
+    let err = Sandbox::open(pid, Some(std::process::id())).unwrap_err();
+    assert!(err.to_string().contains("door"), "{err}");
+    // Once the door is gone the sandbox cannot be entered through it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(door as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Sandbox::open(pid, Some(door)).is_ok() {
+        assert!(Instant::now() < deadline, "the killed door still opens");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    direct.kill().unwrap();
+    holder.release();
     let pid = nix::unistd::Pid::from_raw(pid as i32);
     nix::sys::wait::waitpid(pid, None).unwrap();
 }

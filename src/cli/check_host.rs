@@ -32,11 +32,8 @@ const REQUIRED: [Check; 14] = Check::REQUIRED_LAYERED;
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
 struct Output<'a> {
-    /// Whether every required check is `ok` and nothing else stands in the way.
+    /// Whether every required check is `ok`.
     ready: bool,
-    /// What stands in the way whatever the host's settings, if anything.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    blocker: Option<&'a str>,
     /// The checks the namespace backend needs.
     required: &'a [Check],
     findings: &'a [Finding],
@@ -52,13 +49,9 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
     }
     let report = check_host(&host.cgroup_parent());
     let gaps = report.is_ready_for(&REQUIRED).err().unwrap_or_default();
-    // What no setting of the host fixes yet: see `ProcessError::OrdinaryUser`.
-    let blocker = (!nix::unistd::geteuid().is_root())
-        .then(|| backend_namespace::process::ProcessError::OrdinaryUser.to_string());
     if args.json {
         let output = Output {
-            ready: gaps.is_empty() && blocker.is_none(),
-            blocker: blocker.as_deref(),
+            ready: gaps.is_empty(),
             required: &REQUIRED,
             findings: &report.findings,
             elapsed_us: report.elapsed_us,
@@ -72,16 +65,14 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
         }
     } else {
         print!("{}", table(&report));
-        if let Some(blocker) = &blocker {
-            println!("NOT ready for the namespace backend: {blocker}");
-        } else if gaps.is_empty() {
+        if gaps.is_empty() {
             println!("ready for the namespace backend");
         } else {
             let names: Vec<&str> = gaps.iter().map(|gap| gap.check.name()).collect();
             println!("NOT ready for the namespace backend: {}", names.join(", "));
         }
     }
-    if gaps.is_empty() && blocker.is_none() {
+    if gaps.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

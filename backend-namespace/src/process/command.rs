@@ -59,7 +59,7 @@ pub(super) async fn spawn(
     request.cwd = cwd;
     let (streams, followed) = match files {
         None => {
-            let pty = Pty::open(sandbox.pid())?;
+            let pty = Pty::open(sandbox.entry_pid())?;
             let slave = |what| {
                 pty.slave
                     .try_clone()

@@ -64,17 +64,6 @@ pub enum ProcessError {
         /// The id inside.
         id: u32,
     },
-    /// The runner is an ordinary user ([`HostIds::Caller`](super::HostIds::Caller)):
-    /// its processes could not join the run's sandbox. The kernel lets a
-    /// process enter another's namespaces through a pidfd only if it may ptrace
-    /// it, and the sandbox's pid 1 is not dumpable (so that the run's own
-    /// processes cannot reach into it either), which only `CAP_SYS_PTRACE` on
-    /// the host overrides.
-    #[error(
-        "an ordinary user's runs cannot join their sandbox yet (its pid 1 is not dumpable, and \
-         entering its namespaces needs CAP_SYS_PTRACE on the host): run as root"
-    )]
-    OrdinaryUser,
     /// The run was already sealed.
     #[error("run {run_id} is already sealed")]
     AlreadySealed {

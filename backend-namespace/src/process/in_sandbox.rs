@@ -40,14 +40,13 @@ fn start_in_namespace<T: Send + 'static>(
     step: &'static str,
     work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
 ) -> Result<InNamespace<T>, ProcessError> {
-    let sandbox: OwnedFd =
-        sandbox
-            .pidfd()
-            .try_clone_to_owned()
-            .map_err(|source| ProcessError::Pipe {
-                step: "duplicating the sandbox's pidfd",
-                source,
-            })?;
+    let sandbox: OwnedFd = sandbox
+        .entry_pidfd()
+        .try_clone_to_owned()
+        .map_err(|source| ProcessError::Pipe {
+            step: "duplicating the sandbox's pidfd",
+            source,
+        })?;
     let thread = std::thread::Builder::new()
         .name("aw-in-sandbox".into())
         .spawn(move || {

@@ -77,7 +77,7 @@ pub(crate) async fn observe(
 ) -> Result<NetworkObservation, ProcessError> {
     let sandbox = std::sync::Arc::clone(&sealed.sandbox);
     tokio::task::spawn_blocking(move || {
-        let routes_out = routes_out(sandbox.pid());
+        let routes_out = routes_out(sandbox.entry_pid());
         let egress = match mode {
             NetworkMode::Allowlist => {
                 let direct = in_sandbox::connect_out(&sandbox, OUTSIDE, TIMEOUT)?;

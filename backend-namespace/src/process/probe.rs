@@ -39,8 +39,14 @@ pub(crate) fn probe(
     let deadline = Instant::now() + timeout;
     let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     // Pid 1 set the hostname before the sandbox was handed over: it is read
-    // while the probe starts, on a thread of its own.
-    let hostname = in_sandbox::hostname(&sealed.sandbox)?;
+    // while the probe starts, on a thread of its own. A runner that enters
+    // through a door (an ordinary user) cannot move a thread into the UTS
+    // namespace (that needs `CAP_SYS_ADMIN` in its own user namespace too):
+    // the probe's shell prints it instead, before anything of the run exists.
+    let hostname = match sealed.sandbox.door() {
+        None => Some(in_sandbox::hostname(&sealed.sandbox)?),
+        Some(_) => None,
+    };
     let (stdin_read, stdin_write) = pipe("the probe's stdin pipe")?;
     let (read, write) = pipe("the probe's stdout pipe")?;
     let cgroup = sealed
@@ -80,27 +86,38 @@ pub(crate) fn probe(
             what: "the probe's shell is not in its cgroup",
         });
     };
-    let hostname = hostname.wait()?.unwrap_or_default();
+    let mut stdin = std::fs::File::from(stdin_write);
+    let reading = |read: Result<Option<String>, std::io::Error>, child: SpawnedChild| match read {
+        Ok(Some(output)) => Ok((output, child)),
+        Ok(None) => Err(kill_probe(child, after_ms)),
+        Err(source) => {
+            let _ = child.kill();
+            Err(ProcessError::Pipe {
+                step: "reading the probe's output",
+                source,
+            })
+        }
+    };
+    let hostname = match hostname {
+        Some(thread) => thread.wait()?.unwrap_or_default(),
+        None => {
+            // A shell that is gone fails the write; the line read is then empty.
+            let _ = stdin.write_all(HOSTNAME_LINE.as_bytes());
+            let (line, kept) = reading(read_line(read.as_fd(), deadline), child)?;
+            child = kept;
+            line
+        }
+    };
+    // Read while the shell waits on its stdin: it is there to be looked at.
     let mut text = from_host(shell, hostname);
     text.push_str(&absent_section(shell, &expected.mount_points));
     text.push_str(&readback_sections(shell, &expected.mount_points));
-    let mut stdin = std::fs::File::from(stdin_write);
     if let Some(line) = observe::toolchain_line(expected.toolchain.as_deref()) {
         // A shell that is gone fails the write; its output then lacks the line.
         let _ = stdin.write_all(line.as_bytes());
     }
     drop(stdin);
-    let output = match read_until(read, deadline) {
-        Ok(Some(output)) => output,
-        Ok(None) => return Err(kill_probe(child, after_ms)),
-        Err(source) => {
-            let _ = child.kill();
-            return Err(ProcessError::Pipe {
-                step: "reading the probe's output",
-                source,
-            });
-        }
-    };
+    let (output, mut child) = reading(read_until(read.as_fd(), deadline), child)?;
     text.push_str(&observe::toolchain_section(&output));
     text.push_str("@@end\n");
     if !wait_pidfd(child.pidfd(), deadline) {
@@ -122,6 +139,10 @@ pub(crate) fn probe(
     );
     Ok(observed)
 }
+
+/// What the probe's shell runs first in a sandbox entered through a door: the
+/// UTS namespace's node name on a line of its own.
+const HOSTNAME_LINE: &str = "uname -n\n";
 
 /// The parts of the kernel's `/proc` and `/sys` the plan covers that the run's
 /// own procfs and sysfs do not have (this kernel lacks them), looked up from the
@@ -228,6 +249,17 @@ fn write_answer(file: &OwnedFd) -> nix::Result<&'static str> {
     ) {
         Err(nix::errno::Errno::EROFS) => Ok("refused"),
         Ok(()) => Ok("accepted"),
+        // Not this runner's to write (an ordinary user and a file of root's):
+        // the kernel checks the file's permission before its mount's, so the
+        // mount's own flag answers.
+        Err(nix::errno::Errno::EACCES) => {
+            let flags = nix::sys::statvfs::fstatvfs(file)?.flags();
+            if flags.contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+                Ok("refused")
+            } else {
+                Err(nix::errno::Errno::EACCES)
+            }
+        }
         Err(errno) => Err(errno),
     }
 }
@@ -340,14 +372,32 @@ fn kill_probe(mut child: SpawnedChild, after_ms: u64) -> ProcessError {
 
 /// Everything `read` gives until EOF (at most 1 MiB kept), or `None` when
 /// `deadline` passes first.
-fn read_until(read: OwnedFd, deadline: Instant) -> std::io::Result<Option<String>> {
+fn read_until(read: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<Option<String>> {
+    read_up_to(read, deadline, false)
+}
+
+/// One line of what `read` gives (without its newline; what comes before EOF
+/// when no newline does), or `None` when `deadline` passes first.
+fn read_line(read: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<Option<String>> {
+    Ok(read_up_to(read, deadline, true)?.map(|line| line.trim_end_matches('\n').to_owned()))
+}
+
+/// What `read` gives until EOF, or until the first newline when `line`.
+fn read_up_to(
+    read: BorrowedFd<'_>,
+    deadline: Instant,
+    line: bool,
+) -> std::io::Result<Option<String>> {
     let mut output = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
-        if !poll_in(read.as_fd(), deadline)? {
+        if line && output.contains(&b'\n') {
+            break;
+        }
+        if !poll_in(read, deadline)? {
             return Ok(None);
         }
-        match nix::unistd::read(read.as_fd(), &mut buf) {
+        match nix::unistd::read(read, &mut buf) {
             Ok(0) => break,
             Ok(n) => {
                 let keep = n.min((1usize << 20).saturating_sub(output.len()));
@@ -396,7 +446,7 @@ mod tests {
         let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
         nix::unistd::write(&write, b"partial").unwrap_or_else(|e| panic!("{e}"));
         let started = Instant::now();
-        let got = read_until(read, started + Duration::from_millis(200))
+        let got = read_until(read.as_fd(), started + Duration::from_millis(200))
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(got, None, "a writer still open: no EOF, so a timeout");
         assert!(started.elapsed() >= Duration::from_millis(200));
@@ -406,8 +456,18 @@ mod tests {
         let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
         nix::unistd::write(&write, b"all of it").unwrap_or_else(|e| panic!("{e}"));
         drop(write);
-        let got = read_until(read, Instant::now() + Duration::from_secs(5))
+        let got = read_until(read.as_fd(), Instant::now() + Duration::from_secs(5))
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(got.as_deref(), Some("all of it"));
+    }
+
+    #[test]
+    fn a_line_is_read_while_its_writer_stays_open() {
+        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
+        nix::unistd::write(&write, b"run-1\n").unwrap_or_else(|e| panic!("{e}"));
+        let got = read_line(read.as_fd(), Instant::now() + Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(got.as_deref(), Some("run-1"));
+        drop(write);
     }
 }

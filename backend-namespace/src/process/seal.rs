@@ -170,9 +170,6 @@ pub(crate) fn prepare(
     plan: &SealPlan,
     options: &ProcessOptions,
 ) -> Result<Sealed, ProcessError> {
-    if matches!(options.host_ids, super::HostIds::Caller { .. }) {
-        return Err(ProcessError::OrdinaryUser);
-    }
     let identity = &plan.identity;
     let (host_uid, host_gid) = host_ids(plan, options)?;
 
@@ -190,6 +187,11 @@ pub(crate) fn prepare(
     };
     for layer in &plan.templates {
         writable.extend([layer.upper.as_path(), layer.work.as_path()]);
+    }
+    // An ordinary user's runs are that user on the host: what they may write
+    // is the caller's own already, and there is nothing to hand over.
+    if needs_door(options) {
+        writable.clear();
     }
     let mut handover = Vec::with_capacity(writable.len());
     for dir in writable {
@@ -252,7 +254,10 @@ pub(crate) fn prepare(
             step: "creating the cgroup of the sandbox's pid 1",
             source,
         })?;
-    let mut request = SpawnRequest::new(mount_plan, Vec::new());
+    // A runner that may not enter pid 1 (an ordinary user: see `Sandbox`)
+    // enters through a door.
+    let door = needs_door(options).then(|| DOOR.map(String::from).to_vec());
+    let mut request = SpawnRequest::new(mount_plan, door.clone().unwrap_or_default());
     request.pid1 = Pid1::HoldSandbox;
     request.cwd = "/".into();
     request.uid = identity.uid;
@@ -274,7 +279,22 @@ pub(crate) fn prepare(
         step: "starting the sandbox",
         source,
     })?;
-    let sandbox = Sandbox::of(&holder).map_err(|source| ProcessError::Spawn {
+    // The door has exec'd by now (the spawn returned once pid 1 and the door
+    // closed the error pipe): pid 1's cgroup holds the two of them.
+    let door = match door {
+        Some(_) => init
+            .pids()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|pid| *pid != holder.pid()),
+        None => None,
+    };
+    if needs_door(options) && door.is_none() {
+        return Err(ProcessError::Lost {
+            what: "the sandbox's door is not in its pid 1's cgroup",
+        });
+    }
+    let sandbox = Sandbox::of(&holder, door).map_err(|source| ProcessError::Spawn {
         step: "opening the sandbox",
         source,
     })?;
@@ -282,7 +302,7 @@ pub(crate) fn prepare(
         (NetworkMode::Allowlist, Some(program)) => Some(EgressProxy::start(&egress::Start {
             program,
             run,
-            sandbox_pid: holder.pid(),
+            sandbox_pid: sandbox.entry_pid(),
             cgroup: &cgroup,
             layout: &layout,
             cgroup_parent: &options.cgroup_parent,
@@ -295,6 +315,7 @@ pub(crate) fn prepare(
         &run.run_dir,
         &state::SandboxState {
             pid: holder.pid(),
+            door,
             workdir: spec.workdir.clone(),
             mount_plan_sha256: mount_plan_sha256.clone(),
             previews: previews.clone(),
@@ -342,6 +363,17 @@ fn publish(
 /// The name of the cgroup the sandbox's pid 1 lives in, below the run's.
 pub(crate) const INIT_CGROUP: &str = "init";
 
+/// The door a sandbox is entered through by a runner that may not enter its
+/// pid 1 (see [`Sandbox`]): a program of the host's base system that blocks.
+const DOOR: [&str; 2] = ["/usr/bin/sleep", "infinity"];
+
+/// Whether this runner enters its sandboxes through a door: an ordinary
+/// user's runs map to the caller's own ids ([`HostIds::Caller`]), and such a
+/// runner has no `CAP_SYS_PTRACE` to enter a non-dumpable pid 1.
+pub(crate) fn needs_door(options: &ProcessOptions) -> bool {
+    matches!(options.host_ids, super::HostIds::Caller { .. })
+}
+
 /// Takes over the live sandbox of a run sealed by another instance (blocking);
 /// `Ok(Err(reason))` when nothing of it runs any more.
 pub(crate) fn adopt(
@@ -352,7 +384,7 @@ pub(crate) fn adopt(
     let Some(saved) = state::read(&run.run_dir)? else {
         return Ok(Err("no sandbox was recorded for the run".into()));
     };
-    let sandbox = match Sandbox::open(saved.pid) {
+    let sandbox = match Sandbox::open(saved.pid, None) {
         Ok(sandbox) => sandbox,
         Err(e) => {
             return Ok(Err(format!(
@@ -376,6 +408,17 @@ pub(crate) fn adopt(
             saved.pid
         )));
     }
+    // The sandbox lives: a door that is gone (a process of the run ended it)
+    // locks it, and that is an error, not a sandbox to start again.
+    let sandbox = match saved.door {
+        None => sandbox,
+        Some(door) => {
+            Sandbox::open(saved.pid, Some(door)).map_err(|source| ProcessError::Spawn {
+                step: "entering the sandbox through its door",
+                source,
+            })?
+        }
+    };
     let layout = CgroupLayout::detect().map_err(|source| ProcessError::Cgroup {
         step: "detecting the cgroup layout",
         source,

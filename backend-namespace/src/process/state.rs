@@ -22,6 +22,9 @@ pub(crate) const SANDBOX_STATE_FILE: &str = "sandbox.json";
 pub(crate) struct SandboxState {
     /// The host pid of the sandbox's pid 1.
     pub pid: u32,
+    /// The host pid of its door, when it has one (see [`crate::spawn::Sandbox`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub door: Option<u32>,
     /// Where commands start inside.
     pub workdir: String,
     /// The sha256 of the mount plan applied.

@@ -48,6 +48,20 @@ pub enum SpawnError {
         /// The init's pid on the host.
         pid: i32,
     },
+    /// The sandbox's door (see [`Sandbox`](super::Sandbox)) is not running,
+    /// or the process at its pid is not pid 1's child: a process of the run
+    /// ended it, and the sandbox cannot be entered by a runner without
+    /// `CAP_SYS_PTRACE` any more.
+    #[error(
+        "process boundary: the sandbox's door (pid {door}) is gone or no longer pid {pid1}'s child: \
+         the workspace takes no more commands (did a command of the run end it?)"
+    )]
+    DoorGone {
+        /// The door's host pid, as recorded.
+        door: i32,
+        /// The sandbox's pid 1 (host pid).
+        pid1: i32,
+    },
     /// Preparing for the clone failed (pipes, `/dev/null`, cgroup files, pidfd).
     #[error("process boundary: {step} failed ({path})")]
     Prepare {
@@ -198,10 +212,12 @@ pub enum ChildStage {
     JoinNamespaces = 27,
     /// Setting up a live sandbox's forwarder of published ports.
     Forward = 28,
+    /// Starting a live sandbox's door (see [`Pid1::HoldSandbox`](super::Pid1::HoldSandbox)).
+    Door = 29,
 }
 
 impl ChildStage {
-    const ALL: [ChildStage; 28] = [
+    const ALL: [ChildStage; 29] = [
         Self::Signals,
         Self::Descriptors,
         Self::Go,
@@ -230,6 +246,7 @@ impl ChildStage {
         Self::ControllingTerminal,
         Self::JoinNamespaces,
         Self::Forward,
+        Self::Door,
     ];
 
     pub(crate) fn from_u32(value: u32) -> Option<Self> {
@@ -268,6 +285,7 @@ impl fmt::Display for ChildStage {
             Self::ControllingTerminal => "making the pseudo-terminal the controlling terminal",
             Self::JoinNamespaces => "entering the sandbox's namespaces",
             Self::Forward => "setting up the forwarder of the published ports",
+            Self::Door => "starting the sandbox's door",
         };
         f.write_str(text)
     }

@@ -115,6 +115,12 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     } else {
         Some(forward::prepare(&p.connections)?)
     };
+    if p.door {
+        // The door: its exec closes its copy of the error pipe, so the parent's
+        // EOF (below, once pid 1 closed its own) also says the door runs.
+        sys::fork_like(0, None, p, door_process)
+            .map_err(|errno| report(ChildStage::Door, errno))?;
+    }
     // Descriptors pid 1 no longer needs.
     for fd in [0, 1, 2, FD_ERROR] {
         sys::close(fd);
@@ -137,6 +143,21 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
         }
         while let Ok(Some(_)) = process::wait_any(false) {}
     }
+}
+
+/// The forked door (see [`super::Pid1::HoldSandbox`]): it keeps only its
+/// stdio (`/dev/null`) and the error pipe, close-on-exec, and execs `argv`;
+/// a failure goes to the error pipe and fails the sandbox's start.
+fn door_process(p: &Prepared, _: Birth) -> ! {
+    // The status pipe, what pid 1 holds open and the published ports'
+    // listeners are pid 1's alone.
+    let kept = sys::fd::close_from(FD_ERROR + 1, 0).and_then(|()| sys::fd::set_cloexec(FD_ERROR));
+    let error = match kept {
+        Ok(()) => exec_command(p),
+        Err(errno) => report(ChildStage::Door, errno),
+    };
+    let _ = sys::write_all(FD_ERROR, &error.encode());
+    process::exit(127)
 }
 
 fn report(stage: ChildStage, errno: sys::Errno) -> Report {

@@ -38,18 +38,40 @@ use super::{DEFAULT_SETUP_TIMEOUT, ResourceLimits, SpawnedChild, join_child, lau
 use crate::seccomp::SeccompFilter;
 use crate::sys::{fd, pidfd};
 
-/// A live sandbox, seen from the host: its pid 1, through a pidfd.
+/// A live sandbox, seen from the host: its pid 1, through a pidfd, and the
+/// process its namespaces are entered through.
+///
+/// That is pid 1 itself when this process may enter it (host root, with
+/// `CAP_SYS_PTRACE`). Pid 1 is a copy of the runner's memory and stays
+/// non-dumpable, so that nothing in the run can read it; the kernel then lets
+/// only `CAP_SYS_PTRACE` in the host's user namespace enter it through a pidfd.
+/// A runner without it (an ordinary user) enters through the sandbox's *door*
+/// instead: a program pid 1 started right after its setup (see
+/// [`Pid1::HoldSandbox`](super::Pid1::HoldSandbox)), with a command's ids,
+/// privileges and namespaces, exec'd and therefore dumpable. The door is pid
+/// 1's child; a process of the run could end it (its own workspace then takes
+/// no more commands) but not stand in for it with other namespaces: nothing in
+/// the run may make a namespace.
 #[derive(Debug)]
 pub struct Sandbox {
     pid: i32,
     pidfd: OwnedFd,
+    entry: Option<Door>,
     clear_groups: bool,
+}
+
+/// A sandbox's door: its host pid and a pidfd.
+#[derive(Debug)]
+struct Door {
+    pid: i32,
+    pidfd: OwnedFd,
 }
 
 impl Sandbox {
     /// The sandbox whose pid 1 is `holder` (started with
-    /// [`Pid1::HoldSandbox`](super::Pid1)).
-    pub fn of(holder: &SpawnedChild) -> Result<Self, SpawnError> {
+    /// [`Pid1::HoldSandbox`](super::Pid1)), entered through its door `door`
+    /// (a host pid) when it has one.
+    pub fn of(holder: &SpawnedChild, door: Option<u32>) -> Result<Self, SpawnError> {
         let pidfd = holder
             .pidfd()
             .try_clone_to_owned()
@@ -58,34 +80,34 @@ impl Sandbox {
                 path: format!("/proc/{}", holder.pid()).into(),
                 source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
             })?;
-        Self::with_pidfd(holder.pid() as i32, pidfd)
+        Self::with_pidfd(holder.pid() as i32, pidfd, door)
     }
 
-    /// The sandbox whose pid 1 has host pid `pid`, started by another process.
+    /// The sandbox whose pid 1 has host pid `pid`, started by another process,
+    /// entered through its door `door` (a host pid) when it has one.
     ///
-    /// The pidfd is taken first, so the handle names that process for good, even
-    /// if it ends and its pid is reused; the caller checks that it is the sandbox
-    /// it expects (its cgroup, say) *after* this call.
+    /// The pidfds are taken first, so the handle names those processes for
+    /// good, even if they end and their pids are reused; the door must be pid
+    /// 1's child. The caller checks that pid 1 is the sandbox it expects (its
+    /// cgroup, say) *after* this call.
     ///
     /// # Ambient authority
-    /// Opens a pidfd of a host process and reads its `/proc` entry.
-    pub fn open(pid: u32) -> Result<Self, SpawnError> {
-        let pid = i32::try_from(pid).map_err(|_| SpawnError::InvalidRequest {
-            field: "pid",
-            reason: format!("{pid} is not a pid"),
-        })?;
-        let pidfd = pidfd::open(pid).map_err(|errno| SpawnError::Prepare {
-            step: "pidfd_open of the sandbox's pid 1",
-            path: format!("/proc/{pid}").into(),
-            source: Errno::from_raw(errno),
-        })?;
-        Self::with_pidfd(pid, pidfd)
+    /// Opens pidfds of host processes and reads their `/proc` entries.
+    pub fn open(pid: u32, door: Option<u32>) -> Result<Self, SpawnError> {
+        let pid = host_pid(pid)?;
+        Self::with_pidfd(
+            pid,
+            open_pidfd(pid, "pidfd_open of the sandbox's pid 1")?,
+            door,
+        )
     }
 
-    fn with_pidfd(pid: i32, pidfd: OwnedFd) -> Result<Self, SpawnError> {
+    fn with_pidfd(pid: i32, pidfd: OwnedFd, door: Option<u32>) -> Result<Self, SpawnError> {
+        let entry = door.map(|door| Door::open(door, pid)).transpose()?;
+        let entry_pid = entry.as_ref().map_or(pid, |door| door.pid);
         // Host root writes the gid map with `setgroups` left allowed, so a joining
         // child can clear the host groups it inherited (see `idmap.rs`).
-        let path = PathBuf::from(format!("/proc/{pid}/setgroups"));
+        let path = PathBuf::from(format!("/proc/{entry_pid}/setgroups"));
         let setgroups = std::fs::read_to_string(&path).map_err(|e| SpawnError::Prepare {
             step: "reading the sandbox's setgroups policy",
             path: path.clone(),
@@ -94,6 +116,7 @@ impl Sandbox {
         let sandbox = Self {
             pid,
             pidfd,
+            entry,
             clear_groups: setgroups.trim() == "allow",
         };
         if !sandbox.is_alive() {
@@ -112,15 +135,29 @@ impl Sandbox {
         self.pidfd.as_fd()
     }
 
+    /// The host pid of the process the sandbox's namespaces are entered
+    /// through: its door, when it has one, else pid 1. Its `/proc` entry
+    /// (`root`, `ns`, `net`) is the sandbox's, readable by this process.
+    pub fn entry_pid(&self) -> u32 {
+        self.entry.as_ref().map_or(self.pid, |door| door.pid) as u32
+    }
+
+    /// The pidfd of [`entry_pid`](Self::entry_pid)'s process: what `setns`
+    /// takes to enter the sandbox.
+    pub fn entry_pidfd(&self) -> BorrowedFd<'_> {
+        self.entry
+            .as_ref()
+            .map_or(self.pidfd.as_fd(), |door| door.pidfd.as_fd())
+    }
+
+    /// The host pid of the sandbox's door, when it has one.
+    pub fn door(&self) -> Option<u32> {
+        self.entry.as_ref().map(|door| door.pid as u32)
+    }
+
     /// Whether the sandbox's pid 1 still runs (its pidfd is not readable yet).
     pub fn is_alive(&self) -> bool {
-        let mut fds = [libc::pollfd {
-            fd: self.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        // A zero timeout never blocks.
-        fd::poll(&mut fds, 0) == Ok(0)
+        is_running(&self.pidfd)
     }
 
     /// `SIGKILL` to the sandbox's pid 1, through its pidfd: the kernel ends every
@@ -135,6 +172,54 @@ impl Sandbox {
             }),
         }
     }
+}
+
+impl Door {
+    /// The door with host pid `door` of the sandbox whose pid 1 is `pid1`:
+    /// its pidfd, taken before it is checked to be pid 1's child and still
+    /// running, so it names that process for good.
+    fn open(door: u32, pid1: i32) -> Result<Self, SpawnError> {
+        let pid = host_pid(door)?;
+        let pidfd = open_pidfd(pid, "pidfd_open of the sandbox's door")?;
+        let path = PathBuf::from(format!("/proc/{pid}/status"));
+        let status = std::fs::read_to_string(&path).unwrap_or_default();
+        let parent = status
+            .lines()
+            .find_map(|line| line.strip_prefix("PPid:"))
+            .and_then(|ppid| ppid.trim().parse::<i32>().ok());
+        if parent != Some(pid1) || !is_running(&pidfd) {
+            return Err(SpawnError::DoorGone { door: pid, pid1 });
+        }
+        Ok(Self { pid, pidfd })
+    }
+}
+
+/// `pid` as the kernel's type.
+fn host_pid(pid: u32) -> Result<i32, SpawnError> {
+    i32::try_from(pid).map_err(|_| SpawnError::InvalidRequest {
+        field: "pid",
+        reason: format!("{pid} is not a pid"),
+    })
+}
+
+/// A pidfd of host process `pid`.
+fn open_pidfd(pid: i32, step: &'static str) -> Result<OwnedFd, SpawnError> {
+    pidfd::open(pid).map_err(|errno| SpawnError::Prepare {
+        step,
+        path: format!("/proc/{pid}").into(),
+        source: Errno::from_raw(errno),
+    })
+}
+
+/// Whether the process of `pidfd` still runs (the pidfd is not readable yet).
+fn is_running(pidfd: &OwnedFd) -> bool {
+    let mut fds = [libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // A zero timeout never blocks.
+    fd::poll(&mut fds, 0) == Ok(0)
 }
 
 /// A command to start inside a live [`Sandbox`].

@@ -146,10 +146,16 @@ pub enum Pid1 {
     /// Fork `argv` and end the namespaces when it ends: one command, one sandbox.
     #[default]
     RunCommand,
-    /// Hold the namespaces until killed (`argv` may be empty and is not run):
-    /// a live sandbox that commands enter with [`join`]. pid 1 leaves the
-    /// runner's session and reaps whatever is reparented to it; it outlives the
-    /// process that spawned it.
+    /// Hold the namespaces until killed: a live sandbox that commands enter
+    /// with [`join`]. pid 1 leaves the runner's session and reaps whatever is
+    /// reparented to it; it outlives the process that spawned it. A non-empty
+    /// `argv` is the sandbox's *door* (see [`Sandbox`]): a program pid 1
+    /// starts once, right after its setup and with the same privileges a
+    /// command has, that blocks for the sandbox's life (`sleep infinity`).
+    /// Exec'd, it holds nothing of the runner's memory, so it may stay
+    /// dumpable, and a runner without `CAP_SYS_PTRACE` (an ordinary user),
+    /// which may not enter pid 1 (non-dumpable, a copy of the runner's
+    /// memory), enters the sandbox through it.
     HoldSandbox,
 }
 

@@ -133,6 +133,8 @@ pub(crate) struct Prepared {
     pub controlling_terminal: bool,
     /// What pid 1 does after the setup (a joining child runs the command).
     pub pid1: Pid1,
+    /// Whether pid 1 of a live sandbox starts `argv` as its door.
+    pub door: bool,
     pub hostname: Vec<u8>,
     pub root_data: CString,
     pub steps: Vec<PreparedStep>,
@@ -247,6 +249,7 @@ impl Prepared {
         )?;
         let mut prepared = Self::command(&request.parts())?;
         prepared.hostname = hostname;
+        prepared.door = request.pid1 == Pid1::HoldSandbox && !request.argv.is_empty();
         prepared.root_data = root_data;
         prepared.steps = steps;
         prepared.source_fds = vec![Cell::new(-1); binds];
@@ -313,17 +316,18 @@ impl Prepared {
     }
 
     /// Checks a request that joins `sandbox` and prepares everything: no mount
-    /// plan, the sandbox's pidfd kept for `setns`.
+    /// plan, the pidfd the sandbox is entered through kept for `setns`.
     pub fn for_join(request: &JoinRequest, sandbox: &Sandbox) -> Result<Self, SpawnError> {
         let mut prepared = Self::command(&request.parts())?;
-        let pidfd = sandbox
-            .pidfd()
-            .try_clone_to_owned()
-            .map_err(|e| SpawnError::Prepare {
-                step: "duplicating the sandbox's pidfd",
-                path: format!("/proc/{}", sandbox.pid()).into(),
-                source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
-            })?;
+        let pidfd =
+            sandbox
+                .entry_pidfd()
+                .try_clone_to_owned()
+                .map_err(|e| SpawnError::Prepare {
+                    step: "duplicating the sandbox's pidfd",
+                    path: format!("/proc/{}", sandbox.entry_pid()).into(),
+                    source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+                })?;
         prepared.child_fds.sandbox = Some(pidfd);
         prepared.keep();
         Ok(prepared)
@@ -385,6 +389,7 @@ impl Prepared {
             cwd,
             controlling_terminal: request.controlling_terminal,
             pid1: request.pid1,
+            door: false,
             hostname: Vec::new(),
             root_data: CString::default(),
             steps: Vec::new(),

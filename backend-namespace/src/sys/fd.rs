@@ -98,6 +98,12 @@ pub(crate) fn dup_from(fd: c_int, lowest: c_int) -> Result<c_int, Errno> {
     check(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest) })
 }
 
+/// Marks `fd` close-on-exec.
+pub(crate) fn set_cloexec(fd: c_int) -> Result<(), Errno> {
+    // SAFETY: changes a descriptor flag; no memory effect.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) }).map(drop)
+}
+
 /// Makes `target` a duplicate of `fd` (`dup3`; `flags` 0 or `O_CLOEXEC`).
 pub(crate) fn dup_onto(fd: c_int, target: c_int, flags: c_int) -> Result<(), Errno> {
     // SAFETY: as above; whatever `target` was is closed by the kernel, and the

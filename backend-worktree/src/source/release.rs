@@ -70,13 +70,27 @@ fn is_dir(stat: &Statx) -> bool {
 }
 
 fn open_dir_at(dir: impl AsFd, name: &OsStr, path: &Path) -> Result<OwnedFd, SourceError> {
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| SourceError::io("open a directory of the checkout", path, e.into()))
+    let open = |dir: &dyn AsFd| {
+        rustix::fs::openat(
+            dir.as_fd(),
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    let opened = match open(&dir) {
+        // A directory this process may not read (overlayfs makes its `work/work`
+        // with mode 0; a run may `chmod 000` its own) is made readable first
+        // when it is this process's own: an ordinary user has no
+        // `CAP_DAC_OVERRIDE` to read past it. Nothing of the run runs any more,
+        // and the caller checks that what it opened is what it inspected.
+        Err(rustix::io::Errno::ACCESS) => {
+            rustix::fs::chmodat(dir.as_fd(), name, Mode::RWXU, AtFlags::empty())
+                .and_then(|()| open(&dir))
+        }
+        other => other,
+    };
+    opened.map_err(|e| SourceError::io("open a directory of the checkout", path, e.into()))
 }
 
 /// `path` split into an open handle on its parent directory and its last name.
