@@ -333,7 +333,7 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
         "sh",
         "-c",
         "for p in /proc/[0-9]*; do \
-           [ \"$(tr '\\0' ' ' < $p/cmdline)\" = '/usr/bin/sleep infinity ' ] && kill -9 ${p#/proc/}; \
+           [ \"$(tr '\\0' ' ' < $p/cmdline)\" = 'sleep infinity ' ] && kill -9 ${p#/proc/}; \
          done; true",
     ]);
     let locked = world.agent_workspace(&["exec", &run, "--", "true"]);

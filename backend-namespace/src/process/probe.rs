@@ -141,8 +141,10 @@ pub(crate) fn probe(
 }
 
 /// What the probe's shell runs first in a sandbox entered through a door: the
-/// UTS namespace's node name on a line of its own.
-const HOSTNAME_LINE: &str = "uname -n\n";
+/// UTS namespace's node name on a line of its own, with the shell's builtins
+/// only (a line even when the file cannot be read, so the probe never waits
+/// for one).
+const HOSTNAME_LINE: &str = "read -r h </proc/sys/kernel/hostname; echo \"$h\"\n";
 
 /// The parts of the kernel's `/proc` and `/sys` the plan covers that the run's
 /// own procfs and sysfs do not have (this kernel lacks them), looked up from the

@@ -259,6 +259,9 @@ pub(crate) fn prepare(
     let door = needs_door(options).then(|| DOOR.map(String::from).to_vec());
     let mut request = SpawnRequest::new(mount_plan, door.clone().unwrap_or_default());
     request.pid1 = Pid1::HoldSandbox;
+    if door.is_some() {
+        request.env = vec![("PATH".into(), DOOR_PATH.into())];
+    }
     request.cwd = "/".into();
     request.uid = identity.uid;
     request.gid = identity.gid;
@@ -364,8 +367,12 @@ fn publish(
 pub(crate) const INIT_CGROUP: &str = "init";
 
 /// The door a sandbox is entered through by a runner that may not enter its
-/// pid 1 (see [`Sandbox`]): a program of the host's base system that blocks.
-const DOOR: [&str; 2] = ["/usr/bin/sleep", "infinity"];
+/// pid 1 (see [`Sandbox`]): a program of the base system that blocks, found
+/// in [`DOOR_PATH`].
+const DOOR: [&str; 2] = ["sleep", "infinity"];
+
+/// Where the door's program is looked for inside.
+const DOOR_PATH: &str = "/usr/bin:/bin";
 
 /// Whether this runner enters its sandboxes through a door: an ordinary
 /// user's runs map to the caller's own ids ([`HostIds::Caller`]), and such a
@@ -409,14 +416,26 @@ pub(crate) fn adopt(
         )));
     }
     // The sandbox lives: a door that is gone (a process of the run ended it)
-    // locks it, and that is an error, not a sandbox to start again.
+    // locks it, and that is an error, not a sandbox to start again. The door
+    // is pid 1's child in pid 1's own cgroup: an orphan of a command that took
+    // its pid would be pid 1's child too, but in the command's cgroup.
     let sandbox = match saved.door {
         None => sandbox,
         Some(door) => {
-            Sandbox::open(saved.pid, Some(door)).map_err(|source| ProcessError::Spawn {
+            let entering = |source| ProcessError::Spawn {
                 step: "entering the sandbox through its door",
                 source,
-            })?
+            };
+            let entered = sandbox.through_door(door).map_err(entering)?;
+            let cgroups =
+                std::fs::read_to_string(format!("/proc/{door}/cgroup")).unwrap_or_default();
+            if !cgroups.lines().any(|line| line.ends_with(&suffix)) {
+                return Err(entering(crate::spawn::SpawnError::DoorGone {
+                    door: door as i32,
+                    pid1: saved.pid as i32,
+                }));
+            }
+            entered
         }
     };
     let layout = CgroupLayout::detect().map_err(|source| ProcessError::Cgroup {

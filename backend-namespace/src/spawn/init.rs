@@ -153,7 +153,11 @@ fn door_process(p: &Prepared, _: Birth) -> ! {
     // listeners are pid 1's alone.
     let kept = sys::fd::close_from(FD_ERROR + 1, 0).and_then(|()| sys::fd::set_cloexec(FD_ERROR));
     let error = match kept {
-        Ok(()) => exec_command(p),
+        // Said as the door's failure, not a command's.
+        Ok(()) => Report {
+            stage: ChildStage::Door as u32,
+            ..exec_command(p)
+        },
         Err(errno) => report(ChildStage::Door, errno),
     };
     let _ = sys::write_all(FD_ERROR, &error.encode());

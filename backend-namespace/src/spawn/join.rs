@@ -104,25 +104,44 @@ impl Sandbox {
 
     fn with_pidfd(pid: i32, pidfd: OwnedFd, door: Option<u32>) -> Result<Self, SpawnError> {
         let entry = door.map(|door| Door::open(door, pid)).transpose()?;
-        let entry_pid = entry.as_ref().map_or(pid, |door| door.pid);
         // Host root writes the gid map with `setgroups` left allowed, so a joining
-        // child can clear the host groups it inherited (see `idmap.rs`).
-        let path = PathBuf::from(format!("/proc/{entry_pid}/setgroups"));
-        let setgroups = std::fs::read_to_string(&path).map_err(|e| SpawnError::Prepare {
-            step: "reading the sandbox's setgroups policy",
-            path: path.clone(),
-            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        })?;
+        // child can clear the host groups it inherited (see `idmap.rs`); a runner
+        // that enters through a door is unprivileged, and an unprivileged gid map
+        // needs `setgroups` denied: nothing to read.
+        let clear_groups = match &entry {
+            Some(_) => false,
+            None => {
+                let path = PathBuf::from(format!("/proc/{pid}/setgroups"));
+                let setgroups =
+                    std::fs::read_to_string(&path).map_err(|e| SpawnError::Prepare {
+                        step: "reading the sandbox's setgroups policy",
+                        path: path.clone(),
+                        source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                    })?;
+                setgroups.trim() == "allow"
+            }
+        };
         let sandbox = Self {
             pid,
             pidfd,
             entry,
-            clear_groups: setgroups.trim() == "allow",
+            clear_groups,
         };
         if !sandbox.is_alive() {
             return Err(SpawnError::InitEnded { pid });
         }
         Ok(sandbox)
+    }
+
+    /// This sandbox, entered through its door `door` (a host pid) from now on:
+    /// pid 1's pidfd is the one already taken (and checked by the caller).
+    pub fn through_door(self, door: u32) -> Result<Self, SpawnError> {
+        let entry = Door::open(door, self.pid)?;
+        Ok(Self {
+            entry: Some(entry),
+            clear_groups: false,
+            ..self
+        })
     }
 
     /// The host pid of the sandbox's pid 1.
