@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::lower_walks;
+use super::lower_walks::{self, Kind};
 use crate::contract::exclusion_glob;
 
 /// Why the checkout could not be read for the plan.
@@ -106,13 +106,6 @@ fn listed(found: BTreeMap<String, Kind>) -> Vec<(String, bool)> {
             Kind::Gone => None,
         })
         .collect()
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Kind {
-    File,
-    Dir,
-    Gone,
 }
 
 fn walk(

@@ -12,8 +12,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::checkout::{CheckoutError, Kind};
-
 /// How many walks are kept (the oldest goes first): one per commit and set
 /// of patterns a long-lived runner serves.
 const KEPT: usize = 64;
@@ -27,13 +25,22 @@ struct Key {
 
 static WALKS: Mutex<Vec<(Key, BTreeMap<String, Kind>)>> = Mutex::new(Vec::new());
 
+/// What a walk found at a path: excluded as a file or a directory, or gone
+/// (an overlay whiteout in a later tree removed it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    File,
+    Dir,
+    Gone,
+}
+
 /// What `walk` finds in the immutable tree `lower` for `patterns`: kept from
 /// an earlier walk of this directory, else walked now and kept.
-pub(super) fn walked(
+pub(super) fn walked<E>(
     lower: &Path,
     patterns: &[String],
-    walk: impl FnOnce(&mut BTreeMap<String, Kind>) -> Result<(), CheckoutError>,
-) -> Result<BTreeMap<String, Kind>, CheckoutError> {
+    walk: impl FnOnce(&mut BTreeMap<String, Kind>) -> Result<(), E>,
+) -> Result<BTreeMap<String, Kind>, E> {
     let Some(identity) = identity(lower) else {
         let mut found = BTreeMap::new();
         walk(&mut found)?;

@@ -10,12 +10,10 @@
 use std::path::Path;
 
 use super::error::RunErrorKind;
+use super::paths::DISK_STATE_FILE;
 use super::state_files::{read_state, write_state};
 use crate::boundary::{BoundaryError, DiskRecord, DiskUsage, ProcessBoundary, RunContext};
 use crate::step::{RunnerStep, StepErrors};
-
-/// The run's disk record in its run directory.
-pub(super) const DISK_STATE_FILE: &str = "disk.json";
 
 /// The cap the contract declares, in bytes.
 fn cap(run: &RunContext) -> Option<u64> {

@@ -18,6 +18,8 @@ pub(super) const CAPACITY_HELD_FILE: &str = "capacity-held-by-sandbox";
 /// The run's identity plan with its credential values (mode 0600), in its run
 /// directory (see `identity_store`).
 pub(super) const IDENTITY_STATE_FILE: &str = "identity.json";
+/// The run's capped disk as it was made (see `disk`), in its run directory.
+pub(super) const DISK_STATE_FILE: &str = "disk.json";
 
 /// The extension of the file beside a run's journal that names its evidence
 /// directory (`<runtime>/journals/<run-id>.evidence`), so that recovery and resume

@@ -8,7 +8,9 @@ use serde::de::DeserializeOwned;
 
 use super::error::RunErrorKind;
 use super::leases::LEASES_STATE_FILE;
-use super::paths::{CAPACITY_HELD_FILE, FILESYSTEM_STATE_FILE, IDENTITY_STATE_FILE};
+use super::paths::{
+    CAPACITY_HELD_FILE, DISK_STATE_FILE, FILESYSTEM_STATE_FILE, IDENTITY_STATE_FILE,
+};
 use crate::step::{RunnerStep, StepErrors};
 
 pub(super) fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
@@ -80,7 +82,7 @@ pub(super) fn remove_private_state(run_dir: &Path, errors: &mut StepErrors) {
         LEASES_STATE_FILE,
         IDENTITY_STATE_FILE,
         CAPACITY_HELD_FILE,
-        super::disk::DISK_STATE_FILE,
+        DISK_STATE_FILE,
         crate::egress::ATTEMPT_LOG_FILE,
     ] {
         remove_if_present(&run_dir.join(name), errors);
