@@ -312,7 +312,14 @@ fn probe_prints_the_observed_facts_and_finishes_the_run() {
 fn conformance_prints_one_line_per_case_and_fails_the_stack_without_isolation() {
     let fixture = CliFixture::new("conformance");
     let out = fixture.agent_workspace(&["conformance", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Which case failed, and why, is in the JSON on stdout.
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
     let results: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(results.len(), 10, "{results:?}");
     assert!(
