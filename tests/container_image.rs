@@ -10,7 +10,7 @@
 mod support;
 
 use support::container::{self, runner};
-use support::oci_image::{OciImage, RELEASE};
+use support::oci_image::{IMAGE_WORKING_DIR, OciImage, RELEASE};
 use support::{Fixture, HELLO, command};
 use workspace_core::contract::Contract;
 use workspace_core::runner::{CommandIo, CreateOptions, Workspace};
@@ -19,12 +19,21 @@ fn on_image(fixture: &Fixture, image: &OciImage) -> Contract {
     let mut contract = fixture.contract();
     contract.environment.runtime.image = Some(image.reference());
     contract
+        .environment
+        .env
+        .insert("SHARED".into(), "from the contract".into());
+    contract
 }
 
 /// Runs `script` with `sh -c`; its exit code and standard output.
 async fn sh(fixture: &Fixture, workspace: &mut Workspace, script: &str) -> (i32, String) {
     let (ended, out) = container::sh(fixture, workspace, script).await;
     (ended.shell_status(), out)
+}
+
+/// The image cache the fixture's runner uses.
+fn image_store(fixture: &Fixture) -> backend_container::image::ImageStore {
+    backend_container::image::ImageStore::new(fixture.base.path().join("images"))
 }
 
 fn observed_image(fixture: &Fixture, run_id: &workspace_core::RunId) -> serde_json::Value {
@@ -71,7 +80,25 @@ async fn a_run_on_a_pinned_image_sees_the_image_and_not_the_hosts_base_system() 
     let (_, out) = sh(&fixture, &mut workspace, "stat -c %a /bin/suid").await;
     assert_eq!(out.trim(), "755", "the set-user-id bit must be dropped");
 
+    // The image's `Env` is every process's, under the contract's variables
+    // (`SHARED` is declared by the contract too); its `WorkingDir` is
+    // recorded, but commands start in the checkout.
+    let (status, out) = sh(
+        &fixture,
+        &mut workspace,
+        r#"echo "$PATH|$TOOL_HOME|$SHARED|$PWD""#,
+    )
+    .await;
+    assert_eq!(status, 0);
+    let workdir = out.trim().rsplit('|').next().unwrap().to_owned();
+    assert_eq!(
+        out.trim(),
+        format!("/opt/tool/bin:/bin|/opt/tool|from the contract|{workdir}")
+    );
+    assert_ne!(workdir, IMAGE_WORKING_DIR);
+
     let recorded = observed_image(&fixture, &run_id);
+    assert_eq!(recorded["record"]["working_dir"], IMAGE_WORKING_DIR);
     assert_eq!(
         recorded["record"]["manifest"],
         format!("sha256:{}", image.manifest)
@@ -82,7 +109,7 @@ async fn a_run_on_a_pinned_image_sees_the_image_and_not_the_hosts_base_system() 
     // The unpacked image (set-user-id bits gone, but a host copy all the same)
     // is out of every other host user's reach.
     use std::os::unix::fs::PermissionsExt;
-    let cache = fixture.base.path().join("images/sha256");
+    let cache = image_store(&fixture).entries();
     let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
     assert_eq!(
         mode & 0o077,
@@ -144,7 +171,7 @@ async fn a_layer_that_is_not_what_its_digest_says_fails_before_anything_runs() {
         "nothing may run on an image that failed its digests"
     );
     // Nothing of the image was kept, and no container was made.
-    let cache = fixture.base.path().join("images/sha256");
+    let cache = image_store(&fixture).entries();
     let kept: Vec<_> = std::fs::read_dir(&cache)
         .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
@@ -158,7 +185,7 @@ async fn a_layer_that_is_not_what_its_digest_says_fails_before_anything_runs() {
 fn a_digest_the_layout_does_not_hold_is_named_and_nothing_is_cached() {
     let fixture = Fixture::new("container-image-missing");
     let image = OciImage::build(fixture.base.path());
-    let store = backend_container::image::ImageStore::new(fixture.base.path().join("images"));
+    let store = image_store(&fixture);
     let absent = "f".repeat(64);
     let reference = workspace_core::contract::ImageReference::parse(&format!(
         "oci-layout:{}@sha256:{absent}",
@@ -175,7 +202,7 @@ fn a_digest_the_layout_does_not_hold_is_named_and_nothing_is_cached() {
         )),
         "{text}"
     );
-    let kept: Vec<_> = std::fs::read_dir(store.dir().join("sha256"))
+    let kept: Vec<_> = std::fs::read_dir(store.entries())
         .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(kept.is_empty(), "{kept:?}");

@@ -7,7 +7,7 @@
 //! their values never enter a record that is serialized. Limits are the contract's,
 //! or a finite default for each one left unset.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use workspace_core::boundary::{
@@ -111,6 +111,9 @@ impl EnvironmentBoundary for NamespaceEnvironment {
         let contract = &run.contract;
         let environment = &contract.environment;
         let root = contract.identity.user == UserClass::NamespaceRoot;
+        // `USER` and `HOME` follow the identity and the mount plan; the rest
+        // of the defaults give way to a base system's own values.
+        let mut defaults = BTreeSet::from(["PATH".to_owned(), "LANG".to_owned()]);
         let mut vars = BTreeMap::from([
             ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
             (
@@ -130,9 +133,11 @@ impl EnvironmentBoundary for NamespaceEnvironment {
         }
         for (name, value) in &self.host {
             if environment.passes(name) {
+                defaults.remove(name);
                 vars.insert(name.clone(), value.clone());
             }
         }
+        defaults.retain(|name| !environment.env.contains_key(name));
         vars.extend(environment.env.clone());
         if environment.network.mode == NetworkMode::Allowlist {
             vars.extend(proxy_vars());
@@ -143,6 +148,7 @@ impl EnvironmentBoundary for NamespaceEnvironment {
         }
         Ok(EnvironmentPlan {
             vars,
+            defaults,
             network: environment.network.mode,
             limits: resolve_limits(&environment.limits),
             fingerprint,
@@ -253,6 +259,20 @@ mod tests {
             plan.vars.keys().collect::<Vec<_>>(),
             ["HOME", "LANG", "PATH", "USER"]
         );
+    }
+
+    #[tokio::test]
+    async fn only_undeclared_path_and_lang_are_defaults_a_base_system_may_replace() {
+        let plan = host().prepare(&run(preset())).await.unwrap();
+        assert_eq!(
+            plan.defaults.iter().collect::<Vec<_>>(),
+            ["LANG", "PATH"],
+            "USER and HOME follow the identity and the mounts"
+        );
+        let mut contract = preset();
+        contract.environment.env = BTreeMap::from([("PATH".to_owned(), "/opt/bin".to_owned())]);
+        let plan = host().prepare(&run(contract)).await.unwrap();
+        assert_eq!(plan.defaults.iter().collect::<Vec<_>>(), ["LANG"]);
     }
 
     #[tokio::test]

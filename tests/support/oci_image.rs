@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use oci_spec::image::{
-    Arch, DescriptorBuilder, Digest, ImageConfigurationBuilder, ImageIndexBuilder,
+    Arch, ConfigBuilder, DescriptorBuilder, Digest, ImageConfigurationBuilder, ImageIndexBuilder,
     ImageManifestBuilder, MediaType, OciLayoutBuilder, Os, RootFsBuilder,
 };
 use sha2::{Digest as _, Sha256};
@@ -21,6 +21,14 @@ const APPLETS: [&str; 14] = [
 ];
 /// What `/opt/image-release` holds in the image.
 pub const RELEASE: &str = "agent-workspace test image 1\n";
+/// The image configuration's `Env`.
+pub const IMAGE_ENV: [&str; 3] = [
+    "PATH=/opt/tool/bin:/bin",
+    "TOOL_HOME=/opt/tool",
+    "SHARED=from the image",
+];
+/// The image configuration's `WorkingDir`.
+pub const IMAGE_WORKING_DIR: &str = "/opt";
 
 /// An image layout on disk: two layers (the second with a whiteout and an
 /// opaque directory), a config, a manifest and an index.
@@ -97,6 +105,13 @@ impl OciImage {
         let config = ImageConfigurationBuilder::default()
             .architecture(Arch::Amd64)
             .os(Os::Linux)
+            .config(
+                ConfigBuilder::default()
+                    .env(IMAGE_ENV.map(String::from).to_vec())
+                    .working_dir(IMAGE_WORKING_DIR)
+                    .build()
+                    .unwrap(),
+            )
             .rootfs(
                 RootFsBuilder::default()
                     .typ("layers")

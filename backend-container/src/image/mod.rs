@@ -42,6 +42,8 @@ use blobs::Layout;
 pub const RECORD_FILE: &str = "image.json";
 /// The unpacked root filesystem's directory name.
 pub const ROOTFS_DIR: &str = "rootfs";
+/// The cache's format: the directory its entries are under.
+const CACHE_FORMAT: &str = "v2";
 
 /// What an unpacked image is: where its root is and what it was made from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +60,19 @@ pub struct ImageRecord {
     pub layers: Vec<LayerRecord>,
     /// Device nodes and FIFOs the layers held, not unpacked.
     pub skipped_devices: u64,
+    /// The configuration's `Env` (`NAME=value`): every process of a run
+    /// starts with it, under the contract's own variables.
+    pub env: Vec<String>,
+    /// The configuration's `WorkingDir`, recorded only: a run's commands
+    /// start in its checkout.
+    pub working_dir: Option<String>,
+}
+
+/// An image's `Env` entries as pairs (an entry without `=` is a name with an
+/// empty value, as runtimes read it).
+pub fn env_pairs(env: &[String]) -> impl Iterator<Item = (&str, &str)> {
+    env.iter()
+        .map(|entry| entry.split_once('=').unwrap_or((entry.as_str(), "")))
 }
 
 /// One layer of an [`ImageRecord`].
@@ -82,8 +97,10 @@ pub struct UnpackedImage {
     pub reused: bool,
 }
 
-/// The host's cache of unpacked images: `<dir>/sha256/<manifest hex>/`, each
-/// holding `rootfs/` and `image.json`, the directory owner-only.
+/// The host's cache of unpacked images: `<dir>/v2/sha256/<manifest hex>/`,
+/// each holding `rootfs/` and `image.json`, the directory owner-only. (`v2`:
+/// a record also holds the configuration's `Env`; entries of the first format
+/// are not read.)
 #[derive(Clone, Debug)]
 pub struct ImageStore {
     dir: PathBuf,
@@ -100,6 +117,11 @@ impl ImageStore {
         &self.dir
     }
 
+    /// The directory holding one entry per manifest digest.
+    pub fn entries(&self) -> PathBuf {
+        self.dir.join(CACHE_FORMAT).join("sha256")
+    }
+
     /// The image `reference` unpacked: from the cache when an earlier run
     /// unpacked it, else verified and unpacked now (see the [module docs](self)).
     ///
@@ -107,7 +129,7 @@ impl ImageStore {
     /// Reads the image layout and writes the cache directory.
     pub fn unpacked(&self, reference: &ImageReference) -> Result<UnpackedImage, ImageError> {
         let hex = &reference.manifest_sha256;
-        let done = self.dir.join("sha256").join(hex);
+        let done = self.entries().join(hex);
         if let Some(record) = read_record(&done)? {
             return Ok(UnpackedImage {
                 rootfs: done.join(ROOTFS_DIR),
@@ -151,7 +173,7 @@ impl ImageStore {
 
     /// A fresh staging directory beside the cache's entries.
     fn staging(&self, hex: &str) -> Result<PathBuf, ImageError> {
-        let parent = self.dir.join("sha256");
+        let parent = self.entries();
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -243,6 +265,16 @@ fn unpack_into(
         platform: format!("{}/{}", config.os(), config.architecture()),
         layers,
         skipped_devices,
+        env: config
+            .config()
+            .as_ref()
+            .and_then(|c| c.env().clone())
+            .unwrap_or_default(),
+        working_dir: config
+            .config()
+            .as_ref()
+            .and_then(|c| c.working_dir().clone())
+            .filter(|dir| !dir.is_empty()),
     };
     let path = staging.join(RECORD_FILE);
     let json = serde_json::to_vec_pretty(&record).map_err(|e| ImageError::Io {

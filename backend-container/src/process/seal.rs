@@ -64,6 +64,10 @@ struct SealedState {
     /// with the same one).
     #[serde(default)]
     runtime: Option<PathBuf>,
+    /// The image's `Env` the run's processes start with (a later runner
+    /// builds the same environment without reading the image cache).
+    #[serde(default)]
+    image_env: Vec<String>,
 }
 
 /// What [`prepare`] made, for the probe and the evidence.
@@ -151,7 +155,11 @@ pub(crate) fn prepare(
         templates: &plan.templates,
     })
     .map_err(|problems| ContainerError::Plan { problems })?;
-    let env = run_env(plan);
+    let image_env = image
+        .as_ref()
+        .map(|image| image.record.env.clone())
+        .unwrap_or_default();
+    let env = run_env(plan, &image_env);
     let cgroups_path = cgroups_path(options, run);
     let bundle_dir = run.run_dir.join(BUNDLE_DIR);
     std::fs::create_dir_all(&bundle_dir).map_err(ContainerError::io(
@@ -160,12 +168,10 @@ pub(crate) fn prepare(
     ))?;
     let init: Vec<String> = INIT.iter().map(|s| (*s).to_owned()).collect();
     // The container's pid 1 gets the base variables only: no credential.
-    let init_env: Vec<(String, String)> = plan
-        .environment
-        .vars
+    let init_env: Vec<(String, String)> = env
         .iter()
         .filter(|(k, _)| matches!(k.as_str(), "PATH" | "HOME" | "LANG"))
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .cloned()
         .collect();
     let mut spec = bundle::spec(&BundleInputs {
         plan: &mount_plan,
@@ -183,6 +189,7 @@ pub(crate) fn prepare(
         cgroups_path: cgroups_path.clone(),
         next_command: 1,
         runtime: Some(options.runtime.program().to_path_buf()),
+        image_env,
     };
     write_state(&bundle_dir, &state)?;
     // The container's pid 1 keeps the capacity ticket's lock open
@@ -337,7 +344,7 @@ pub(crate) fn reopen(
     let state: SealedState = serde_json::from_slice(&text).map_err(|e| ContainerError::Lost {
         what: format!("{} does not read: {e}", path.display()),
     })?;
-    let env = run_env(plan);
+    let env = run_env(plan, &state.image_env);
     let cgroups = ContainerCgroups::of(&state.cgroups_path);
     // Command numbers go on where the last runner left them.
     let next = cgroups
@@ -418,15 +425,18 @@ fn is_mount_point(path: &Path) -> bool {
         .any(|target| target == wanted)
 }
 
-/// The environment every process of the run starts with: the plan's
-/// variables, the identity's credentials over them (values never printed).
-fn run_env(plan: &SealPlan) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = plan
-        .environment
-        .vars
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+/// The environment every process of the run starts with: the image's `Env`
+/// under the plan's variables (an image's value replaces only a default of
+/// the environment boundary, as its `PATH` does), the identity's credentials
+/// over both (values never printed).
+fn run_env(plan: &SealPlan, image_env: &[String]) -> Vec<(String, String)> {
+    let mut vars = plan.environment.vars.clone();
+    for (name, value) in crate::image::env_pairs(image_env) {
+        if !vars.contains_key(name) || plan.environment.defaults.contains(name) {
+            vars.insert(name.to_owned(), value.to_owned());
+        }
+    }
+    let mut env: Vec<(String, String)> = vars.into_iter().collect();
     for credential in &plan.identity.credentials {
         env.retain(|(k, _)| *k != credential.name);
         env.push((

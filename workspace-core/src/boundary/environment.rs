@@ -1,6 +1,6 @@
 //! The Environment boundary trait and the plan it hands to the process boundary.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 
 use async_trait::async_trait;
@@ -36,6 +36,12 @@ pub struct EnvironmentPlan {
     /// The complete set of variables the run's processes start with (no credentials:
     /// those come from the identity plan).
     pub vars: BTreeMap<String, String>,
+    /// The names in `vars` whose values are the boundary's own defaults (no
+    /// contract entry and no passed host variable set them, e.g. `PATH`): a
+    /// base system that brings its own value for one (an OCI image's `Env`)
+    /// is kept over them.
+    #[serde(default)]
+    pub defaults: BTreeSet<String>,
     /// The network policy to apply.
     pub network: NetworkMode,
     /// The limits to apply.
