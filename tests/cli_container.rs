@@ -317,3 +317,62 @@ fn the_runtime_is_chosen_by_flag_recorded_and_refused_where_it_cannot_run() {
         containers(&fixture)
     );
 }
+
+#[test]
+fn every_subcommand_on_a_run_takes_its_backend_and_refuses_another() {
+    let fixture = CliFixture::new("container-backend-flag");
+    let run = create(&fixture);
+    let ran = fixture.agent_workspace(&["exec", "--backend", "container", &run, "--", "true"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    // Each per-run subcommand names the backend that sealed the run when
+    // another is asked for, and changes nothing.
+    for subcommand in [
+        vec!["exec", &run, "--", "true"],
+        vec!["export", &run],
+        vec!["ports", &run],
+        vec!["logs", &run],
+        vec!["checks", &run],
+        vec!["suspend", &run],
+        vec!["resume", &run],
+        vec!["promote", &run],
+        vec!["destroy", &run],
+    ] {
+        let mut args = subcommand.clone();
+        args.splice(1..1, ["--backend", "namespace"]);
+        let out = fixture.agent_workspace(&args);
+        let said = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{subcommand:?}: {said}");
+        assert!(
+            said.contains("--backend namespace")
+                && said.contains("sealed by the container backend"),
+            "{subcommand:?}: {said}"
+        );
+    }
+    assert_eq!(containers(&fixture), std::slice::from_ref(&run));
+    // `ls` says which backend sealed each live run, and lists by backend.
+    let listed = |backend: &str| -> Vec<serde_json::Value> {
+        let out = fixture.agent_workspace(&["ls", "--json", "--backend", backend]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let containers_listed = listed("container");
+    assert_eq!(containers_listed.len(), 1, "{containers_listed:?}");
+    assert_eq!(containers_listed[0]["run_id"], run.as_str());
+    assert_eq!(containers_listed[0]["backend"], "container");
+    assert!(listed("namespace").is_empty());
+    // `check-host` checks this host for the container backend and its runtime.
+    let checked = fixture.agent_workspace(&["check-host", "--backend", "container", "--json"]);
+    assert_eq!(checked.status.code(), Some(0), "{}", text(&checked.stdout));
+    let report: serde_json::Value = serde_json::from_slice(&checked.stdout).unwrap();
+    assert_eq!(report["backend"], "container");
+    assert_eq!(report["runtime"]["ok"], true, "{report}");
+    assert!(
+        report["runtime"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("runc")),
+        "{report}"
+    );
+    let out = fixture.agent_workspace(&["destroy", "--backend", "container", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(containers(&fixture).is_empty());
+}

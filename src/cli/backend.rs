@@ -12,6 +12,16 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
+    /// The backend that sealed the run whose directory is `run_dir`: the
+    /// container backend leaves its bundle there.
+    pub(crate) fn that_sealed(run_dir: &std::path::Path) -> Self {
+        if backend_container::process::sealed_in(run_dir) {
+            Self::Container
+        } else {
+            Self::Namespace
+        }
+    }
+
     /// The name `--backend` takes.
     pub(crate) fn name(self) -> &'static str {
         match self {

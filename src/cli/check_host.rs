@@ -1,4 +1,5 @@
-//! `agent-workspace check-host`: can this host run the namespace backend?
+//! `agent-workspace check-host`: can this host run the namespace backend (or,
+//! with `--backend container`, the container backend and its OCI runtime)?
 
 use std::process::ExitCode;
 
@@ -7,13 +8,23 @@ use backend_namespace::host_check::{Check, Finding, HostReport, Status, check_ho
 use clap::Args;
 use serde::Serialize;
 
+use super::backend::Backend;
 use super::host::HostArgs;
+use super::{BadInput, session::bad_input};
 
 #[derive(Debug, Args)]
 pub(crate) struct CheckHostArgs {
     /// Print the findings as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// The backend to check the host for: the container backend needs what a
+    /// standalone checkout's run needs, and an OCI runtime that runs here.
+    #[arg(long, value_enum, value_name = "BACKEND", default_value = "namespace")]
+    backend: Backend,
+    /// With `--backend container`: the OCI runtime to check, a name on `PATH` or
+    /// a path [default: the first of runc, crun, youki on `PATH`].
+    #[arg(long, value_name = "NAME|PATH")]
+    runtime: Option<String>,
     /// As root: make this host ready for `--user`'s runs (a cgroup subtree
     /// delegated to that user, where its runs make their groups), then exit.
     #[arg(long, requires = "user")]
@@ -29,15 +40,63 @@ pub(crate) struct CheckHostArgs {
 /// reported but not needed.
 const REQUIRED: [Check; 14] = Check::REQUIRED_LAYERED;
 
+/// What the container backend cannot do without, besides its OCI runtime: it
+/// runs on a standalone checkout.
+const REQUIRED_CONTAINER: [Check; 12] = Check::REQUIRED_STANDALONE;
+
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
 struct Output<'a> {
-    /// Whether every required check is `ok`.
+    /// Whether every required check is `ok` (and, for the container backend,
+    /// its runtime was found and runs here).
     ready: bool,
-    /// The checks the namespace backend needs.
+    /// The backend checked for.
+    backend: &'static str,
+    /// The checks that backend needs.
     required: &'a [Check],
     findings: &'a [Finding],
+    /// For the container backend: its OCI runtime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime: Option<&'a RuntimeFinding>,
     elapsed_us: u64,
+}
+
+/// What `check-host --backend container` found of its OCI runtime.
+#[derive(Debug, Serialize)]
+struct RuntimeFinding {
+    /// Whether it was found and can run on this host.
+    ok: bool,
+    /// Its name, version and program, or why it cannot be used.
+    detail: String,
+    /// What makes it usable, when it is not.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    remediation: &'static str,
+}
+
+impl RuntimeFinding {
+    /// Finds `name` (else the first known runtime on `PATH`) as the container
+    /// backend would, with its checks of this host's cgroup layout.
+    fn of(name: Option<&str>, host: &HostArgs) -> Self {
+        use backend_container::process::ContainerOptions;
+        use backend_container::runtime::Runtime;
+        let root = host.dirs().runtime.join("containers");
+        let found = Runtime::find(name, &root).and_then(|runtime| {
+            let detail = format!("{} ({})", runtime.version(), runtime.program().display());
+            ContainerOptions::probe(runtime, host.cgroup_parent()).map(|_| detail)
+        });
+        match found {
+            Ok(detail) => Self {
+                ok: true,
+                detail,
+                remediation: "",
+            },
+            Err(error) => Self {
+                ok: false,
+                detail: workspace_core::error_chain(&error),
+                remediation: "apt-get install runc (Debian), or name another runtime with --runtime",
+            },
+        }
+    }
 }
 
 /// Runs every host check and prints one line per finding (with its remediation
@@ -47,13 +106,36 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
     if let (true, Some(user)) = (args.fix, &args.user) {
         return fix(user, host);
     }
+    if args.runtime.is_some() && args.backend != Backend::Container {
+        return bad_input(BadInput(
+            "--runtime names the OCI runtime of --backend container; the namespace backend has none"
+                .into(),
+        ));
+    }
+    let required: &[Check] = match args.backend {
+        Backend::Namespace => &REQUIRED,
+        Backend::Container => &REQUIRED_CONTAINER,
+    };
     let report = check_host(&host.cgroup_parent());
-    let gaps = report.is_ready_for(&REQUIRED).err().unwrap_or_default();
+    let runtime = (args.backend == Backend::Container)
+        .then(|| RuntimeFinding::of(args.runtime.as_deref(), host));
+    let mut gaps: Vec<&str> = report
+        .is_ready_for(required)
+        .err()
+        .unwrap_or_default()
+        .iter()
+        .map(|gap| gap.check.name())
+        .collect();
+    if runtime.as_ref().is_some_and(|r| !r.ok) {
+        gaps.push("oci_runtime");
+    }
     if args.json {
         let output = Output {
             ready: gaps.is_empty(),
-            required: &REQUIRED,
+            backend: args.backend.name(),
+            required,
             findings: &report.findings,
+            runtime: runtime.as_ref(),
             elapsed_us: report.elapsed_us,
         };
         match serde_json::to_string_pretty(&output) {
@@ -64,12 +146,12 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
             }
         }
     } else {
-        print!("{}", table(&report));
+        print!("{}", table(&report, required, runtime.as_ref()));
+        let backend = args.backend.name();
         if gaps.is_empty() {
-            println!("ready for the namespace backend");
+            println!("ready for the {backend} backend");
         } else {
-            let names: Vec<&str> = gaps.iter().map(|gap| gap.check.name()).collect();
-            println!("NOT ready for the namespace backend: {}", names.join(", "));
+            println!("NOT ready for the {backend} backend: {}", gaps.join(", "));
         }
     }
     if gaps.is_empty() {
@@ -81,11 +163,12 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
 
 /// `check  status  detail`, aligned, with `fix: ...` under each finding that has
 /// a remediation.
-fn table(report: &HostReport) -> String {
+fn table(report: &HostReport, required: &[Check], runtime: Option<&RuntimeFinding>) -> String {
     let name_width = report
         .findings
         .iter()
         .map(|f| f.check.name().len())
+        .chain(runtime.map(|_| "oci_runtime".len()))
         .max()
         .unwrap_or(0);
     let mut out = String::new();
@@ -95,7 +178,7 @@ fn table(report: &HostReport) -> String {
             Status::Missing => "missing",
             Status::Restricted => "restricted",
         };
-        let optional = if REQUIRED.contains(&finding.check) {
+        let optional = if required.contains(&finding.check) {
             ""
         } else {
             " (optional)"
@@ -109,6 +192,19 @@ fn table(report: &HostReport) -> String {
             out.push_str(&format!(
                 "{:<name_width$}  fix: {}\n",
                 "", finding.remediation
+            ));
+        }
+    }
+    if let Some(runtime) = runtime {
+        let status = if runtime.ok { "ok" } else { "missing" };
+        out.push_str(&format!(
+            "{:<name_width$}  {status:<10}  {}\n",
+            "oci_runtime", runtime.detail
+        ));
+        if !runtime.remediation.is_empty() {
+            out.push_str(&format!(
+                "{:<name_width$}  fix: {}\n",
+                "", runtime.remediation
             ));
         }
     }

@@ -7,13 +7,13 @@ use clap::Args;
 use workspace_core::runner::CreateOptions;
 
 use super::host::HostArgs;
-use super::session::on_run;
+use super::session::{TheRun, on_run};
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
 pub(crate) struct ChecksArgs {
-    /// The run, as `create` printed it.
-    run: String,
+    #[command(flatten)]
+    run: TheRun,
     /// Print the results as JSON on stdout.
     #[arg(long)]
     json: bool,

@@ -6,13 +6,13 @@ use clap::Args;
 use workspace_core::runner::CreateOptions;
 
 use super::host::HostArgs;
-use super::session::on_run;
+use super::session::{TheRun, on_run};
 use super::summary::{print_summary, report_run_error};
 
 #[derive(Debug, Args)]
 pub(crate) struct DestroyArgs {
-    /// The run, as `create` printed it.
-    run: String,
+    #[command(flatten)]
+    run: TheRun,
     /// Print a JSON summary on stdout instead of the summary line.
     #[arg(long)]
     json: bool,

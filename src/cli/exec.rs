@@ -8,14 +8,14 @@ use workspace_core::runner::CreateOptions;
 
 use super::host::HostArgs;
 use super::progress::{Progress, passing_through, while_ticking};
-use super::session::{cancel_on_signals, interrupted_status, on_run};
+use super::session::{TheRun, cancel_on_signals, interrupted_status, on_run};
 use super::summary::report_run_error;
 use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
-    /// The run, as `create` printed it.
-    run: String,
+    #[command(flatten)]
+    run: TheRun,
     /// Wall-clock limit of this command in seconds (the contract's wall time
     /// applies too; the smaller wins). Exit status 124 after it.
     #[arg(long, value_name = "SECS")]

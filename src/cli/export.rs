@@ -8,13 +8,13 @@ use clap::Args;
 
 use super::EXIT_RUNNER_FAILED;
 use super::host::HostArgs;
-use super::session::on_run;
+use super::session::{TheRun, on_run};
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
 pub(crate) struct ExportArgs {
-    /// The run, as `create` printed it.
-    run: String,
+    #[command(flatten)]
+    run: TheRun,
     /// Write the patch to FILE instead of stdout.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,

@@ -6,13 +6,13 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::host::HostArgs;
-use super::session::on_run;
+use super::session::{TheRun, on_run};
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
 pub(crate) struct LogsArgs {
-    /// The run, as `create` printed it.
-    run: String,
+    #[command(flatten)]
+    run: TheRun,
     /// One service of `environment.services`; without it, every service, each
     /// line prefixed with `NAME | `.
     service: Option<String>,

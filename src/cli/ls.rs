@@ -17,6 +17,7 @@ use workspace_core::lifecycle::{FailureCause, State, StateName, Transition};
 use workspace_core::recovery::JOURNAL_DIR;
 use workspace_core::runner::RunPaths;
 
+use super::backend::Backend;
 use super::host::{HostArgs, host_capacity};
 use super::text::one_line;
 
@@ -28,6 +29,10 @@ pub(crate) struct LsArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
+    /// List only the runs of this backend that are not cleaned up (a cleaned
+    /// run's backend is gone with its files).
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    backend: Option<Backend>,
 }
 
 /// One run, as listed.
@@ -59,6 +64,10 @@ struct Row {
     /// (its sandbox's pid 1, its services, what its commands left running).
     #[serde(skip_serializing_if = "Option::is_none")]
     processes: Option<usize>,
+    /// For a run that is not cleaned up: the backend that sealed it
+    /// (`namespace` or `container`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    backend: Option<&'static str>,
     /// For a run that is not cleaned up: where its `process.ports` are published.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ports: Vec<PreviewEndpoint>,
@@ -131,6 +140,9 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
                 .map(|pids| pids.len());
         }
     }
+    if let Some(backend) = args.backend {
+        rows.retain(|row| row.backend == Some(backend.name()));
+    }
     rows.sort_by(|a, b| (a.since_unix_ms, &a.run_id).cmp(&(b.since_unix_ms, &b.run_id)));
     let pool = match host_capacity(host).snapshot() {
         Ok(pool) => Some(pool),
@@ -197,6 +209,7 @@ fn live_parts(row: &mut Row, runtime: &Path, evidence: &Path) {
         return;
     };
     let paths = RunPaths::locate(runtime, evidence, &run_id);
+    row.backend = Some(Backend::that_sealed(&paths.run_dir).name());
     row.ports = paths.previews().unwrap_or_default();
     row.services = paths
         .services()
@@ -337,6 +350,7 @@ fn row(path: &Path, now: u64) -> Row {
         capacity: None,
         journal: path.to_path_buf(),
         processes: None,
+        backend: None,
         ports: Vec::new(),
         services: Vec::new(),
         error: None,

@@ -5,13 +5,13 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::host::HostArgs;
-use super::session::on_run;
+use super::session::{TheRun, on_run};
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
 pub(crate) struct PortsArgs {
-    /// The run, as `create` printed it.
-    run: String,
+    #[command(flatten)]
+    run: TheRun,
     /// Print a JSON array of `{"port", "host"}` instead of lines.
     #[arg(long)]
     json: bool,

@@ -8,14 +8,14 @@ use workspace_core::boundary::ApprovalRecord;
 use workspace_core::runner::{CreateOptions, FinishOptions, PromotionOutcome, Workspace};
 
 use super::host::HostArgs;
-use super::session::on_run;
+use super::session::{TheRun, on_run};
 use super::summary::{print_summary, report_run_error};
 use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
 #[derive(Debug, Args)]
 pub(crate) struct PromoteArgs {
-    /// The run, as `create` printed it.
-    run: String,
+    #[command(flatten)]
+    run: TheRun,
     /// Who approves the patch (repeatable); each approval is bound to `--sha256`.
     #[arg(long = "approved-by", value_name = "NAME", requires = "sha256")]
     approved_by: Vec<String>,

@@ -130,14 +130,26 @@ mod libc_signal {
     pub(super) const SIGTERM: i32 = 15;
 }
 
+/// The created run a subcommand acts on.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TheRun {
+    /// The run, as `create` printed it.
+    #[arg(value_name = "RUN")]
+    id: String,
+    /// The backend the run is expected on; refused when another sealed it
+    /// [default: the one that sealed it].
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    backend: Option<Backend>,
+}
+
 /// Runs `body` with a runner over the host's directories and the run named on
 /// the command line (`RUN`): the shape of every subcommand on a created run.
-pub(crate) fn on_run<F, Fut>(host: &HostArgs, run: &str, body: F) -> ExitCode
+pub(crate) fn on_run<F, Fut>(host: &HostArgs, run: &TheRun, body: F) -> ExitCode
 where
     F: FnOnce(Runner, RunId) -> Fut,
     Fut: Future<Output = ExitCode>,
 {
-    let run_id = match run_id(run) {
+    let run_id = match run_id(&run.id) {
         Ok(id) => id,
         Err(bad) => return bad_input(bad),
     };
@@ -151,11 +163,15 @@ where
     // A run is driven by the backend that sealed it, as it left itself there.
     let run_dir =
         workspace_core::runner::RunPaths::new(&runtime, &host.dirs().evidence, &run_id).run_dir;
-    let backend = if backend_container::process::sealed_in(&run_dir) {
-        Backend::Container
-    } else {
-        Backend::Namespace
-    };
+    let backend = Backend::that_sealed(&run_dir);
+    if let Some(expected) = run.backend.filter(|expected| *expected != backend) {
+        return bad_input(BadInput(format!(
+            "--backend {}: run {run_id} was sealed by the {} backend (leave --backend out, or give {})",
+            expected.name(),
+            backend.name(),
+            backend.name()
+        )));
+    }
     let runtime = backend_container::process::sealed_runtime(&run_dir);
     let runtime = runtime.as_deref().and_then(|p| p.to_str());
     block_on(async move {

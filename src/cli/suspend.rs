@@ -8,13 +8,13 @@ use workspace_core::boundary::Suspension;
 use workspace_core::runner::CreateOptions;
 
 use super::host::HostArgs;
-use super::session::on_run;
+use super::session::{TheRun, on_run};
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
 pub(crate) struct SuspendArgs {
-    /// The run, as `create` printed it.
-    run: String,
+    #[command(flatten)]
+    run: TheRun,
 }
 
 /// Freezes every process of the workspace where it is and gives its capacity
