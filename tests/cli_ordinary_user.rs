@@ -6,6 +6,11 @@
 //! what an ordinary user's sandbox adds (its door, its pid 1), each with the
 //! host checked unchanged.
 //!
+//! The attack catalogue (docs/attack-catalogue.md) then runs as that user:
+//! each attack on the filesystem, privileges, processes, network and limits
+//! fails, and the host objects it aimed at (the test's own files, process,
+//! listeners) are unchanged.
+//!
 //! Needs root (to make the user and delegate its cgroups), user namespaces,
 //! cgroups, `useradd` (Debian's `passwd`) and `python3`.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
@@ -21,6 +26,10 @@ use support::make_repo;
 
 /// The ordinary user the test runs as.
 const USER: &str = "aw-ordinary";
+
+/// The tests of this file one at a time: each counts every process of the
+/// user, and makes the user first.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `USER`'s uid and gid, made when the host does not have it yet.
 fn ordinary_user() -> (u32, u32) {
@@ -57,10 +66,14 @@ struct UserWorld {
     dir: tempfile::TempDir,
     uid: u32,
     gid: u32,
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
 
 impl UserWorld {
     fn new() -> Self {
+        let alone = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (uid, gid) = ordinary_user();
         let dir = tempfile::Builder::new()
             .prefix("aw-ordinary-")
@@ -83,7 +96,12 @@ impl UserWorld {
             .output()
             .unwrap();
         assert!(fixed.status.success(), "{}", text(&fixed.stderr));
-        Self { dir, uid, gid }
+        Self {
+            dir,
+            uid,
+            gid,
+            _alone: alone,
+        }
     }
 
     fn path(&self) -> &Path {
@@ -348,6 +366,243 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
     assert!(
         stderr.contains("door") && stderr.contains("evidence"),
         "{stderr}"
+    );
+    world.assert_nothing_left();
+}
+
+/// Host objects an attack aims at, the test's own: a root file the user may
+/// read on the host, a file of the user's, a process of the user's, a TCP
+/// listener on the host's loopback, an abstract and a path unix socket.
+struct Targets {
+    dir: tempfile::TempDir,
+    sleeper: std::process::Child,
+    tcp: std::net::TcpListener,
+    abstract_name: String,
+    _abstract: std::os::unix::net::UnixListener,
+    _path_socket: std::os::unix::net::UnixListener,
+}
+
+impl Targets {
+    fn new(world: &UserWorld) -> Self {
+        use std::os::linux::net::SocketAddrExt;
+        let dir = tempfile::Builder::new()
+            .prefix("aw-ordinary-targets-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.path().join("secret"), "host secret\n").unwrap();
+        std::fs::set_permissions(
+            dir.path().join("secret"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("writable"), "unchanged\n").unwrap();
+        std::os::unix::fs::chown(
+            dir.path().join("writable"),
+            Some(world.uid),
+            Some(world.gid),
+        )
+        .unwrap();
+        let sleeper = Command::new("sleep")
+            .arg("300")
+            .uid(world.uid)
+            .gid(world.gid)
+            .spawn()
+            .unwrap();
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let abstract_name = format!("aw-ordinary-attack-{}", std::process::id());
+        let address =
+            std::os::unix::net::SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap();
+        let abstract_listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+        let path_socket =
+            std::os::unix::net::UnixListener::bind(dir.path().join("socket")).unwrap();
+        std::fs::set_permissions(
+            dir.path().join("socket"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        Self {
+            dir,
+            sleeper,
+            tcp,
+            abstract_name,
+            _abstract: abstract_listener,
+            _path_socket: path_socket,
+        }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).to_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Targets {
+    fn drop(&mut self) {
+        let _ = self.sleeper.kill();
+        let _ = self.sleeper.wait();
+    }
+}
+
+/// Every attack of the catalogue's filesystem, privilege, process and network
+/// rows that a command can try, as a shell script: it prints `BROKE NAME` for
+/// each that went through, then `done`. Its arguments: the root file, the
+/// user's file, the user's host process, the host's TCP port, the abstract
+/// socket's name, the path socket.
+const CATALOGUE: &str = r#"
+S="$0"; W="$1"; P="$2"; PORT="$3"; ABS="$4"; SOCK="$5"
+b() { echo "BROKE $1"; }
+cat "$S" >/dev/null 2>&1 && b read-by-absolute-path
+cat "/proc/1/root$S" >/dev/null 2>&1 && b read-via-proc-1-root
+cat "/proc/self/root$S" >/dev/null 2>&1 && b read-via-proc-self-root
+ln -s "$S" link-to-file && cat link-to-file >/dev/null 2>&1 && b read-via-planted-symlink
+ln -s "${S%/*}" link-to-dir && cat "link-to-dir/${S##*/}" >/dev/null 2>&1 && b read-via-symlinked-dir
+cat "../../../../../../..$S" >/dev/null 2>&1 && b read-via-dotdot
+echo x 2>/dev/null > "$W" && b write-by-absolute-path
+echo x 2>/dev/null > "/proc/1/root$W" && b write-via-proc-1-root
+echo x 2>/dev/null > "/proc/self/root$W" && b write-via-proc-self-root
+ln -s "$W" link-to-writable && { echo x 2>/dev/null > link-to-writable && [ "$(cat "$W" 2>/dev/null)" = x ] && b write-via-planted-symlink; }
+touch /usr/aw-attack 2>/dev/null && b write-usr
+mkdir /usr/bin/aw-attack 2>/dev/null && b mkdir-usr
+[ -n "$(ls -A /root 2>/dev/null)" ] && b see-root-home
+[ -e /root/.ssh ] && b see-root-ssh
+hostname aw-attack 2>/dev/null && b hostname
+echo aw-attack 2>/dev/null > /proc/sys/kernel/hostname && b write-proc-sys-hostname
+touch /sys/kernel/aw-attack 2>/dev/null && b write-sys
+mkdir /sys/fs/cgroup/aw-attack 2>/dev/null && b make-a-cgroup
+mkdir m && mount -t tmpfs none m 2>/dev/null && b mount-tmpfs
+mount --bind /usr m 2>/dev/null && b mount-bind
+unshare -U true 2>/dev/null && b unshare-user
+unshare -m true 2>/dev/null && b unshare-mount
+unshare -n true 2>/dev/null && b unshare-net
+mknod char-device c 1 3 2>/dev/null && b mknod
+chown 0:0 "$(pwd)" 2>/dev/null && b chown-to-root
+grep -Eq '^CapEff:[[:space:]]+0+$' /proc/self/status || b capabilities
+grep -Eq '^CapBnd:[[:space:]]+0+$' /proc/self/status || b bounding-set
+grep -Eq '^NoNewPrivs:[[:space:]]+1$' /proc/self/status || b no-new-privs-off
+grep -Eq '^Seccomp:[[:space:]]+2$' /proc/self/status || b no-seccomp
+env | grep -q AW_HOST_MARKER && b host-environment
+kill -9 "$P" 2>/dev/null && b kill-a-host-process
+cat "/proc/$P/environ" >/dev/null 2>&1 && b read-a-host-process
+[ -e "/proc/$P" ] && b see-a-host-process
+set -- /proc/[0-9]*; [ $# -gt 10 ] && b list-host-processes
+python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2)" "$PORT" 2>/dev/null && b host-loopback
+python3 -c "import socket,sys; socket.socket(socket.AF_UNIX).connect('\0' + sys.argv[1])" "$ABS" 2>/dev/null && b abstract-socket
+python3 -c "import socket,sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])" "$SOCK" 2>/dev/null && b path-socket
+[ "$(ls /sys/class/net)" = lo ] || b see-host-interfaces
+for procs in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/*/cgroup.procs; do
+  [ -e "$procs" ] && echo $$ 2>/dev/null > "$procs" && b "leave-the-cgroup $procs"
+done
+(ulimit -Hn 1048576) 2>/dev/null && b raise-hard-nofile
+(ulimit -Hc unlimited) 2>/dev/null && b raise-hard-core
+setsid sleep 300 >/dev/null 2>&1 &
+echo done
+"#;
+
+#[test]
+fn the_attack_catalogue_fails_as_an_ordinary_user_and_the_host_is_unchanged() {
+    let world = UserWorld::new();
+    let repo = world.repo();
+    let repo = repo.to_str().unwrap();
+    let targets = Targets::new(&world);
+    let hostname = nix::unistd::gethostname().unwrap();
+    let port = targets.tcp.local_addr().unwrap().port().to_string();
+    let sleeper = targets.sleeper.id().to_string();
+    let mut args = vec!["run", "--repo", repo, "--", "sh", "-c", CATALOGUE];
+    let (secret, writable, socket) = (
+        targets.path("secret"),
+        targets.path("writable"),
+        targets.path("socket"),
+    );
+    args.extend([
+        secret.as_str(),
+        writable.as_str(),
+        sleeper.as_str(),
+        port.as_str(),
+        targets.abstract_name.as_str(),
+        socket.as_str(),
+    ]);
+    let out = Command::new(world.path().join("aw"))
+        .args(&args)
+        .current_dir(world.path())
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", world.path())
+        .env("XDG_STATE_HOME", world.path().join("state"))
+        .env("AW_HOST_MARKER", "the runner's environment")
+        .uid(world.uid)
+        .gid(world.gid)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "done\n",
+        "attacks went through as an ordinary user"
+    );
+    // The host is unchanged: its files, its process, its listeners, its name.
+    assert_eq!(
+        std::fs::read_to_string(targets.path("writable")).unwrap(),
+        "unchanged\n"
+    );
+    assert!(
+        Path::new(&format!("/proc/{sleeper}")).exists(),
+        "the user's host process was killed"
+    );
+    assert!(
+        targets.tcp.accept().is_err(),
+        "the host's loopback listener was reached"
+    );
+    assert_eq!(nix::unistd::gethostname().unwrap(), hostname);
+    assert!(!Path::new("/usr/aw-attack").exists());
+    drop(targets);
+    // What the run left in the background (`setsid sleep`) ended with it.
+    world.assert_nothing_left();
+
+    // Limits: a fork bomb stays under its cap, a memory bomb is killed for
+    // its cap, and the host can still fork.
+    let forked = world.agent_workspace(&[
+        "run",
+        "--repo",
+        repo,
+        "--pids",
+        "16",
+        "--",
+        "sh",
+        "-c",
+        "for i in $(seq 200); do sleep 30 & done",
+    ]);
+    // The shell dies of its first refused fork; the summary counts the
+    // refusals, and what was left running stayed under the cap.
+    let stderr = text(&forked.stderr);
+    assert!(stderr.contains("the run's pids limit refused"), "{stderr}");
+    let left: usize = stderr
+        .split("; ")
+        .find_map(|part| {
+            part.strip_suffix(" process(es) still running were stopped with the workspace")
+        })
+        .map_or(0, |n| n.trim().parse().unwrap());
+    assert!(left <= 16, "{left} processes under pids = 16: {stderr}");
+    assert!(Command::new("true").status().unwrap().success());
+    let bombed = world.agent_workspace(&[
+        "run",
+        "--repo",
+        repo,
+        "--memory",
+        "64MiB",
+        "--",
+        "python3",
+        "-c",
+        "b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096])",
+    ]);
+    let stderr = text(&bombed.stderr);
+    assert_ne!(bombed.status.code(), Some(0), "{stderr}");
+    let outcome: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence_of(&stderr).join("outcome.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        outcome["commands"][0]["exit"]["killed"], "memory-limit",
+        "{outcome}"
     );
     world.assert_nothing_left();
 }
