@@ -606,3 +606,71 @@ fn the_attack_catalogue_fails_as_an_ordinary_user_and_the_host_is_unchanged() {
     );
     world.assert_nothing_left();
 }
+
+#[test]
+fn an_ordinary_users_services_are_ready_by_their_tcp_and_http_checks() {
+    let world = UserWorld::new();
+    let repo = world.repo();
+    let repo = repo.to_str().unwrap();
+    let contract = |services: &str| {
+        let path = world.path().join("services.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "objective = \"services\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\n\
+                 [filesystem]\nwritable = [\".\"]\n{services}"
+            ),
+        )
+        .unwrap();
+        std::os::unix::fs::chown(&path, Some(world.uid), Some(world.gid)).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    // A web server ready by its HTTP status, a TCP echo ready by its port:
+    // the runner (the ordinary user) connects into the sandbox through pid 1.
+    let ready = contract(
+        r#"
+[[environment.services]]
+name = "web"
+command = ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"]
+health = { http = { port = 8000, path = "/hello.txt" }, interval = "50ms", timeout = "20s" }
+
+[[environment.services]]
+name = "tcp"
+command = ["python3", "-c", "import socket; s = socket.create_server(('127.0.0.1', 9000)); [s.accept() for _ in iter(int, 1)]"]
+health = { tcp = 9000, interval = "50ms", timeout = "20s" }
+"#,
+    );
+    let run = world
+        .ok(&["create", "--repo", repo, "--contract", &ready])
+        .trim()
+        .to_owned();
+    assert_eq!(world.served(&run), "200\n");
+    let ls: serde_json::Value = serde_json::from_str(&world.ok(&["ls", "--json"])).unwrap();
+    let services = &ls[0]["services"];
+    assert_eq!(
+        services,
+        &serde_json::json!([{"name": "web", "status": "ready"}, {"name": "tcp", "status": "ready"}]),
+        "{ls}"
+    );
+    world.ok(&["destroy", &run]);
+    world.assert_nothing_left();
+
+    // A port nothing listens on is not ready: the check is a real connection
+    // into the sandbox, not the broker's own socket.
+    let never = contract(
+        r#"
+[[environment.services]]
+name = "deaf"
+command = ["sleep", "60"]
+health = { tcp = 9999, interval = "50ms", timeout = "1s" }
+"#,
+    );
+    let out = world.agent_workspace(&["create", "--repo", repo, "--contract", &never]);
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("deaf") && stderr.contains("not ready after 1000 ms"),
+        "{stderr}"
+    );
+    world.assert_nothing_left();
+}

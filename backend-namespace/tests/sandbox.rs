@@ -210,3 +210,137 @@ fn a_sandbox_with_a_door_is_entered_through_it_and_nothing_else_stands_in_for_it
     let pid = nix::unistd::Pid::from_raw(pid as i32);
     nix::sys::wait::waitpid(pid, None).unwrap();
 }
+
+/// Asks the connection broker at `path` for `port` (two bytes, big-endian),
+/// as an ordinary user's runner does: the socket it sends back, if any.
+fn ask_broker(path: &std::path::Path, request: &[u8]) -> Option<std::net::TcpStream> {
+    use nix::sys::socket::{
+        AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, connect,
+        recvmsg, send, socket,
+    };
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    let asker = socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    connect(asker.as_raw_fd(), &UnixAddr::new(path).unwrap()).unwrap();
+    send(asker.as_raw_fd(), request, MsgFlags::empty()).unwrap();
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!(RawFd);
+    let message = recvmsg::<()>(
+        asker.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::empty(),
+    )
+    .unwrap();
+    let fd = message.cmsgs().unwrap().find_map(|c| match c {
+        ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
+        _ => None,
+    })?;
+    // SAFETY: just received, owned by nothing else.
+    #[allow(unsafe_code)]
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    Some(std::net::TcpStream::from(socket))
+}
+
+/// Waits until the non-blocking connect of `stream` completed; its error, if
+/// it failed.
+fn connect_outcome(stream: &std::net::TcpStream) -> Option<std::io::Error> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(error) = stream.take_error().unwrap() {
+            return Some(error);
+        }
+        if stream.peer_addr().is_ok() {
+            return None;
+        }
+        assert!(Instant::now() < deadline, "the connect never completed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_sandboxs_pid_1_brokers_connections_into_its_network_namespace() {
+    use std::io::Write;
+    use std::os::fd::OwnedFd;
+    const PORT: u16 = 48213;
+    let fixture = Fixture::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("connect.sock");
+    let listener: OwnedFd = {
+        use nix::sys::socket::{
+            AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, listen, socket,
+        };
+        let listener = socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        use std::os::fd::AsRawFd;
+        bind(listener.as_raw_fd(), &UnixAddr::new(&path).unwrap()).unwrap();
+        listen(&listener, Backlog::new(4).unwrap()).unwrap();
+        listener
+    };
+    let mut request = fixture.request_argv(Vec::new());
+    request.pid1 = Pid1::HoldSandbox;
+    request.broker = Some(listener);
+    let holder = spawn(&request).expect("starting the sandbox with a broker");
+    drop(request);
+    let sandbox = Sandbox::of(&holder, None).unwrap();
+    let ns = pid_ns(holder.pid()).expect("the sandbox has a pid namespace");
+    let (status, output) = run_in(
+        &sandbox,
+        &format!(
+            "python3 -m http.server {PORT} --bind 127.0.0.1 >/dev/null 2>&1 & \
+             for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {PORT}))' 2>/dev/null && exit 0; sleep 0.05; done; exit 1"
+        ),
+    );
+    ok(status, &output);
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", PORT)).is_err(),
+        "the host listens on {PORT} itself: the test cannot tell the two apart"
+    );
+
+    // The port the sandbox serves: a socket connected inside, which answers.
+    let mut stream = ask_broker(&path, &PORT.to_be_bytes()).expect("a socket");
+    assert!(connect_outcome(&stream).is_none());
+    stream.set_nonblocking(false).unwrap();
+    stream.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+
+    // A port nothing inside listens on: refused, as from inside.
+    let refused = ask_broker(&path, &(PORT + 1).to_be_bytes()).expect("a socket");
+    let error = connect_outcome(&refused).expect("nothing listens there");
+    assert_eq!(
+        error.kind(),
+        std::io::ErrorKind::ConnectionRefused,
+        "{error}"
+    );
+
+    // A request that is not a port gets no socket, and the broker lives on.
+    assert!(ask_broker(&path, b"x").is_none());
+    assert!(ask_broker(&path, &PORT.to_be_bytes()).is_some());
+
+    // Killing pid 1 ends the server and the broker with it.
+    sandbox.kill().unwrap();
+    let mut holder = holder;
+    holder.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !leftovers_of(&ns).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(leftovers_of(&ns), Vec::<u32>::new());
+    assert!(
+        std::os::unix::net::UnixStream::connect(&path).is_err(),
+        "the broker answers after its sandbox ended"
+    );
+}

@@ -339,6 +339,12 @@ impl ProcessBoundary for NamespaceProcess {
     ) -> Result<tokio::net::TcpStream, BoundaryError> {
         const OP: &str = "connect";
         let live = self.live(&run.run_id).map_err(|e| e.into_boundary(OP))?;
+        if live.sandbox.door().is_some() {
+            let run_dir = run.run_dir.clone();
+            return broker_connect(run_dir, port)
+                .await
+                .map_err(|e| e.into_boundary(OP));
+        }
         let stream = blocking("connecting into the sandbox", move || {
             in_sandbox::connect(&live.sandbox, port, super::CONNECT_TIMEOUT)
         })
@@ -463,16 +469,18 @@ fn stop(sealed: Sealed, run_dir: &std::path::Path) {
     if let Some(mut holder) = sealed.holder {
         let _ = holder.wait();
     }
-    if let Err(e) = state::remove(run_dir).and_then(|()| output::remove(run_dir)) {
+    if let Err(e) = remove_files(run_dir) {
         tracing::warn!(error = %e, "removing the sandbox record of a failed seal failed");
     }
 }
 
 /// Removes the files the sandbox kept in the run directory: its record, its
-/// commands' output, the egress proxy's configuration and stderr.
+/// commands' output, its connection broker's socket, the egress proxy's
+/// configuration and stderr.
 fn remove_files(run_dir: &std::path::Path) -> Result<(), ProcessError> {
     state::remove(run_dir)?;
     output::remove(run_dir)?;
+    super::broker::remove(run_dir)?;
     egress::remove_files(run_dir);
     Ok(())
 }
@@ -493,4 +501,27 @@ async fn disk_call<T: Send + 'static>(
             None => error,
         }
     })
+}
+
+/// A connection to `port` inside the sandbox of `run_dir`, through its pid 1's
+/// broker: the socket pid 1 made, once its connect completed (or failed).
+async fn broker_connect(
+    run_dir: std::path::PathBuf,
+    port: u16,
+) -> Result<tokio::net::TcpStream, ProcessError> {
+    let failed = |source: std::io::Error| ProcessError::Connect { port, source };
+    let stream = blocking("asking the sandbox's pid 1 for a connection", move || {
+        super::broker::socket_for(&run_dir, port, super::CONNECT_TIMEOUT)
+    })
+    .await?;
+    stream.set_nonblocking(true).map_err(failed)?;
+    let stream = tokio::net::TcpStream::from_std(stream).map_err(failed)?;
+    match tokio::time::timeout(super::CONNECT_TIMEOUT, stream.writable()).await {
+        Ok(ready) => ready.map_err(failed)?,
+        Err(_) => return Err(failed(std::io::ErrorKind::TimedOut.into())),
+    }
+    match stream.take_error().map_err(failed)? {
+        Some(error) => Err(failed(error)),
+        None => Ok(stream),
+    }
 }

@@ -93,6 +93,7 @@
 //! [`KillCause::MemoryLimit`]: workspace_core::boundary::KillCause::MemoryLimit
 
 mod boundary;
+mod broker;
 mod command;
 mod egress;
 mod error;

@@ -270,6 +270,11 @@ pub(crate) fn prepare(
     request.rlimits = spec.rlimits;
     request.cgroups = init.paths().into_iter().map(PathBuf::from).collect();
     let previews = publish(&run.contract.process.ports, &mut request)?;
+    if door.is_some() {
+        // A runner that enters through the door cannot make a socket in the
+        // sandbox's network namespace: pid 1 makes it for it.
+        request.broker = Some(super::broker::listen(&run.run_dir)?);
+    }
     for held in &plan.held_open {
         request
             .hold_open
@@ -278,9 +283,13 @@ pub(crate) fn prepare(
                 source,
             })?);
     }
-    let holder = spawn(&request).map_err(|source| ProcessError::Spawn {
-        step: "starting the sandbox",
-        source,
+    let holder = spawn(&request).map_err(|source| {
+        // The broker's socket has no pid 1 to answer it.
+        let _ = super::broker::remove(&run.run_dir);
+        ProcessError::Spawn {
+            step: "starting the sandbox",
+            source,
+        }
     })?;
     // The door has exec'd by now (the spawn returned once pid 1 and the door
     // closed the error pipe): pid 1's cgroup holds the two of them.

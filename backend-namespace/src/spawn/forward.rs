@@ -17,6 +17,15 @@
 //! (back-pressure, no unbounded memory); a direction that ends is passed on
 //! with `shutdown(SHUT_WR)`. At most [`MAX_CONNECTIONS`] are forwarded at once;
 //! more wait in the listener's backlog.
+//!
+//! pid 1 may also be a *connection broker* (a runner that cannot enter the
+//! sandbox's network namespace itself, an ordinary user's, needs one): on a
+//! listening unix `SOCK_SEQPACKET` socket the runner bound in the run's own
+//! directory, each connection asks for one port (two bytes, big-endian) and is
+//! answered with a TCP socket of the sandbox's network namespace, connecting
+//! to that port on its loopback, passed as `SCM_RIGHTS`. The runner then owns
+//! the socket and learns from it whether the port accepted: exactly what a
+//! connection made from inside the sandbox would have learnt.
 
 use std::cell::{RefCell, RefMut};
 use std::mem;
@@ -35,8 +44,11 @@ pub(crate) const MAX_PUBLISHED: usize = 16;
 const BUFFER: usize = 16 << 10;
 /// How long the listeners rest after an accept failed for want of resources.
 const REST_MS: libc::c_int = 100;
-/// `poll` entries: the signalfd, the listeners, two per connection.
-const POLL_ENTRIES: usize = 1 + MAX_PUBLISHED + 2 * MAX_CONNECTIONS;
+/// How long the broker waits for a request after accepting its connection
+/// (the runner sends it at once).
+const REQUEST_MS: libc::c_int = 1000;
+/// `poll` entries: the signalfd, the listeners, the broker, two per connection.
+const POLL_ENTRIES: usize = 1 + MAX_PUBLISHED + 1 + 2 * MAX_CONNECTIONS;
 
 /// Bytes on their way from one socket to the other.
 struct Flow {
@@ -114,6 +126,11 @@ impl ConnectionTable {
             (0..MAX_CONNECTIONS).map(|_| Connection::free()).collect(),
         ))
     }
+
+    /// Whether it has no slot (nothing was published yet).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.try_borrow().is_ok_and(|table| table.is_empty())
+    }
 }
 
 impl std::fmt::Debug for ConnectionTable {
@@ -159,8 +176,9 @@ pub(crate) fn prepare(table: &ConnectionTable) -> Result<Forwarder<'_>, Report> 
     })
 }
 
-/// Forwards the published ports and reaps children until pid 1 is killed.
-pub(crate) fn serve(forwarder: Forwarder<'_>, published: &[Published]) -> ! {
+/// Forwards the published ports, answers the broker's requests (`broker`: its
+/// listening socket, or -1) and reaps children until pid 1 is killed.
+pub(crate) fn serve(forwarder: Forwarder<'_>, published: &[Published], broker: libc::c_int) -> ! {
     let Forwarder {
         signals,
         mut connections,
@@ -178,6 +196,9 @@ pub(crate) fn serve(forwarder: Forwarder<'_>, published: &[Published]) -> ! {
             fds[n] = entry(p.listener, if listen { libc::POLLIN } else { 0 });
             n += 1;
         }
+        let brokered = n;
+        fds[n] = entry(broker, if resting { 0 } else { libc::POLLIN });
+        n += 1;
         for c in connections.iter_mut().filter(|c| c.used) {
             let mut client = 0;
             let mut upstream = 0;
@@ -226,7 +247,45 @@ pub(crate) fn serve(forwarder: Forwarder<'_>, published: &[Published]) -> ! {
                 resting = true;
             }
         }
+        if fds[brokered].revents & libc::POLLIN != 0 && answer(broker) == Accepted::Rest {
+            resting = true;
+        }
     }
+}
+
+/// Answers one request on the broker `listener`: reads the port asked for and
+/// sends back a socket connecting to it on the sandbox's loopback. A request
+/// that does not come in time, or is not two bytes, gets no socket: the
+/// connection is closed.
+fn answer(listener: libc::c_int) -> Accepted {
+    let asker = match socket::accept(listener) {
+        Ok(asker) => asker,
+        Err(libc::EAGAIN | libc::ECONNABORTED | libc::EINTR | libc::EPROTO) => {
+            return Accepted::Done;
+        }
+        Err(_) => return Accepted::Rest,
+    };
+    let mut request = [entry(asker, libc::POLLIN)];
+    let mut port = [0u8; 2];
+    let asked = matches!(sys::fd::poll(&mut request, REQUEST_MS), Ok(1))
+        && socket::recv(asker, &mut port) == Ok(2);
+    let mut outcome = Accepted::Done;
+    if asked {
+        match socket::connect_loopback(u16::from_be_bytes(port)) {
+            Ok((upstream, _)) => {
+                // A failed send only loses this answer: the asker sees its
+                // connection end without a socket.
+                let _ = socket::send_fd(asker, upstream);
+                close(upstream);
+            }
+            Err(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                outcome = Accepted::Rest;
+            }
+            Err(_) => {}
+        }
+    }
+    close(asker);
+    outcome
 }
 
 /// A `poll` entry; one without interest is left out (a negative descriptor),

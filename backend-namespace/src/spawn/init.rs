@@ -110,7 +110,7 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     // pid 1 is not a group leader (its process group is the runner's), so this
     // cannot fail with EPERM.
     process::setsid().map_err(|e| report(ChildStage::Session, e))?;
-    let forwarder = if p.published.is_empty() {
+    let forwarder = if p.published.is_empty() && p.broker < 0 {
         None
     } else {
         Some(forward::prepare(&p.connections)?)
@@ -126,7 +126,7 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
         sys::close(fd);
     }
     if let Some(forwarder) = forwarder {
-        forward::serve(forwarder, &p.published);
+        forward::serve(forwarder, &p.published, p.broker);
     }
     let waited = SignalSet::empty().with(libc::SIGCHLD);
     loop {

@@ -224,6 +224,13 @@ pub struct SpawnRequest {
     /// accepted on it to the port on the sandbox's loopback, for the sandbox's
     /// whole life.
     pub publish: Vec<Published>,
+    /// A listening, non-blocking unix `SOCK_SEQPACKET` socket, with
+    /// [`Pid1::HoldSandbox`] only: pid 1 answers each connection's port (two
+    /// bytes, big-endian) with a TCP socket of the sandbox's network namespace
+    /// connecting to that port on its loopback, passed as `SCM_RIGHTS`, for
+    /// the sandbox's whole life. For a runner that cannot enter the network
+    /// namespace itself.
+    pub broker: Option<OwnedFd>,
     /// Descriptors pid 1 keeps open for the sandbox's whole life, with
     /// [`Pid1::HoldSandbox`] only (at most 4): a host lock that must stay held
     /// while the sandbox lives, whichever process drives it (the run's
@@ -275,6 +282,7 @@ impl SpawnRequest {
             rlimits: ResourceLimits::default(),
             setup_timeout: DEFAULT_SETUP_TIMEOUT,
             publish: Vec::new(),
+            broker: None,
             hold_open: Vec::new(),
         }
     }

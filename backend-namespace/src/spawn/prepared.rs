@@ -107,6 +107,8 @@ pub(crate) struct ChildFds {
     pub held: Vec<OwnedFd>,
     /// The listeners of the published ports (`forward.rs`).
     pub listeners: Vec<OwnedFd>,
+    /// The connection broker's listener (`forward.rs`).
+    pub broker: Option<OwnedFd>,
 }
 
 /// The parent's ends of the pipes.
@@ -164,6 +166,8 @@ pub(crate) struct Prepared {
     /// The forwarder's connection table, allocated here for pid 1 (which must not
     /// allocate) when ports are published; empty otherwise.
     pub connections: super::forward::ConnectionTable,
+    /// The connection broker's listener's number in the child, -1 without one.
+    pub broker: c_int,
     /// Where the runner's command line lies in memory (`arg_start..arg_end` of
     /// `/proc/self/stat`): the child's copy is blanked, so the run's pid 1 does not
     /// show the runner's arguments in `/proc/1/cmdline`, which anyone may read.
@@ -255,6 +259,7 @@ impl Prepared {
         prepared.source_fds = vec![Cell::new(-1); binds];
         prepared.child_fds.lowers = lowers;
         prepared.publish(&request.publish, request.pid1)?;
+        prepared.broker(request.broker.as_ref(), request.pid1)?;
         prepared.hold_open(&request.hold_open, request.pid1)?;
         prepared.keep();
         Ok(prepared)
@@ -312,6 +317,29 @@ impl Prepared {
                 port: p.port,
             });
         }
+        Ok(())
+    }
+
+    /// Keeps the connection broker's listener for pid 1.
+    fn broker(&mut self, broker: Option<&OwnedFd>, pid1: Pid1) -> Result<(), SpawnError> {
+        let Some(broker) = broker else {
+            return Ok(());
+        };
+        if pid1 != Pid1::HoldSandbox {
+            return Err(invalid(
+                "broker",
+                "only a sandbox held by pid 1 brokers connections",
+            ));
+        }
+        let listener = broker.try_clone().map_err(|e| SpawnError::Prepare {
+            step: "duplicating the connection broker's listener",
+            path: format!("descriptor {}", broker.as_raw_fd()).into(),
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)),
+        })?;
+        if self.connections.is_empty() {
+            self.connections = super::forward::ConnectionTable::new();
+        }
+        self.child_fds.broker = Some(listener);
         Ok(())
     }
 
@@ -411,6 +439,7 @@ impl Prepared {
                 sandbox: None,
                 held: Vec::new(),
                 listeners: Vec::new(),
+                broker: None,
             },
             parent_fds: ParentFds {
                 go_write,
@@ -424,6 +453,7 @@ impl Prepared {
             source_how: OpenHow::no_symlinks(),
             published: Vec::new(),
             connections: super::forward::ConnectionTable::default(),
+            broker: -1,
             arg_area: ArgArea::of_this_process(),
         };
         let mut v2_procs = None;
@@ -458,13 +488,18 @@ impl Prepared {
             .chain(&fds.sandbox)
             .chain(&fds.held)
             .chain(&fds.listeners)
+            .chain(&fds.broker)
             .map(|fd| fd.as_raw_fd())
             .collect();
         self.moved = vec![Cell::new(-1); self.kept.len()];
-        // The listeners come last: their numbers in the child follow from that.
-        let first = self.kept.len() - fds.listeners.len();
+        // The listeners and the broker come last: their numbers in the child
+        // follow from that.
+        let first = self.kept.len() - fds.listeners.len() - usize::from(fds.broker.is_some());
         for (i, published) in self.published.iter_mut().enumerate() {
             published.listener = (first + i) as c_int;
+        }
+        if fds.broker.is_some() {
+            self.broker = (self.kept.len() - 1) as c_int;
         }
     }
 }

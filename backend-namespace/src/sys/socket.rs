@@ -136,6 +136,72 @@ pub(crate) fn send(socket: c_int, bytes: &[u8]) -> Result<usize, Errno> {
     }
 }
 
+/// Sends one byte on the unix socket `socket` with `fd` attached
+/// (`SCM_RIGHTS`): the peer receives its own descriptor of the same open file.
+/// The control message is built on the stack.
+pub(crate) fn send_fd(socket: c_int, fd: c_int) -> Result<(), Errno> {
+    /// A `cmsghdr` with room for one descriptor, aligned as the kernel reads it.
+    #[repr(C)]
+    struct OneFd {
+        header: libc::cmsghdr,
+        fd: c_int,
+    }
+    // SAFETY: `cmsghdr` is plain data; every field is set below.
+    let mut control: OneFd = unsafe { mem::zeroed() };
+    // SAFETY: CMSG_LEN only computes a length.
+    control.header.cmsg_len = unsafe { libc::CMSG_LEN(mem::size_of::<c_int>() as u32) } as _;
+    control.header.cmsg_level = libc::SOL_SOCKET;
+    control.header.cmsg_type = libc::SCM_RIGHTS;
+    control.fd = fd;
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: `msghdr` is plain data; the fields that matter are set below.
+    let mut message: libc::msghdr = unsafe { mem::zeroed() };
+    message.msg_iov = &raw mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = (&raw mut control).cast();
+    // SAFETY: CMSG_SPACE only computes a length.
+    message.msg_controllen = unsafe { libc::CMSG_SPACE(mem::size_of::<c_int>() as u32) } as _;
+    // SAFETY: every pointer in `message` points at a live local of the size given.
+    let sent = unsafe { libc::sendmsg(socket, &raw const message, libc::MSG_NOSIGNAL) };
+    if sent < 0 { Err(errno::last()) } else { Ok(()) }
+}
+
+/// Receives one message on the unix socket `socket` and the descriptor it
+/// carries (`SCM_RIGHTS`, close-on-exec): `None` when it carried none (then the
+/// peer ended, or sent no descriptor). Blocking (up to the socket's receive
+/// timeout). Not for a cloned child: it allocates.
+pub(crate) fn recv_fd(
+    socket: std::os::fd::BorrowedFd<'_>,
+) -> Result<Option<std::os::fd::OwnedFd>, std::io::Error> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!(RawFd);
+    let message = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut received = None;
+    for cmsg in message.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg {
+            for fd in fds {
+                // SAFETY: the kernel just installed `fd` in this process for
+                // this message; nothing else owns it.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                received.get_or_insert(fd);
+            }
+        }
+    }
+    Ok(received)
+}
+
 /// Ends the sending side of `socket` (`shutdown(SHUT_WR)`).
 pub(crate) fn shutdown_write(socket: c_int) {
     // SAFETY: integer arguments.
