@@ -68,5 +68,6 @@ pub use danger_host::{DangerNoIsolationProcess, danger_no_isolation_stack};
 pub use host_credentials::{ENV_SOURCE_PREFIX, HostEnvCredentialError, HostEnvCredentials};
 pub use stack::{
     DEFAULT_CGROUP_PARENT, HELPER_PROGRAM_VAR, HostDirs, LayeredStackError, container_stack,
-    default_cgroup_parent, helper_program, namespace_stack, namespace_stack_layered,
+    default_cgroup_parent, default_cgroup_parent_here, helper_program, namespace_stack,
+    namespace_stack_layered,
 };

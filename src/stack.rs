@@ -30,6 +30,26 @@ pub fn default_cgroup_parent(uid: u32) -> String {
     }
 }
 
+/// The cgroup directory this process's runs are made in by default: root's
+/// [`DEFAULT_CGROUP_PARENT`]; for an ordinary user on a pure cgroup v2 host,
+/// `agent-workspace` inside the subtree delegated to it that this process runs
+/// in (systemd's user manager gives one: `systemd-run --user --scope -p
+/// Delegate=yes`), where v2 lets it move its own processes; else the subtree
+/// root delegates to it once (`check-host --fix --user NAME`, see
+/// [`default_cgroup_parent`]).
+///
+/// # Ambient authority
+/// Reads this process's cgroup and the host's cgroup directories.
+pub fn default_cgroup_parent_here() -> String {
+    let delegated = backend_namespace::cgroup::CgroupLayout::detect()
+        .ok()
+        .and_then(|layout| backend_namespace::cgroup::delegated_subtree(&layout));
+    match delegated {
+        Some(subtree) => format!("{}/{DEFAULT_CGROUP_PARENT}", subtree.display()),
+        None => default_cgroup_parent(nix::unistd::geteuid().as_raw()),
+    }
+}
+
 /// The embedded default stack: fresh standalone checkouts, path grants and patch
 /// promotion on the host; Linux namespaces, cgroups and seccomp around every
 /// command. No daemon, no image.

@@ -11,8 +11,16 @@
 //! fails, and the host objects it aimed at (the test's own files, process,
 //! listeners) are unchanged.
 //!
+//! On a pure cgroup v2 host the user's processes run in a scope inside a
+//! subtree delegated to it, as systemd's user manager runs them
+//! (`user@UID.service`: v2 moves a process only within a subtree whose
+//! `cgroup.procs` the mover may write), and the runner finds that subtree and
+//! makes its runs there; on a hybrid host they run where root's do, and the
+//! runs go under the subtree `check-host --fix --user` delegated.
+//!
 //! Needs root (to make the user and delegate its cgroups), user namespaces,
-//! cgroups, `useradd` (Debian's `passwd`) and `python3`.
+//! cgroups, `useradd` (Debian's `passwd`), `setpriv` (Debian's `util-linux`)
+//! and `python3`.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // panicking is how a test fails
 
 mod support;
@@ -24,8 +32,20 @@ use std::process::{Command, Output};
 
 use support::make_repo;
 
-/// The ordinary user the test runs as.
+/// The ordinary user the test runs as (`.ci/cgroup-v2` makes it too, before its
+/// guest mounts the host's root read-only).
 const USER: &str = "aw-ordinary";
+
+/// Whether the host mounts cgroup v2 alone (no v1 hierarchy).
+fn pure_v2() -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(2) == Some("cgroup2"))
+        && !mounts
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("cgroup"))
+}
 
 /// The tests of this file one at a time: each counts every process of the
 /// user, and makes the user first.
@@ -90,12 +110,23 @@ impl UserWorld {
             .status()
             .unwrap();
         assert!(owned.success());
-        // As root: the cgroup subtree the user's runs make their groups in.
+        // As root: the cgroup subtree the user's runs make their groups in
+        // (on pure v2, the one its scope runs in, as systemd makes it).
         let fixed = Command::new(env!("CARGO_BIN_EXE_agent-workspace"))
-            .args(["check-host", "--fix", "--user", USER])
+            .args(["check-host", "--fix", "--user", USER, "--cgroup-parent"])
+            .arg(Self::delegated(uid))
             .output()
             .unwrap();
         assert!(fixed.status.success(), "{}", text(&fixed.stderr));
+        if pure_v2() {
+            // The user's own scope in its delegated subtree, as systemd gives
+            // one (`systemd-run --user --scope -p Delegate=yes`).
+            let session = Self::session(uid);
+            std::fs::create_dir_all(&session).unwrap();
+            for path in [session.clone(), session.join("cgroup.procs")] {
+                std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+            }
+        }
         Self {
             dir,
             uid,
@@ -112,19 +143,58 @@ impl UserWorld {
         self.path().join("repo")
     }
 
-    /// `aw ARGS` as the ordinary user, with nothing of root's environment.
-    fn agent_workspace(&self, args: &[&str]) -> Output {
-        Command::new(self.path().join("aw"))
+    /// The cgroup subtree delegated to the user: on pure v2 its "user
+    /// manager's" (the runs go under `agent-workspace` in it, found by the
+    /// runner), else the default parent of its runs.
+    fn delegated(uid: u32) -> String {
+        if pure_v2() {
+            format!("aw-user-{uid}.service")
+        } else {
+            format!("agent-workspace-user-{uid}")
+        }
+    }
+
+    /// The scope the user's processes run in on a pure v2 host.
+    fn session(uid: u32) -> PathBuf {
+        Path::new("/sys/fs/cgroup")
+            .join(Self::delegated(uid))
+            .join("session.scope")
+    }
+
+    /// `aw ARGS` as the ordinary user, with nothing of root's environment (on
+    /// a pure v2 host, started in the user's own scope).
+    fn command(&self, args: &[&str]) -> Command {
+        let aw = self.path().join("aw");
+        let mut command = if pure_v2() {
+            let mut command = Command::new("sh");
+            command
+                .args([
+                    "-c",
+                    "echo $$ > \"$0/cgroup.procs\" && u=$1 g=$2 && shift 2 && exec setpriv --reuid=\"$u\" --regid=\"$g\" --clear-groups -- \"$@\"",
+                ])
+                .arg(Self::session(self.uid))
+                .arg(self.uid.to_string())
+                .arg(self.gid.to_string())
+                .arg(&aw);
+            command
+        } else {
+            let mut command = Command::new(&aw);
+            command.uid(self.uid).gid(self.gid);
+            command
+        };
+        command
             .args(args)
             .current_dir(self.path())
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", self.path())
-            .env("XDG_STATE_HOME", self.path().join("state"))
-            .uid(self.uid)
-            .gid(self.gid)
-            .output()
-            .unwrap()
+            .env("XDG_STATE_HOME", self.path().join("state"));
+        command
+    }
+
+    /// `aw ARGS` as the ordinary user: what it did.
+    fn agent_workspace(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
     }
 
     /// `aw ARGS`, which must exit 0; its stdout.
@@ -164,12 +234,19 @@ impl UserWorld {
             .unwrap_or_default()
     }
 
-    /// The run cgroups left in the user's delegated subtree, in every hierarchy.
+    /// The run cgroups left in the user's delegated subtree, in every hierarchy
+    /// (on pure v2, in the `agent-workspace` group the runs make inside it).
     fn cgroups_left(&self) -> Vec<PathBuf> {
-        let parent = format!("agent-workspace-user-{}", self.uid);
+        let parent = Self::delegated(self.uid);
         let mut left = Vec::new();
-        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-            for dir in [hierarchy.path().join(&parent)] {
+        let hierarchies = std::fs::read_dir("/sys/fs/cgroup")
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .chain([PathBuf::from("/sys/fs/cgroup")]);
+        for hierarchy in hierarchies {
+            let parent = hierarchy.join(&parent);
+            for dir in [parent.clone(), parent.join("agent-workspace")] {
                 if let Ok(entries) = std::fs::read_dir(&dir) {
                     left.extend(
                         entries
@@ -315,6 +392,26 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
         "200\n",
         "the server of one exec answers the next"
     );
+    // The run's groups are in the user's delegated subtree (on pure v2, in
+    // `agent-workspace` inside the subtree its scope runs in).
+    let groups: Vec<PathBuf> = world
+        .cgroups_left()
+        .into_iter()
+        .filter(|dir| dir.ends_with(&run))
+        .collect();
+    assert!(
+        !groups.is_empty(),
+        "no group of {run} in the delegated subtree"
+    );
+    if pure_v2() {
+        assert_eq!(
+            groups,
+            [Path::new("/sys/fs/cgroup")
+                .join(UserWorld::delegated(world.uid))
+                .join("agent-workspace")
+                .join(&run)]
+        );
+    }
 
     // Attacks on what an ordinary user's sandbox adds. Its pid 1 is a copy
     // of the runner's memory: nothing in the run reads it or signals it.
@@ -522,16 +619,9 @@ fn the_attack_catalogue_fails_as_an_ordinary_user_and_the_host_is_unchanged() {
         targets.abstract_name.as_str(),
         socket.as_str(),
     ]);
-    let out = Command::new(world.path().join("aw"))
-        .args(&args)
-        .current_dir(world.path())
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", world.path())
-        .env("XDG_STATE_HOME", world.path().join("state"))
+    let out = world
+        .command(&args)
         .env("AW_HOST_MARKER", "the runner's environment")
-        .uid(world.uid)
-        .gid(world.gid)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

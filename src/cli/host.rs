@@ -18,8 +18,11 @@ pub(crate) struct HostArgs {
     )]
     runtime_dir: Option<PathBuf>,
     /// The cgroup directory runs are made in, in every hierarchy
-    /// [default: `agent-workspace` as root, else `agent-workspace-user-UID`, a
-    /// subtree root delegates once with `check-host --fix --user NAME`].
+    /// [default: `agent-workspace` as root; for an ordinary user,
+    /// `agent-workspace` in the cgroup subtree delegated to it that it runs in
+    /// on a pure v2 host (`systemd-run --user --scope -p Delegate=yes`), else
+    /// `agent-workspace-user-UID`, a subtree root delegates once with
+    /// `check-host --fix --user NAME`].
     #[arg(
         long = "cgroup-parent",
         global = true,
@@ -57,7 +60,9 @@ impl HostArgs {
 
     /// The cgroup directory this user's runs are made in, with the flag applied.
     pub(crate) fn cgroup_parent(&self) -> String {
-        self.cgroup_parent_of(nix::unistd::geteuid().as_raw())
+        self.cgroup_parent_flag
+            .clone()
+            .unwrap_or_else(agent_workspace::default_cgroup_parent_here)
     }
 
     /// The cgroup directory user `uid`'s runs are made in, with the flag applied.

@@ -12,6 +12,13 @@
 //!
 //! [`delegation`] reads the same back for a user: which hierarchies lack the
 //! parent, or have one the user does not own.
+//!
+//! On a pure v2 host a process can only be moved between groups whose closest
+//! common ancestor's `cgroup.procs` its user may write, so an ordinary user's
+//! runs must be made inside the subtree its own process runs in, delegated to
+//! it: what systemd's user manager gives (`user@UID.service`, and a scope
+//! started with `systemd-run --user --scope -p Delegate=yes`).
+//! [`delegated_subtree`] finds it.
 
 use std::path::{Path, PathBuf};
 
@@ -91,11 +98,63 @@ pub fn delegation(
     if uid == 0 {
         return Ok(Vec::new());
     }
+    // A parent not made yet is the user's to make where the closest directory
+    // that exists is its own (inside a subtree delegated to it).
+    let owned = |dir: &Path| {
+        dir.ancestors()
+            .find_map(|d| std::fs::metadata(d).ok())
+            .is_some_and(|meta| meta.uid() == uid)
+    };
     Ok(hierarchy_mounts(&layout.clone().for_an_ordinary_user())
         .into_iter()
         .map(|mount| mount.join(&parent))
-        .filter(|dir| std::fs::metadata(dir).map_or(true, |meta| meta.uid() != uid))
+        .filter(|dir| !owned(dir))
         .collect())
+}
+
+/// The cgroup subtree delegated to this process's user that this process runs
+/// in, on a layout whose runs use the v2 hierarchy alone: the highest ancestor
+/// of its own v2 group (`/proc/self/cgroup`) the user owns, as a path under the
+/// hierarchy's root (`user.slice/user-1000.slice/user@1000.service`). `None`
+/// for root, on a layout with v1 hierarchies, and when no ancestor is the
+/// user's own.
+///
+/// # Ambient authority
+/// Reads `/proc/self/cgroup` and the owners of the host's cgroup directories.
+pub fn delegated_subtree(layout: &CgroupLayout) -> Option<PathBuf> {
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        return None;
+    }
+    let unified = v2_alone(layout)?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own.lines().find_map(|line| line.strip_prefix("0::/"))?;
+    highest_owned(&unified, Path::new(own.trim()), uid.as_raw())
+}
+
+/// The v2 hierarchy's mount when an ordinary user's runs use it alone (a pure
+/// v2 host).
+pub(crate) fn v2_alone(layout: &CgroupLayout) -> Option<PathBuf> {
+    let layout = layout.clone().for_an_ordinary_user();
+    let unified = layout.unified()?.to_path_buf();
+    (hierarchy_mounts(&layout) == [unified.clone()]).then_some(unified)
+}
+
+/// The shortest prefix of `group` (a path under the hierarchy `mount`) whose
+/// directory `uid` owns, when every longer prefix is `uid`'s too.
+fn highest_owned(mount: &Path, group: &Path, uid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let owned =
+        |prefix: &Path| std::fs::metadata(mount.join(prefix)).is_ok_and(|meta| meta.uid() == uid);
+    let mut highest = None;
+    let mut prefix = group.to_path_buf();
+    while !prefix.as_os_str().is_empty() && owned(&prefix) {
+        highest = Some(prefix.clone());
+        if !prefix.pop() {
+            break;
+        }
+    }
+    highest
 }
 
 fn give(path: &Path, uid: u32, gid: u32) -> Result<(), CgroupError> {
@@ -105,4 +164,36 @@ fn give(path: &Path, uid: u32, gid: u32) -> Result<(), CgroupError> {
             source: errno.into(),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delegated_subtree_is_the_highest_ancestor_the_user_owns() {
+        let mount = tempfile::tempdir().unwrap();
+        let group = Path::new("system/user@4242/app/scope");
+        std::fs::create_dir_all(mount.path().join(group)).unwrap();
+        for owned in [
+            "system/user@4242",
+            "system/user@4242/app",
+            "system/user@4242/app/scope",
+        ] {
+            chown(&mount.path().join(owned), Some(Uid::from_raw(4242)), None).unwrap();
+        }
+        assert_eq!(
+            highest_owned(mount.path(), group, 4242),
+            Some(PathBuf::from("system/user@4242"))
+        );
+        // A group another user owns, or one not its own below an owned one.
+        assert_eq!(highest_owned(mount.path(), group, 4343), None);
+        chown(
+            &mount.path().join("system/user@4242/app/scope"),
+            Some(Uid::from_raw(0)),
+            None,
+        )
+        .unwrap();
+        assert_eq!(highest_owned(mount.path(), group, 4242), None);
+    }
 }

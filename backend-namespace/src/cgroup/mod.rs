@@ -67,7 +67,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-pub use delegate::{delegate, delegation};
+pub(crate) use delegate::v2_alone;
+pub use delegate::{delegate, delegated_subtree, delegation};
 pub use error::CgroupError;
 pub use kill_method::KillMethod;
 pub use layout::{CgroupLayout, Placement};

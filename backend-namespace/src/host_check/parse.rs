@@ -384,6 +384,7 @@ pub(crate) fn cgroup_delegation(
     user: &str,
     uid: u32,
     parent: &str,
+    pure_v2: bool,
     missing: Result<Vec<std::path::PathBuf>, String>,
 ) -> Finding {
     let check = Check::CgroupDelegation;
@@ -393,7 +394,13 @@ pub(crate) fn cgroup_delegation(
             format!("running as root: runs make their groups under {parent}"),
         );
     }
-    let fix = format!("sudo agent-workspace check-host --fix --user {user}");
+    // On pure v2 a run's groups must be inside the subtree this process runs
+    // in: systemd's user manager delegates one to a scope it starts.
+    let fix = if pure_v2 {
+        "start agent-workspace in a cgroup delegated to you: systemd-run --user --scope -p Delegate=yes agent-workspace ...".to_owned()
+    } else {
+        format!("sudo agent-workspace check-host --fix --user {user}")
+    };
     match missing {
         Ok(dirs) if dirs.is_empty() => Finding::ok(
             check,

@@ -257,7 +257,11 @@ pub(crate) fn run_all(cgroup_parent: &str) -> Vec<Finding> {
         .ok()
         .flatten()
         .map_or_else(|| uid.to_string(), |u| u.name);
-    let missing = crate::cgroup::CgroupLayout::detect()
+    let layout = crate::cgroup::CgroupLayout::detect();
+    let pure_v2 = layout
+        .as_ref()
+        .is_ok_and(|layout| crate::cgroup::v2_alone(layout).is_some());
+    let missing = layout
         .and_then(|layout| crate::cgroup::delegation(&layout, cgroup_parent, uid.as_raw()))
         .map_err(|err| err.to_string());
     findings.push(parse::cgroup_delegation(
@@ -265,6 +269,7 @@ pub(crate) fn run_all(cgroup_parent: &str) -> Vec<Finding> {
         &user,
         uid.as_raw(),
         cgroup_parent,
+        pure_v2,
         missing,
     ));
     findings.push(parse::disk_caps(

@@ -208,12 +208,19 @@ fn seccomp_overlay_landlock() {
 
 #[test]
 fn cgroup_delegation() {
-    let ok = parse::cgroup_delegation(false, "alice", 1000, "aw-user-1000", Ok(Vec::new()));
+    let ok = parse::cgroup_delegation(false, "alice", 1000, "aw-user-1000", false, Ok(Vec::new()));
     assert_eq!(ok.status, Status::Ok, "{ok}");
     let absent = vec![std::path::PathBuf::from(
         "/sys/fs/cgroup/memory/aw-user-1000",
     )];
-    let missing = parse::cgroup_delegation(false, "bob", 1000, "aw-user-1000", Ok(absent));
+    let missing = parse::cgroup_delegation(
+        false,
+        "bob",
+        1000,
+        "aw-user-1000",
+        false,
+        Ok(absent.clone()),
+    );
     assert_gap(
         &missing,
         Status::Missing,
@@ -225,9 +232,18 @@ fn cgroup_delegation() {
             .contains("/sys/fs/cgroup/memory/aw-user-1000"),
         "{missing}"
     );
-    let unread = parse::cgroup_delegation(false, "bob", 1000, "p", Err("no mount table".into()));
+    // On pure v2 root's delegation alone does not do: the runs must be made
+    // inside the subtree the caller's own process runs in.
+    let v2 = parse::cgroup_delegation(false, "bob", 1000, "aw-user-1000", true, Ok(absent));
+    assert_gap(
+        &v2,
+        Status::Missing,
+        "systemd-run --user --scope -p Delegate=yes agent-workspace",
+    );
+    let unread =
+        parse::cgroup_delegation(false, "bob", 1000, "p", false, Err("no mount table".into()));
     assert_eq!(unread.detail, "no mount table");
-    let root = parse::cgroup_delegation(true, "root", 0, "p", Err("unused".into()));
+    let root = parse::cgroup_delegation(true, "root", 0, "p", false, Err("unused".into()));
     assert_eq!(root.status, Status::Ok, "{root}");
 }
 
