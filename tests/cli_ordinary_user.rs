@@ -374,6 +374,43 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
         serde_json::json!([format!("1000 {} 1", world.gid)]),
         "{facts}"
     );
+    assert!(
+        std::fs::read_to_string(evidence.join("source.json"))
+            .unwrap()
+            .contains("\"layers\""),
+        "the user's checkout is layered where its kernel mounts overlayfs"
+    );
+    world.assert_nothing_left();
+
+    // The fallback where it does not: a standalone checkout, asked for.
+    let standalone = world.path().join("standalone.toml");
+    std::fs::write(
+        &standalone,
+        "objective = \"a copy\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\nmaterialization = \"standalone\"\n[filesystem]\nwritable = [\".\"]\n",
+    )
+    .unwrap();
+    let out = world.agent_workspace(&[
+        "run",
+        "--repo",
+        repo,
+        "--contract",
+        standalone.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "cat hello.txt && echo more >> hello.txt",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(text(&out.stdout), support::HELLO);
+    let evidence = evidence_of(&stderr);
+    let source = std::fs::read_to_string(evidence.join("source.json")).unwrap();
+    assert!(!source.contains("\"layers\""), "{source}");
+    assert!(
+        std::fs::read_to_string(evidence.join("diff.patch"))
+            .unwrap()
+            .contains("+more"),
+    );
     world.assert_nothing_left();
 
     // A live workspace, each step a process of its own.

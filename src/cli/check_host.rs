@@ -40,9 +40,10 @@ pub(crate) struct CheckHostArgs {
 /// reported but not needed.
 const REQUIRED: [Check; 14] = Check::REQUIRED_LAYERED;
 
-/// What the container backend cannot do without, besides its OCI runtime: it
-/// runs on a standalone checkout.
-const REQUIRED_CONTAINER: [Check; 12] = Check::REQUIRED_STANDALONE;
+/// What a standalone checkout's run cannot do without: the container
+/// backend's (besides its OCI runtime), and the namespace backend's where this
+/// caller has no overlayfs.
+const REQUIRED_STANDALONE_RUN: [Check; 12] = Check::REQUIRED_STANDALONE;
 
 /// What `--json` prints.
 #[derive(Debug, Serialize)]
@@ -112,9 +113,11 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
                 .into(),
         ));
     }
+    // Without overlayfs for this caller the command's checkouts are
+    // standalone copies, which need neither it nor idmapped mounts.
     let required: &[Check] = match args.backend {
-        Backend::Namespace => &REQUIRED,
-        Backend::Container => &REQUIRED_CONTAINER,
+        Backend::Namespace if backend_namespace::host_check::layered_checkouts_here() => &REQUIRED,
+        Backend::Namespace | Backend::Container => &REQUIRED_STANDALONE_RUN,
     };
     let report = check_host(&host.cgroup_parent());
     let runtime = (args.backend == Backend::Container)

@@ -59,12 +59,20 @@ pub(crate) fn runner_on(
         ExitCode::from(EXIT_RUNNER_FAILED)
     };
     let stack = match backend {
-        Backend::Namespace => agent_workspace::namespace_stack_layered(
-            &host.cgroup_parent(),
-            dirs.runtime.join("trees"),
-            TREE_CACHE_BYTES,
-        )
-        .map_err(|e| cannot(&e))?,
+        // Layered checkouts where this caller can mount overlayfs; else every
+        // checkout is a standalone copy (a contract asking for `layered` is
+        // then refused, naming `source.materialization`).
+        Backend::Namespace if backend_namespace::host_check::layered_checkouts_here() => {
+            agent_workspace::namespace_stack_layered(
+                &host.cgroup_parent(),
+                dirs.runtime.join("trees"),
+                TREE_CACHE_BYTES,
+            )
+            .map_err(|e| cannot(&e))?
+        }
+        Backend::Namespace => {
+            agent_workspace::namespace_stack(&host.cgroup_parent()).map_err(|e| cannot(&e))?
+        }
         Backend::Container => agent_workspace::container_stack(
             &host.cgroup_parent(),
             runtime,

@@ -312,6 +312,31 @@ pub fn check_host(cgroup_parent: &str) -> HostReport {
     }
 }
 
+/// Whether this process's runs can have layered checkouts: the kernel has
+/// overlayfs, and a kernel new enough for how this caller mounts it (root:
+/// over an idmapped lower layer, Linux 5.19; an ordinary user: in a user
+/// namespace of its own, Linux 5.11). Where they cannot, a checkout is a
+/// standalone copy (`source.materialization = "auto"` becomes `standalone`).
+/// Cheap: reads two `/proc` files, forks nothing ([`check_host`] probes
+/// idmapped mounts for real).
+///
+/// # Ambient authority
+///
+/// Reads `/proc/filesystems` and `/proc/sys/kernel/osrelease`.
+pub fn layered_checkouts_here() -> bool {
+    let overlay = std::fs::read_to_string("/proc/filesystems")
+        .is_ok_and(|text| parse::overlayfs(Some(&text)).status == Status::Ok);
+    let needed = if nix::unistd::geteuid().is_root() {
+        (5, 19)
+    } else {
+        (5, 11)
+    };
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .and_then(|release| parse::kernel_version(&release));
+    overlay && kernel.is_some_and(|version| version >= needed)
+}
+
 /// The [`Check::IdmappedMounts`] finding for the file system of `dir` (say, a
 /// layered stack's base-tree cache root), probed as [`check_host`] probes `/`.
 ///
