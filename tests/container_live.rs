@@ -343,3 +343,66 @@ fn forwarder_of(run_id: &str) -> Option<u32> {
             (cmdline.contains("preview-forward") && cmdline.contains(run_id)).then_some(pid)
         })
 }
+
+/// The PostgreSQL example (examples/contracts/postgres.toml) on this
+/// fixture's repository.
+fn postgres_contract(fixture: &Fixture) -> workspace_core::contract::Contract {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/contracts/postgres.toml"),
+    )
+    .unwrap();
+    let mut contract = workspace_core::contract::Contract::from_toml(&text).unwrap();
+    contract.source =
+        workspace_core::contract::SourceSection::new(fixture.repo.to_string_lossy(), "HEAD");
+    contract
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_example_runs_in_a_container_each_run_on_its_own_copy_of_the_template() {
+    assert!(
+        std::path::Path::new("/usr/lib/postgresql").is_dir(),
+        "this test needs PostgreSQL (apt-get install postgresql)"
+    );
+    let fixture = Fixture::new("container-postgres");
+    let runner = runner(&fixture);
+    let run = |script: &str| {
+        let spec = support::shell(script, &marker("container-pg"));
+        let (runner, contract) = (&runner, postgres_contract(&fixture));
+        async move {
+            runner
+                .run(
+                    contract,
+                    &spec,
+                    CommandIo::captured(),
+                    CreateOptions::default(),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{}", workspace_core::error_chain(&e)))
+        }
+    };
+    let stdout = |report: &workspace_core::runner::RunReport| {
+        std::fs::read_to_string(report.evidence.join("commands/0001/stdout")).unwrap()
+    };
+    let template = |report: &workspace_core::runner::RunReport| {
+        let services: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(report.evidence.join("services.json")).unwrap())
+                .unwrap();
+        services[0]["template"].clone()
+    };
+    // The first run makes the cluster's template, then works on it.
+    let first =
+        run("psql -qc 'create table made_by_first (x int)' && psql -tAc 'select 40+2'").await;
+    assert!(first.outcome.failure.is_none(), "{:?}", first.outcome);
+    assert_eq!(stdout(&first), "42\n");
+    assert_eq!(template(&first)["made"], true);
+    fixture.assert_nothing_left(&first.run_id, &[]);
+    // The next starts from a copy of it: none of the first run's tables.
+    let second =
+        run("psql -tAc \"select count(*) from pg_tables where tablename like 'made_by_%'\"").await;
+    assert!(second.outcome.failure.is_none(), "{:?}", second.outcome);
+    assert_eq!(stdout(&second), "0\n");
+    assert_eq!(template(&second)["made"], false);
+    assert_eq!(template(&second)["key"], template(&first)["key"]);
+    fixture.assert_nothing_left(&second.run_id, &[]);
+    assert!(runc_knows(&container::state(&fixture)).is_empty());
+}

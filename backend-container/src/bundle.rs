@@ -13,7 +13,8 @@
 //! | `Mask` | `linux.maskedPaths` in `/proc`; elsewhere, a directory masked by an empty read-only tmpfs |
 //! | `RemountReadOnly` | `linux.readonlyPaths` |
 //! | `Symlink`, `File` | made in the root directory before the container starts |
-//! | `Overlay` | refused: this runtime has no idmapped mounts, which a layered checkout needs |
+//! | `Overlay` of a service's template | a `bind` of its upper directory, which holds the run's own copy of the template (the `template` module) |
+//! | other `Overlay` | refused: this runtime has no idmapped mounts, which a layered checkout needs |
 //!
 //! The root directory is read-only (`root.readonly`). The container gets its own
 //! user, mount, pid, network, UTS, IPC and cgroup namespaces; its user namespace
@@ -33,7 +34,7 @@ use oci_spec::runtime::{
     ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
 };
 use workspace_core::boundary::ResolvedLimits;
-use workspace_core::mount_plan::{MountAction, MountPlan};
+use workspace_core::mount_plan::{MountAction, MountPlan, Reason};
 
 use crate::error::ContainerError;
 
@@ -154,9 +155,13 @@ pub fn spec(inputs: &BundleInputs<'_>) -> Result<Spec, ContainerError> {
             MountAction::RemountReadOnly => read_only_paths.push(target.to_owned()),
             // Made in the root directory by `prepare_rootfs`.
             MountAction::Symlink { .. } | MountAction::File { .. } => {}
+            // The run's copy of the template, made before the bundle.
+            MountAction::Overlay { upper, .. } if step.reason == Reason::ServiceTemplate => {
+                mounts.push(bind(target, upper, false, false)?);
+            }
             MountAction::Overlay { .. } => {
                 return Err(unsupported(
-                    "an overlay (a layered checkout or a service template: it needs an idmapped lower layer)",
+                    "an overlay (a layered checkout: it needs an idmapped lower layer)",
                 ));
             }
         }

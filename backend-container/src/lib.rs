@@ -70,5 +70,6 @@ pub mod image;
 pub mod process;
 pub mod runtime;
 pub mod seccomp;
+mod template;
 
 pub use error::ContainerError;

@@ -25,7 +25,8 @@ impl ProcessBoundary for ContainerProcess {
         ProcessCapabilities {
             isolation: vec![IsolationLevel::Task],
             private_network: true,
-            service_templates: false,
+            // A copy per run (`template`): no idmapped mounts here.
+            service_templates: true,
             // The container's pid 1 keeps the capacity ticket's lock open (`SealPlan::held_open`).
             holds_capacity: true,
             // A command writes to the files it is given; its streams follow them.

@@ -119,11 +119,6 @@ pub(crate) fn prepare(
             setting: "a layered checkout (source.materialization): the runtime has no idmapped mounts; use a standalone checkout".into(),
         });
     }
-    if !plan.templates.is_empty() {
-        return Err(ContainerError::Unsupported {
-            setting: "service templates (environment.services[].template)".into(),
-        });
-    }
     let ids = id_maps(plan, options)?;
     // The image first: one that fails its digests fails the seal before the
     // checkout is touched or anything runs.
@@ -138,6 +133,10 @@ pub(crate) fn prepare(
     };
     let workspace = plan.source.workspace.as_path();
     let handed_over = hand_over(workspace, ids.host_uid, ids.host_gid)?;
+    // Each service's template: the run's own copy, the run's (see `template`).
+    for layer in &plan.templates {
+        crate::template::materialize(layer, ids.host_uid, ids.host_gid)?;
+    }
     let excluded = workspace_core::mount_plan::excluded_paths(
         &[workspace],
         &run.contract.filesystem.excluded,
