@@ -12,6 +12,7 @@ use backend_worktree::filesystem::WorktreeFilesystem;
 use backend_worktree::layered::cache::{CacheError, TreeCache};
 use backend_worktree::promotion::WorktreePromotion;
 use backend_worktree::source::WorktreeSource;
+use workspace_core::boundary::RunDisks;
 use workspace_core::boundary::Stack;
 
 /// The cgroup directory (in every hierarchy) the default stack's runs are made in.
@@ -103,6 +104,10 @@ pub fn container_stack(
     let runtime = backend_container::runtime::Runtime::find(runtime, state_root)?;
     let options = ContainerOptions {
         preview_forwarder: helper_program(),
+        // A capped disk is the host's, under the run's directory: the
+        // namespace backend's loop-mounted images serve here too.
+        disks: backend_namespace::disk::available()
+            .then(|| Arc::new(backend_namespace::disk::LoopDisks) as Arc<dyn RunDisks>),
         ..ContainerOptions::probe(runtime, cgroup_parent)?
     };
     Ok(Stack {

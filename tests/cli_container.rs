@@ -236,8 +236,9 @@ fn conformance_passes_on_the_container_backend_and_contract_check_names_what_it_
         "container",
     ]);
     assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
-    // A service template is kept by both (a per-run copy on this one); a disk
-    // cap is not, yet, and `contract check` says so naming the field.
+    // A service template and a disk cap are kept by both (a per-run copy of
+    // the template on this one); a layered checkout is not (the runtime has no
+    // idmapped mounts), and `contract check` says so naming the field.
     let template = fixture.path().join("template.toml");
     std::fs::write(
         &template,
@@ -262,11 +263,32 @@ fn conformance_passes_on_the_container_backend_and_contract_check_names_what_it_
         "objective = \"a capped disk\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n[environment.limits]\ndisk = \"1GiB\"\n",
     )
     .unwrap();
-    let path = disk.to_str().unwrap();
+    for backend in ["namespace", "container"] {
+        let kept = fixture.agent_workspace(&[
+            "contract",
+            "check",
+            disk.to_str().unwrap(),
+            "--backend",
+            backend,
+        ]);
+        assert_eq!(
+            kept.status.code(),
+            Some(0),
+            "{backend}: {}",
+            text(&kept.stderr)
+        );
+    }
+    let layered = fixture.path().join("layered.toml");
+    std::fs::write(
+        &layered,
+        "objective = \"a layered checkout\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\nmaterialization = \"layered\"\n[filesystem]\nwritable = [\".\"]\n",
+    )
+    .unwrap();
+    let path = layered.to_str().unwrap();
     let refused = fixture.agent_workspace(&["contract", "check", path, "--backend", "container"]);
     let said = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
     assert_eq!(refused.status.code(), Some(2), "{said}");
-    assert!(said.contains("environment.limits.disk"), "{said}");
+    assert!(said.contains("source.materialization"), "{said}");
 }
 
 #[test]

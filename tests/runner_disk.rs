@@ -370,3 +370,35 @@ async fn a_cap_larger_than_the_free_space_fails_naming_the_field_and_leaves_noth
     assert_disk_gone(&fx);
     fx.assert_nothing_left(&err.run_id, &[]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_workspace_writes_on_its_capped_disk_and_no_further() {
+    let fx = Fixture::new("disk-container");
+    let _unmount = Unmount(fx.base.path().to_path_buf());
+    let cap = 96 * MIB;
+    let runner = support::container::runner(&fx);
+    let mut ws = support::container::create(&runner, capped(&fx, cap)).await;
+    exec_ok(&mut ws, FILL, "disk-container-fill").await;
+    // The checkout the container writes is the one on the disk.
+    exec_ok(
+        &mut ws,
+        "rm -f fill* reserve; echo kept > kept.txt",
+        "disk-container-keep",
+    )
+    .await;
+    let run_id = ws.run_id().clone();
+    let report = ws.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    assert_eq!(stdout(&report, 1), "full 3\nfallocate refused\n3\n");
+    let disk = &read_json(&report.evidence, "observed.json")["disk"];
+    assert_eq!(
+        (disk["kind"].as_str(), disk["fs_type"].as_str()),
+        (Some("image"), Some("ext4")),
+        "{disk}"
+    );
+    let patch = std::fs::read_to_string(report.evidence.join("diff.patch")).unwrap();
+    assert!(patch.contains("+++ b/kept.txt"), "{patch}");
+    fx.assert_nothing_left(&run_id, &["disk-container-fill"]);
+    assert_disk_gone(&fx);
+    assert!(support::container::runc_knows(&support::container::state(&fx)).is_empty());
+}

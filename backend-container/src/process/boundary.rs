@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use nix::sys::signal::Signal;
 use workspace_core::boundary::{
-    Attachment, BoundaryError, CommandSpec, Execution, LeakReport, ObservedBoundary,
-    ProcessBoundary, ProcessCapabilities, RunContext, SealPlan, Suspension, TerminateReport,
+    Attachment, BoundaryError, BoundaryKind, CommandSpec, DiskRecord, DiskUsage, Execution,
+    LeakReport, ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext, RunDisks,
+    SealPlan, Suspension, TerminateReport,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 
@@ -34,13 +35,47 @@ impl ProcessBoundary for ContainerProcess {
             // A forwarder program publishes them on the host's loopback.
             preview_ports: self.options.preview_forwarder.is_some(),
             images: true,
-            // Not yet: a capped disk under the bundle's writable layer.
-            disk_caps: false,
+            // The disks it is given: the checkout and templates live there.
+            disk_caps: self.options.disks.is_some(),
         }
     }
 
     fn name(&self) -> &'static str {
         "backend-container process"
+    }
+
+    async fn make_disk(
+        &self,
+        run: &RunContext,
+        cap_bytes: u64,
+    ) -> Result<DiskRecord, BoundaryError> {
+        self.disks("make the run's disk")?
+            .make(run, cap_bytes)
+            .await
+    }
+
+    async fn remount_disk(
+        &self,
+        run: &RunContext,
+        cap_bytes: u64,
+    ) -> Result<DiskRecord, BoundaryError> {
+        self.disks("mount the run's disk again")?
+            .remount(run, cap_bytes)
+            .await
+    }
+
+    async fn disk_usage(&self, run: &RunContext) -> Result<Option<DiskUsage>, BoundaryError> {
+        match &self.options.disks {
+            Some(disks) => disks.usage(run).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn remove_disk(&self, run: &RunContext) -> Result<(), BoundaryError> {
+        match &self.options.disks {
+            Some(disks) => disks.remove(run).await,
+            None => Ok(()),
+        }
     }
 
     async fn seal(
@@ -375,4 +410,18 @@ fn connect_inside(pid: i32, port: u16) -> Result<TcpStream, ContainerError> {
             step: "connecting into the container",
         })?
         .map_err(|e: std::io::Error| pipe(e))
+}
+
+impl ContainerProcess {
+    /// The disks it was given; `operation` refused, naming this boundary,
+    /// without (its capabilities claim no disk cap then).
+    fn disks(&self, operation: &'static str) -> Result<&dyn RunDisks, BoundaryError> {
+        self.options.disks.as_deref().ok_or_else(|| {
+            BoundaryError::new(
+                BoundaryKind::Process,
+                operation,
+                "backend-container process keeps no disk cap (no disks were given)",
+            )
+        })
+    }
 }

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use workspace_core::RunId;
-use workspace_core::boundary::LeakReport;
+use workspace_core::boundary::{LeakReport, RunDisks};
 use workspace_core::mount_plan::{HostLayout, probe_host_layout};
 
 use crate::error::ContainerError;
@@ -77,6 +77,10 @@ pub struct ContainerOptions {
     /// The program that forwards preview ports ([`preview`]); `None` refuses
     /// `process.ports` (nothing would publish them).
     pub preview_forwarder: Option<std::path::PathBuf>,
+    /// What makes a run's capped disk (`environment.limits.disk`) under its
+    /// directory, which the container's checkout and templates then live on;
+    /// `None` refuses the cap.
+    pub disks: Option<Arc<dyn RunDisks>>,
 }
 
 impl ContainerOptions {
@@ -103,6 +107,7 @@ impl ContainerOptions {
             probe_timeout: PROBE_TIMEOUT,
             images: ImageStore::new(images),
             preview_forwarder: None,
+            disks: None,
         })
     }
 }

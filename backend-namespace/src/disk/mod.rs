@@ -25,8 +25,11 @@
 //! Mounting needs the host's root (`CAP_SYS_ADMIN` in the initial user
 //! namespace): [`available`] says whether this process can.
 
+mod disks;
 mod error;
 mod mounted;
+
+pub use disks::LoopDisks;
 
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};

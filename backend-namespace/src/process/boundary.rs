@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use workspace_core::boundary::{
-    Attachment, BoundaryError, BoundaryKind, CommandSpec, DiskRecord, DiskUsage, Execution,
-    LeakReport, ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext, SealPlan,
+    Attachment, BoundaryError, CommandSpec, DiskRecord, DiskUsage, Execution, LeakReport,
+    ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext, RunDisks, SealPlan,
     Suspension, TerminateReport,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
@@ -18,6 +18,7 @@ use super::{
     NamespaceProcess, ProcessError, blocking, egress, in_sandbox, network, probe, state, terminate,
 };
 use crate::cgroup::{CgroupLayout, RunCgroup, leaked_paths};
+use crate::disk::LoopDisks;
 
 #[async_trait]
 impl ProcessBoundary for NamespaceProcess {
@@ -41,12 +42,7 @@ impl ProcessBoundary for NamespaceProcess {
         run: &RunContext,
         cap_bytes: u64,
     ) -> Result<DiskRecord, BoundaryError> {
-        let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
-        let memory = run.contract.environment.limits.memory.map(|m| m.bytes());
-        disk_call("make the run's disk", move || {
-            crate::disk::make(&run_dir, &mount_point, cap_bytes, memory)
-        })
-        .await
+        LoopDisks.make(run, cap_bytes).await
     }
 
     async fn remount_disk(
@@ -54,27 +50,15 @@ impl ProcessBoundary for NamespaceProcess {
         run: &RunContext,
         cap_bytes: u64,
     ) -> Result<DiskRecord, BoundaryError> {
-        let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
-        disk_call("mount the run's disk again", move || {
-            crate::disk::remount(&run_dir, &mount_point, cap_bytes)
-        })
-        .await
+        LoopDisks.remount(run, cap_bytes).await
     }
 
     async fn disk_usage(&self, run: &RunContext) -> Result<Option<DiskUsage>, BoundaryError> {
-        let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
-        disk_call("read the run's disk usage", move || {
-            crate::disk::usage(&run_dir, &mount_point)
-        })
-        .await
+        LoopDisks.usage(run).await
     }
 
     async fn remove_disk(&self, run: &RunContext) -> Result<(), BoundaryError> {
-        let (run_dir, mount_point) = (run.run_dir.clone(), run.layer_dir());
-        disk_call("remove the run's disk", move || {
-            crate::disk::remove(&run_dir, &mount_point)
-        })
-        .await
+        LoopDisks.remove(run).await
     }
 
     fn name(&self) -> &'static str {
@@ -483,24 +467,6 @@ fn remove_files(run_dir: &std::path::Path) -> Result<(), ProcessError> {
     super::broker::remove(run_dir)?;
     egress::remove_files(run_dir);
     Ok(())
-}
-
-/// Runs a disk step on the blocking pool, its error named by `operation` and path.
-async fn disk_call<T: Send + 'static>(
-    operation: &'static str,
-    f: impl FnOnce() -> Result<T, crate::disk::DiskError> + Send + 'static,
-) -> Result<T, BoundaryError> {
-    let done = tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|join| BoundaryError::new(BoundaryKind::Process, operation, join))?;
-    done.map_err(|e| {
-        let path = e.path().map(std::path::Path::to_path_buf);
-        let error = BoundaryError::new(BoundaryKind::Process, operation, e);
-        match path {
-            Some(path) => error.with_path(path),
-            None => error,
-        }
-    })
 }
 
 /// A connection to `port` inside the sandbox of `run_dir`, through its pid 1's

@@ -10,7 +10,35 @@
 
 use std::path::PathBuf;
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+
+use super::{BoundaryError, RunContext};
+
+/// What makes, mounts again, measures and removes a run's capped disk: the
+/// work behind [`ProcessBoundary::make_disk`](super::ProcessBoundary::make_disk)
+/// and its siblings, which a process boundary may take from elsewhere (the
+/// namespace backend's loop-mounted images serve the container backend too:
+/// the disk is the host's, under the run's directory, whatever then isolates
+/// the run's processes).
+#[async_trait]
+pub trait RunDisks: Send + Sync + std::fmt::Debug {
+    /// Makes the run's disk at [`RunContext::layer_dir`], holding at most
+    /// `cap_bytes`; what is mounted, read back.
+    async fn make(&self, run: &RunContext, cap_bytes: u64) -> Result<DiskRecord, BoundaryError>;
+
+    /// Mounts the run's disk again where it is no longer mounted, or reads it
+    /// back where it still is.
+    async fn remount(&self, run: &RunContext, cap_bytes: u64) -> Result<DiskRecord, BoundaryError>;
+
+    /// What the run's disk holds now and the most it ever held; `None` when
+    /// none is mounted.
+    async fn usage(&self, run: &RunContext) -> Result<Option<DiskUsage>, BoundaryError>;
+
+    /// Unmounts and removes whatever of the run's disk exists; fails unless
+    /// nothing of it is left.
+    async fn remove(&self, run: &RunContext) -> Result<(), BoundaryError>;
+}
 
 /// How a run's disk is capped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

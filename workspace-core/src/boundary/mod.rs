@@ -38,7 +38,7 @@ pub use capabilities::{
     ProcessCapabilities, PromotionCapabilities, SourceCapabilities,
 };
 pub use context::RunContext;
-pub use disk::{DiskKind, DiskRecord, DiskUsage};
+pub use disk::{DiskKind, DiskRecord, DiskUsage, RunDisks};
 pub use environment::{EnvironmentBoundary, EnvironmentPlan, ResolvedLimits};
 pub use error::{BoundaryError, BoundaryKind, NotRunReason, ProgramNotRun};
 pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
