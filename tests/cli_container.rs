@@ -165,9 +165,15 @@ fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
     exec.wait().unwrap();
     // The dead CLI held the run: now nobody does, and it is still running.
     assert_eq!(containers(&fixture), std::slice::from_ref(&run));
+    // Recovering another backend's runs leaves it alone.
+    let out = fixture.agent_workspace(&["recover", "--json", "--backend", "namespace"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["left_out"], serde_json::json!([run]), "{report:#}");
+    assert_eq!(containers(&fixture), std::slice::from_ref(&run));
     let deadline = Instant::now() + Duration::from_secs(10);
     let recovered = loop {
-        let out = fixture.agent_workspace(&["recover", "--json"]);
+        let out = fixture.agent_workspace(&["recover", "--json", "--backend", "container"]);
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         if report["recovered"]
             .as_array()

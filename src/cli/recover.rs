@@ -11,7 +11,7 @@ use clap::Args;
 use workspace_core::RunId;
 use workspace_core::lifecycle::CleanupPermit;
 use workspace_core::recovery::{
-    LostRun, RecoveryHooks, RecoveryReport, RecoveryStepError, recover,
+    LostRun, RecoveryHooks, RecoveryReport, RecoveryStepError, recover_where,
 };
 use workspace_core::runner::{RunPaths, Runner, StackRecovery};
 use workspace_core::step::describe;
@@ -31,6 +31,10 @@ pub(crate) struct RecoverArgs {
     /// Print the recovery report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Recover only the runs this backend sealed (the others are listed as
+    /// left out) [default: every run, each with the backend that sealed it].
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    backend: Option<Backend>,
 }
 
 /// Recovers every unfinished run under the runtime directory that no live runner
@@ -49,7 +53,7 @@ pub(crate) fn run(args: &RecoverArgs, host: &HostArgs) -> ExitCode {
         Ok(runner) => runner,
         Err(code) => return code,
     };
-    let json = args.json;
+    let (json, backend) = (args.json, args.backend);
     let evidence = args.evidence.clone();
     // Each container run with the runtime it recorded (the first on `PATH` for
     // one that recorded none); without that runtime here, the run is left to
@@ -62,7 +66,14 @@ pub(crate) fn run(args: &RecoverArgs, host: &HostArgs) -> ExitCode {
     block_on(async move {
         let hooks = ByBackend::new(&runner, containers);
         let config = runner.config();
-        match recover(&config.runtime_dir, &hooks, config.timeouts).await {
+        let runtime_dir = config.runtime_dir.clone();
+        let wanted = |run_id: &RunId| {
+            backend.is_none_or(|backend| {
+                let run_dir = RunPaths::new(&runtime_dir, &runtime_dir, run_id).run_dir;
+                Backend::that_sealed(&run_dir) == backend
+            })
+        };
+        match recover_where(&config.runtime_dir, &hooks, config.timeouts, &wanted).await {
             Ok(report) => print_report(&report, json),
             Err(err) => {
                 eprintln!(
@@ -200,6 +211,12 @@ fn lines(report: &RecoveryReport) -> Vec<String> {
         report.live.len(),
         report.finished.len()
     ));
+    if !report.left_out.is_empty() {
+        lines.push(format!(
+            "{} run(s) of another backend left out",
+            report.left_out.len()
+        ));
+    }
     for (path, reason) in &report.unreadable {
         lines.push(format!(
             "{}: unreadable journal: {}",

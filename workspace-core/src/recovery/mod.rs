@@ -155,6 +155,9 @@ pub struct RecoveryReport {
     pub detached: Vec<RunId>,
     /// Journals that could not be used, with the reason.
     pub unreadable: Vec<(PathBuf, String)>,
+    /// Runs the caller left out ([`recover_where`]): not looked at.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<RunId>,
 }
 
 /// The outcome for one recovered run.
@@ -198,6 +201,21 @@ pub async fn recover(
     hooks: &dyn RecoveryHooks,
     timeouts: Timeouts,
 ) -> Result<RecoveryReport, RecoveryError> {
+    recover_where(runtime_dir, hooks, timeouts, &|_| true).await
+}
+
+/// [`recover`], for the runs `wanted` says yes to (those of one backend, say);
+/// the others are only listed ([`RecoveryReport::left_out`]), their journals
+/// not even locked.
+///
+/// # Ambient authority
+/// Reads and locks the journals under `runtime_dir/journals`.
+pub async fn recover_where(
+    runtime_dir: &Path,
+    hooks: &dyn RecoveryHooks,
+    timeouts: Timeouts,
+    wanted: &(dyn Fn(&RunId) -> bool + Sync),
+) -> Result<RecoveryReport, RecoveryError> {
     let dir = runtime_dir.join(JOURNAL_DIR);
     let mut report = RecoveryReport::default();
     let entries = match std::fs::read_dir(&dir) {
@@ -222,6 +240,10 @@ pub async fn recover(
                 .push((path, "the file name is not a run id".into()));
             continue;
         };
+        if !wanted(&run_id) {
+            report.left_out.push(run_id);
+            continue;
+        }
         match journal::is_held(&path) {
             Ok(true) => {
                 report.live.push(run_id);
