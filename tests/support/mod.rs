@@ -63,9 +63,21 @@ pub struct Fixture {
     pub cgroup_parent: String,
 }
 
+/// Fails the test at once, saying why, unless it runs as root: these tests
+/// map host root's ids, make cgroups in the host's hierarchies, users and loop
+/// devices (an ordinary user's runs are tested by `cli_ordinary_user`, which
+/// makes its user as root).
+pub fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the tests run as root (they make namespaces with host root's ids, cgroups, users and loop devices): run `cargo test --workspace` as root"
+    );
+}
+
 impl Fixture {
     /// A fresh fixture for test `name` (unique within this process).
     pub fn new(name: &str) -> Self {
+        require_root();
         let base = tempfile::Builder::new()
             .prefix(&format!("aw-{name}-"))
             .tempdir()

@@ -39,6 +39,10 @@ pub struct Fixture {
 impl Fixture {
     /// The layout above, with a bind-mounted workspace.
     pub fn new() -> Self {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the tests run as root (they map host ids and make cgroups): run `cargo test --workspace` as root"
+        );
         let base = tempfile::tempdir().unwrap();
         std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let workspace = base.path().join("workspace");
