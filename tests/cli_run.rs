@@ -298,7 +298,7 @@ fn bad_input_exits_2_with_one_line_and_leaves_nothing_behind() {
                 "--",
                 "/bin/true",
             ],
-            "--rev no-such-rev",
+            "--rev (source.revision): no-such-rev",
         ),
         (
             &[
@@ -333,7 +333,7 @@ fn bad_input_exits_2_with_one_line_and_leaves_nothing_behind() {
         (&["run", "--repo", repo, "--evidence", evidence], "<CMD>"),
         (
             &["run", "--repo", repo, "--disk", "512KiB", "--", "/bin/true"],
-            "--disk 512KiB is less than the smallest disk",
+            "--disk (environment.limits.disk): 512KiB is less than the smallest disk",
         ),
         (
             &["run", "--repo", repo, "--disk", "1.3B", "--", "/bin/true"],

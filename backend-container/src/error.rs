@@ -33,6 +33,23 @@ pub enum ContainerError {
         /// Why.
         source: oci_spec::OciSpecError,
     },
+    /// The container's root cannot reach its bundle: a directory on the way
+    /// is closed to other users (the runtime sets the root up as that id).
+    #[error(
+        "the container's root (host uid {uid}) cannot reach {}: {} is closed to other users (mode {mode:o}); open it (chmod o+x) or put the runtime directory elsewhere (--runtime-dir)",
+        bundle.display(),
+        closed.display()
+    )]
+    Unreachable {
+        /// The host uid the container's root maps to.
+        uid: u32,
+        /// The bundle's directory.
+        bundle: PathBuf,
+        /// The first directory on the way it may not search.
+        closed: PathBuf,
+        /// That directory's permission bits.
+        mode: u32,
+    },
     /// No OCI runtime was found.
     #[error("no OCI runtime: {tried} (install one, e.g. runc: Debian package runc)")]
     NoRuntime {

@@ -78,12 +78,22 @@ impl RuntimeFinding {
     /// Finds `name` (else the first known runtime on `PATH`) as the container
     /// backend would, with its checks of this host's cgroup layout.
     fn of(name: Option<&str>, host: &HostArgs) -> Self {
-        use backend_container::process::ContainerOptions;
+        use backend_container::ContainerError;
+        use backend_container::process::{ContainerOptions, reachable_by};
         use backend_container::runtime::Runtime;
-        let root = host.dirs().runtime.join("containers");
-        let found = Runtime::find(name, &root).and_then(|runtime| {
+        let runtime_dir = host.dirs().runtime;
+        // The container's root sets itself up from the run's bundle, under
+        // the runtime directory (or where that will be made).
+        let made = runtime_dir
+            .ancestors()
+            .find(|dir| dir.is_dir())
+            .unwrap_or(std::path::Path::new("/"))
+            .to_path_buf();
+        let found = Runtime::find(name, &runtime_dir.join("containers")).and_then(|runtime| {
             let detail = format!("{} ({})", runtime.version(), runtime.program().display());
-            ContainerOptions::probe(runtime, host.cgroup_parent()).map(|_| detail)
+            let options = ContainerOptions::probe(runtime, host.cgroup_parent())?;
+            reachable_by(&made, options.host_id_base)?;
+            Ok(detail)
         });
         match found {
             Ok(detail) => Self {
@@ -93,8 +103,16 @@ impl RuntimeFinding {
             },
             Err(error) => Self {
                 ok: false,
+                remediation: match error {
+                    ContainerError::NoRuntime { .. } => {
+                        "apt-get install runc (Debian), or name another runtime with --runtime"
+                    }
+                    ContainerError::RuntimeRefuses { .. } => {
+                        "name a runtime that runs on this host with --runtime (runc does), or leave --runtime out"
+                    }
+                    _ => "",
+                },
                 detail: workspace_core::error_chain(&error),
-                remediation: "apt-get install runc (Debian), or name another runtime with --runtime",
             },
         }
     }

@@ -150,13 +150,14 @@ impl ContractArgs {
         problems.iter().any(|p| self.flag_of(&p.path).is_some())
     }
 
-    /// `problems` on one line, each naming the flag that set its field where
-    /// one did (`--disk 512KiB: ...`), else the field.
+    /// `problems` on one line, each naming the flag that set its field, and
+    /// the field, where one did (`--disk (environment.limits.disk): ...`),
+    /// else the field.
     fn naming_flags(&self, problems: &Problems) -> String {
         let lines: Vec<String> = problems
             .iter()
             .map(|p| match self.flag_of(&p.path) {
-                Some(flag) => format!("{flag} {}", p.message),
+                Some(flag) => format!("{flag} ({}): {}", p.path, p.message),
                 None => p.to_string(),
             })
             .collect();

@@ -204,6 +204,16 @@ fn lines(report: &RecoveryReport) -> Vec<String> {
     for id in &report.live {
         lines.push(format!("{id}: live (a runner holds it); left alone"));
     }
+    for id in &report.detached {
+        lines.push(format!(
+            "{id}: detached (its workspace waits for exec or destroy); left alone"
+        ));
+    }
+    for id in &report.suspended {
+        lines.push(format!(
+            "{id}: suspended (its workspace waits for resume or destroy); left alone"
+        ));
+    }
     // Runs that were already cleaned up are counted, not listed one by one.
     let acted = report.recovered.len();
     lines.push(format!(

@@ -112,6 +112,8 @@ impl ContainerOptions {
     }
 }
 
+pub use seal::reachable_by;
+
 /// Whether the run whose private directory is `run_dir` was sealed by this
 /// backend (its bundle's state is there): a later process drives it with this
 /// backend again.

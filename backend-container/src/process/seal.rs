@@ -165,6 +165,7 @@ pub(crate) fn prepare(
         "making the bundle directory",
         &bundle_dir,
     ))?;
+    reachable_by(&bundle_dir, ids.host_root)?;
     let init: Vec<String> = INIT.iter().map(|s| (*s).to_owned()).collect();
     // The container's pid 1 gets the base variables only: no credential.
     let init_env: Vec<(String, String)> = env
@@ -501,14 +502,63 @@ fn hand_over(root: &Path, uid: u32, gid: u32) -> Result<u64, ContainerError> {
     Ok(changed)
 }
 
+/// Fails, naming the directory, unless host uid `uid` may search every
+/// directory from `/` down to `dir` (the runtime mounts the container's root
+/// from there as that id).
+///
+/// # Ambient authority
+/// Looks at the host's directories on the way.
+pub fn reachable_by(dir: &Path, uid: u32) -> Result<(), ContainerError> {
+    use std::os::unix::fs::MetadataExt;
+    for closed in dir.ancestors() {
+        let meta = std::fs::metadata(closed).map_err(ContainerError::io(
+            "looking at the bundle's directories",
+            closed,
+        ))?;
+        let mode = meta.mode() & 0o7777;
+        let searchable = if meta.uid() == uid {
+            mode & 0o100 != 0
+        } else {
+            mode & 0o001 != 0
+        };
+        if !searchable {
+            return Err(ContainerError::Unreachable {
+                uid,
+                bundle: dir.to_path_buf(),
+                closed: closed.to_path_buf(),
+                mode,
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // panicking is how a test fails
 
     use std::os::unix::fs::MetadataExt;
 
-    use super::hand_over;
+    use super::{hand_over, reachable_by};
     use crate::error::ContainerError;
+
+    #[test]
+    fn a_bundle_behind_a_directory_closed_to_others_is_refused_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bundle = base.path().join("private/runs/run-1/bundle");
+        std::fs::create_dir_all(&bundle).unwrap();
+        reachable_by(&bundle, 100_000).unwrap();
+        let private = base.path().join("private");
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        match reachable_by(&bundle, 100_000) {
+            Err(ContainerError::Unreachable { closed, mode, .. }) => {
+                assert_eq!((closed, mode), (private, 0o700));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn a_hard_link_to_a_file_outside_is_refused_and_that_file_keeps_its_owner() {

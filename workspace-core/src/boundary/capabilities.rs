@@ -293,7 +293,13 @@ impl EnvironmentCapabilities {
                 problems,
                 "environment.network.mode",
                 backend,
-                format!("network mode {:?}", section.network.mode),
+                format!(
+                    "network mode {}",
+                    serde_json::to_value(section.network.mode)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_else(|| format!("{:?}", section.network.mode))
+                ),
             );
         }
         let limits = &section.limits;
