@@ -377,3 +377,38 @@ fn a_workspace_whose_sandbox_died_is_sealed_again_and_its_services_start_again()
         "{services}"
     );
 }
+
+#[test]
+fn ls_shows_a_live_workspaces_capped_disk_and_what_it_holds() {
+    let fixture = CliFixture::new("live-disk");
+    let repo = fixture.repo();
+    let out = fixture.agent_workspace(&[
+        "create",
+        "--repo",
+        repo.to_str().unwrap(),
+        "--disk",
+        "16MiB",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let run = text(&out.stdout).trim().to_owned();
+    let wrote = exec(
+        &fixture,
+        &run,
+        &["sh", "-c", "head -c 4194304 /dev/zero > four-mib"],
+    );
+    assert_eq!(wrote.status.code(), Some(0), "{}", text(&wrote.stderr));
+    let listed = fixture.agent_workspace(&["ls", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let disk = &rows[0]["disk"];
+    assert_eq!(disk["kind"], "tmpfs", "{rows}");
+    assert_eq!(disk["cap_bytes"], 16 << 20, "{rows}");
+    let used = disk["used_bytes"].as_u64().unwrap();
+    assert!((4 << 20..16 << 20).contains(&used), "{rows}");
+    let destroyed = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(
+        destroyed.status.code(),
+        Some(0),
+        "{}",
+        text(&destroyed.stderr)
+    );
+}

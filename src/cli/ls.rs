@@ -68,6 +68,10 @@ struct Row {
     /// (`namespace` or `container`).
     #[serde(skip_serializing_if = "Option::is_none")]
     backend: Option<&'static str>,
+    /// For a run that is not cleaned up with a capped disk: the disk, and how
+    /// much of it is used now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disk: Option<DiskLine>,
     /// For a run that is not cleaned up: where its `process.ports` are published.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     ports: Vec<PreviewEndpoint>,
@@ -77,6 +81,19 @@ struct Row {
     /// Why the journal could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// The capped disk of a listed run.
+#[derive(Debug, Serialize)]
+struct DiskLine {
+    /// `image` or `tmpfs`.
+    kind: workspace_core::boundary::DiskKind,
+    /// The cap, in bytes.
+    cap_bytes: u64,
+    /// What its file system holds now (none when it is not mounted, as after
+    /// a host restart).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    used_bytes: Option<u64>,
 }
 
 /// A service of a listed run.
@@ -211,6 +228,11 @@ fn live_parts(row: &mut Row, runtime: &Path, evidence: &Path) {
     let paths = RunPaths::locate(runtime, evidence, &run_id);
     row.backend = Some(Backend::that_sealed(&paths.run_dir).name());
     row.ports = paths.previews().unwrap_or_default();
+    row.disk = paths.disk().ok().flatten().map(|disk| DiskLine {
+        kind: disk.kind,
+        cap_bytes: disk.cap_bytes,
+        used_bytes: used_bytes(&disk.mount_point),
+    });
     row.services = paths
         .services()
         .unwrap_or_default()
@@ -224,6 +246,19 @@ fn live_parts(row: &mut Row, runtime: &Path, evidence: &Path) {
             name: s.name,
         })
         .collect();
+}
+
+/// What the file system mounted at `mount_point` holds, when one is mounted
+/// there (not the file system below it).
+fn used_bytes(mount_point: &Path) -> Option<u64> {
+    let here = std::fs::metadata(mount_point).ok()?;
+    let below = std::fs::metadata(mount_point.parent()?).ok()?;
+    use std::os::unix::fs::MetadataExt;
+    if here.dev() == below.dev() {
+        return None;
+    }
+    let stat = nix::sys::statvfs::statvfs(mount_point).ok()?;
+    Some((stat.blocks() - stat.blocks_free()) * stat.fragment_size())
 }
 
 /// Marks each row the pool knows (by label = run id) as holding or waiting; a
@@ -351,6 +386,7 @@ fn row(path: &Path, now: u64) -> Row {
         journal: path.to_path_buf(),
         processes: None,
         backend: None,
+        disk: None,
         ports: Vec::new(),
         services: Vec::new(),
         error: None,

@@ -81,3 +81,11 @@ pub(super) async fn remove(
     }
     process.remove_disk(run).await
 }
+
+impl super::RunPaths {
+    /// The run's capped disk as it was made (its record in the run
+    /// directory); `None` for a run without a cap, or once it was cleaned.
+    pub fn disk(&self) -> Result<Option<DiskRecord>, RunErrorKind> {
+        record(&self.run_dir)
+    }
+}
