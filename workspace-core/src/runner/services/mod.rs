@@ -356,11 +356,13 @@ impl Services {
             let ended = match process.terminate(run, grace).await {
                 Ok(report) => {
                     signalled = report.signalled;
+                    let killed = match report.killed {
+                        0 => format!("all ended within the {} ms grace", grace.as_millis()),
+                        n => format!("{n} killed at the end of the {} ms grace", grace.as_millis()),
+                    };
                     format!(
-                        "stopped with the run's other processes (SIGTERM to {}, {} killed after {} ms)",
-                        report.signalled,
-                        report.killed,
-                        grace.as_millis()
+                        "stopped with the run's other processes (SIGTERM to {}; {killed})",
+                        report.signalled
                     )
                 }
                 Err(e) => {
