@@ -35,6 +35,11 @@ pub(crate) fn run(args: PortsArgs, host: &HostArgs) -> ExitCode {
                 }
             }
         } else {
+            if previews.is_empty() {
+                eprintln!(
+                    "agent-workspace: run {run_id} publishes no ports (its process.ports is empty)"
+                );
+            }
             for preview in &previews {
                 println!("{} -> {}", preview.host, preview.port);
             }

@@ -358,7 +358,10 @@ impl Services {
                     signalled = report.signalled;
                     let killed = match report.killed {
                         0 => format!("all ended within the {} ms grace", grace.as_millis()),
-                        n => format!("{n} killed at the end of the {} ms grace", grace.as_millis()),
+                        n => format!(
+                            "{n} killed at the end of the {} ms grace",
+                            grace.as_millis()
+                        ),
                     };
                     format!(
                         "stopped with the run's other processes (SIGTERM to {}; {killed})",
