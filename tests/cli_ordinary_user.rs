@@ -380,6 +380,16 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
             .contains("\"layers\""),
         "the user's checkout is layered where its kernel mounts overlayfs"
     );
+    // Its usage is counted as root's is: CPU time too (on a hybrid host, in
+    // the v1 cpuacct hierarchy delegated with the others).
+    let command: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(evidence.join("commands/0001/command.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        command["usage"]["cpu_time_us"].is_u64(),
+        "no CPU time in the usage: {command}"
+    );
     world.assert_nothing_left();
 
     // The fallback where it does not: a standalone checkout, asked for.

@@ -36,6 +36,8 @@ pub struct CgroupLayout {
     pids: Placement,
     cpu: Placement,
     freezer_v1: Option<PathBuf>,
+    #[serde(default)]
+    cpuacct_v1: Option<PathBuf>,
 }
 
 /// One cgroup mount found in the mount table.
@@ -137,6 +139,7 @@ impl CgroupLayout {
             pids: place("pids"),
             cpu: place("cpu"),
             freezer_v1: v1_mount(mounts, "freezer"),
+            cpuacct_v1: v1_mount(mounts, "cpuacct"),
             unified_controllers: unified_controllers.clone(),
             unified,
         }
@@ -192,6 +195,15 @@ impl CgroupLayout {
             }
         }
         self
+    }
+
+    /// The v1 `cpuacct` hierarchy, where a run's CPU time is counted when the
+    /// layout has no v2 hierarchy (whose every group counts it in `cpu.stat`):
+    /// an ordinary user's runs on a hybrid host, runs on a pure v1 host.
+    pub fn cpuacct_v1(&self) -> Option<&Path> {
+        self.cpuacct_v1
+            .as_deref()
+            .filter(|_| self.unified.is_none())
     }
 
     /// This layout without the v1 freezer.

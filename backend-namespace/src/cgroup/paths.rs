@@ -119,6 +119,7 @@ pub(crate) fn hierarchy_mounts(layout: &CgroupLayout) -> Vec<PathBuf> {
         .into_iter()
         .chain(v1)
         .chain(layout.freezer_v1().map(Path::to_path_buf))
+        .chain(layout.cpuacct_v1().map(Path::to_path_buf))
     {
         if !mounts.contains(&mount) {
             mounts.push(mount);

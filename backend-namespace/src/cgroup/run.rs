@@ -447,6 +447,19 @@ fn plan_dirs(layout: &CgroupLayout, parent: &Path, run_id: &RunId) -> Vec<RunDir
             }
         }
     }
+    // Without a v2 group to count it, the CPU time is counted in v1's cpuacct
+    // (often mounted with cpu, in which case the cpu directory counts it).
+    if let Some(mount) = layout.cpuacct_v1() {
+        let path = mount.join(parent).join(run_id.as_str());
+        if !dirs.iter().any(|d| d.path == path) {
+            dirs.push(RunDir {
+                hierarchy: Hierarchy::V1,
+                path,
+                controllers: Vec::new(),
+                freezer: false,
+            });
+        }
+    }
     dirs
 }
 
