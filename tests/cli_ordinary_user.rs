@@ -782,6 +782,22 @@ health = { tcp = 9000, interval = "50ms", timeout = "20s" }
         .trim()
         .to_owned();
     assert_eq!(world.served(&run), "200\n");
+    // The broker the runner connected through is the user's alone.
+    let broker = world
+        .path()
+        .join("state/agent-workspace/runtime/runs")
+        .join(&run)
+        .join("connect.sock");
+    let meta = std::fs::metadata(&broker).unwrap();
+    assert_eq!(
+        (
+            meta.permissions().mode() & 0o777,
+            std::os::unix::fs::MetadataExt::uid(&meta)
+        ),
+        (0o600, world.uid),
+        "{}",
+        broker.display()
+    );
     let ls: serde_json::Value = serde_json::from_str(&world.ok(&["ls", "--json"])).unwrap();
     let services = &ls[0]["services"];
     assert_eq!(

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use backend_namespace::spawn::{JoinRequest, Pid1, Sandbox, SpawnedChild, join, spawn};
-use common::{Fixture, RUN_ID, leftovers_of, pid_ns, sh};
+use common::{Fixture, HOST_ID, RUN_ID, leftovers_of, pid_ns, sh};
 use workspace_core::evidence::ExitStatusRecord;
 
 /// A live sandbox over the fixture's plan.
@@ -212,40 +212,51 @@ fn a_sandbox_with_a_door_is_entered_through_it_and_nothing_else_stands_in_for_it
 }
 
 /// Asks the connection broker at `path` for `port` (two bytes, big-endian),
-/// as an ordinary user's runner does: the socket it sends back, if any.
-fn ask_broker(path: &std::path::Path, request: &[u8]) -> Option<std::net::TcpStream> {
-    use nix::sys::socket::{
-        AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, connect,
-        recvmsg, send, socket,
-    };
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-    let asker = socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .unwrap();
-    connect(asker.as_raw_fd(), &UnixAddr::new(path).unwrap()).unwrap();
-    send(asker.as_raw_fd(), request, MsgFlags::empty()).unwrap();
-    let mut byte = [0u8; 1];
-    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!(RawFd);
-    let message = recvmsg::<()>(
-        asker.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::empty(),
-    )
-    .unwrap();
-    let fd = message.cmsgs().unwrap().find_map(|c| match c {
-        ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
-        _ => None,
-    })?;
-    // SAFETY: just received, owned by nothing else.
-    #[allow(unsafe_code)]
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-    Some(std::net::TcpStream::from(socket))
+/// as the host user `euid` (a thread of its own changes only its own
+/// credentials, with the raw system call): the socket it sends back, if any.
+fn ask_broker(path: &std::path::Path, request: &[u8], euid: u32) -> Option<std::net::TcpStream> {
+    let (path, request) = (path.to_path_buf(), request.to_vec());
+    std::thread::spawn(move || {
+        use nix::sys::socket::{
+            AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr, connect,
+            recvmsg, send, socket,
+        };
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+        // SAFETY: setresuid on this thread alone; it ends with the thread.
+        #[allow(unsafe_code)]
+        let changed = unsafe { nix::libc::syscall(nix::libc::SYS_setresuid, -1, euid, -1) };
+        assert_eq!(changed, 0, "setresuid");
+        let asker = socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        connect(asker.as_raw_fd(), &UnixAddr::new(&path).unwrap()).unwrap();
+        // A peer pid 1 does not answer may already have been hung up on.
+        let _ = send(asker.as_raw_fd(), &request, MsgFlags::empty());
+        let mut byte = [0u8; 1];
+        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!(RawFd);
+        let message = recvmsg::<()>(
+            asker.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::empty(),
+        )
+        .ok()?;
+        let fd = message.cmsgs().ok()?.find_map(|c| match c {
+            ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
+            _ => None,
+        })?;
+        // SAFETY: just received, owned by nothing else.
+        #[allow(unsafe_code)]
+        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        Some(std::net::TcpStream::from(socket))
+    })
+    .join()
+    .unwrap()
 }
 
 /// Waits until the non-blocking connect of `stream` completed; its error, if
@@ -308,8 +319,17 @@ fn a_sandboxs_pid_1_brokers_connections_into_its_network_namespace() {
         "the host listens on {PORT} itself: the test cannot tell the two apart"
     );
 
+    // Only the sandbox's own host user is answered (the socket file is open
+    // to all here, so that pid 1's own check is what is tested).
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    assert!(
+        ask_broker(&path, &PORT.to_be_bytes(), 0).is_none(),
+        "host root (unmapped in the sandbox) got a socket"
+    );
+    assert!(ask_broker(&path, &PORT.to_be_bytes(), HOST_ID + 1).is_none());
+
     // The port the sandbox serves: a socket connected inside, which answers.
-    let mut stream = ask_broker(&path, &PORT.to_be_bytes()).expect("a socket");
+    let mut stream = ask_broker(&path, &PORT.to_be_bytes(), HOST_ID).expect("a socket");
     assert!(connect_outcome(&stream).is_none());
     stream.set_nonblocking(false).unwrap();
     stream.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
@@ -318,7 +338,7 @@ fn a_sandboxs_pid_1_brokers_connections_into_its_network_namespace() {
     assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
 
     // A port nothing inside listens on: refused, as from inside.
-    let refused = ask_broker(&path, &(PORT + 1).to_be_bytes()).expect("a socket");
+    let refused = ask_broker(&path, &(PORT + 1).to_be_bytes(), HOST_ID).expect("a socket");
     let error = connect_outcome(&refused).expect("nothing listens there");
     assert_eq!(
         error.kind(),
@@ -327,8 +347,9 @@ fn a_sandboxs_pid_1_brokers_connections_into_its_network_namespace() {
     );
 
     // A request that is not a port gets no socket, and the broker lives on.
-    assert!(ask_broker(&path, b"x").is_none());
-    assert!(ask_broker(&path, &PORT.to_be_bytes()).is_some());
+    assert!(ask_broker(&path, b"x", HOST_ID).is_none());
+    assert!(ask_broker(&path, b"xyz", HOST_ID).is_none());
+    assert!(ask_broker(&path, &PORT.to_be_bytes(), HOST_ID).is_some());
 
     // Killing pid 1 ends the server and the broker with it.
     sandbox.kill().unwrap();

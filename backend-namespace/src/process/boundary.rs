@@ -462,11 +462,15 @@ fn stop(sealed: Sealed, run_dir: &std::path::Path) {
 /// commands' output, its connection broker's socket, the egress proxy's
 /// configuration and stderr.
 fn remove_files(run_dir: &std::path::Path) -> Result<(), ProcessError> {
-    state::remove(run_dir)?;
-    output::remove(run_dir)?;
-    super::broker::remove(run_dir)?;
+    // Each is removed whatever became of the others; the first failure is
+    // the one reported.
+    let removed = [
+        state::remove(run_dir),
+        output::remove(run_dir),
+        super::broker::remove(run_dir),
+    ];
     egress::remove_files(run_dir);
-    Ok(())
+    removed.into_iter().collect()
 }
 
 /// A connection to `port` inside the sandbox of `run_dir`, through its pid 1's

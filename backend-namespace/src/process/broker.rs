@@ -47,17 +47,22 @@ pub(super) fn listen(run_dir: &Path) -> Result<OwnedFd, ProcessError> {
         None,
     )
     .map_err(|e| io(e.into()))?;
+    // The file `bind` makes takes the socket's own mode: owner-only from the
+    // start, never open to another user for a moment (pid 1 checks the
+    // asker's uid too).
+    nix::sys::stat::fchmod(&listener, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(|e| io(e.into()))?;
     let (_dir, path) = address(run_dir).map_err(io)?;
     let _ = std::fs::remove_file(run_dir.join(SOCKET));
     let unix = UnixAddr::new(&path).map_err(|e| io(e.into()))?;
     bind(listener.as_raw_fd(), &unix).map_err(|e| io(e.into()))?;
-    std::fs::set_permissions(
-        run_dir.join(SOCKET),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .map_err(io)?;
-    unix_listen(&listener, Backlog::new(16).map_err(|e| io(e.into()))?)
-        .map_err(|e| io(e.into()))?;
+    let listened = Backlog::new(16)
+        .and_then(|backlog| unix_listen(&listener, backlog))
+        .map_err(|e| io(e.into()));
+    if let Err(e) = listened {
+        let _ = remove(run_dir);
+        return Err(e);
+    }
     Ok(listener)
 }
 
@@ -77,7 +82,10 @@ pub(super) fn socket_for(
     )
     .map_err(|e| failed(e.into()))?;
     let asker = std::os::unix::net::UnixStream::from(asker);
+    // A connect waits while the listener's backlog is full (pid 1 frozen):
+    // bounded by the send timeout, the answer by the receive timeout.
     asker.set_read_timeout(Some(timeout)).map_err(failed)?;
+    asker.set_write_timeout(Some(timeout)).map_err(failed)?;
     let (_dir, path) = address(run_dir).map_err(failed)?;
     let unix = UnixAddr::new(&path).map_err(|e| failed(e.into()))?;
     unix_connect(asker.as_raw_fd(), &unix).map_err(|e| failed(e.into()))?;

@@ -265,10 +265,15 @@ fn answer(listener: libc::c_int) -> Accepted {
         }
         Err(_) => return Accepted::Rest,
     };
+    // Only this sandbox's own host user asks (the socket's mode says so
+    // too); its uid is pid 1's here, another user's the overflow id. The same
+    // user could end the sandbox outright: its wait below costs it nothing.
+    let own = socket::peer_uid(asker).is_ok_and(|uid| uid == process::uid());
     let mut request = [entry(asker, libc::POLLIN)];
     let mut port = [0u8; 2];
-    let asked = matches!(sys::fd::poll(&mut request, REQUEST_MS), Ok(1))
-        && socket::recv(asker, &mut port) == Ok(2);
+    let asked = own
+        && matches!(sys::fd::poll(&mut request, REQUEST_MS), Ok(1))
+        && socket::recv_packet(asker, &mut port) == Ok(2);
     let mut outcome = Accepted::Done;
     if asked {
         match socket::connect_loopback(u16::from_be_bytes(port)) {

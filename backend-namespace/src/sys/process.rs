@@ -174,6 +174,12 @@ pub(crate) fn die_with_parent() {
     };
 }
 
+/// This process's real uid (`getuid`, which cannot fail).
+pub(crate) fn uid() -> libc::uid_t {
+    // SAFETY: no arguments; always succeeds.
+    unsafe { libc::getuid() }
+}
+
 /// This process's parent's pid.
 pub(crate) fn parent_pid() -> libc::pid_t {
     // SAFETY: getppid has no arguments and cannot fail.

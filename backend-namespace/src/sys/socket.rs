@@ -136,6 +136,45 @@ pub(crate) fn send(socket: c_int, bytes: &[u8]) -> Result<usize, Errno> {
     }
 }
 
+/// Receives one packet of the `SOCK_SEQPACKET` socket `socket` into
+/// `buffer`: its whole length (`MSG_TRUNC`), which is more than was kept
+/// when the packet did not fit.
+pub(crate) fn recv_packet(socket: c_int, buffer: &mut [u8]) -> Result<usize, Errno> {
+    // SAFETY: the pointer and length describe a live, writable slice.
+    let read = unsafe {
+        libc::recv(
+            socket,
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+            libc::MSG_TRUNC | libc::MSG_DONTWAIT,
+        )
+    };
+    if read < 0 {
+        Err(errno::last())
+    } else {
+        Ok(read as usize)
+    }
+}
+
+/// The uid (as this process's user namespace sees it) of the process that
+/// connected the unix socket `socket` (`SO_PEERCRED`).
+pub(crate) fn peer_uid(socket: c_int) -> Result<libc::uid_t, Errno> {
+    // SAFETY: `ucred` is plain data.
+    let mut credentials: libc::ucred = unsafe { mem::zeroed() };
+    let mut length = mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED into a local `ucred` of the given length.
+    let ret = unsafe {
+        libc::getsockopt(
+            socket,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut length,
+        )
+    };
+    check(ret).map(|_| credentials.uid)
+}
+
 /// Sends one byte on the unix socket `socket` with `fd` attached
 /// (`SCM_RIGHTS`): the peer receives its own descriptor of the same open file.
 /// The control message is built on the stack.
@@ -199,7 +238,19 @@ pub(crate) fn recv_fd(
             }
         }
     }
-    Ok(received)
+    // Only a stream socket is what was asked for.
+    match received {
+        Some(fd)
+            if nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::SockType)
+                == Ok(nix::sys::socket::SockType::Stream) =>
+        {
+            Ok(Some(fd))
+        }
+        Some(_) => Err(std::io::Error::other(
+            "what came back is not a stream socket",
+        )),
+        None => Ok(None),
+    }
 }
 
 /// Ends the sending side of `socket` (`shutdown(SHUT_WR)`).
