@@ -157,17 +157,32 @@ fn check_against_a_backend_lists_what_it_cannot_keep() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Its disk cap is kept by the namespace backend (as root), not yet by the
-    // container backend, which names the field.
+    // Its disk cap is kept by the container backend too (as root).
     let out = agent_workspace(&["contract", "check", EXAMPLE, "--backend", "container"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A layered checkout is not (the runtime has no idmapped mounts): named.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let layered = dir.path().join("layered.toml");
+    std::fs::write(
+        &layered,
+        "objective = \"a layered checkout\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\nmaterialization = \"layered\"\n[filesystem]\nwritable = [\".\"]\n",
+    )
+    .expect("write");
+    let out = agent_workspace(&[
+        "contract",
+        "check",
+        layered.to_str().unwrap(),
+        "--backend",
+        "container",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(
-            "environment.limits.disk: backend-container process cannot enforce a disk cap"
-        ),
-        "{stderr}"
-    );
+    assert!(stderr.contains("source.materialization"), "{stderr}");
 }
 
 #[test]
