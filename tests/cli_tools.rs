@@ -305,7 +305,7 @@ fn probe_prints_the_observed_facts_and_finishes_the_run() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("--rev nope"), "{stderr}");
+    assert!(stderr.contains("--rev (source.revision): nope"), "{stderr}");
 }
 
 #[test]
