@@ -209,6 +209,14 @@ impl UserWorld {
         text(&out.stdout)
     }
 
+    /// `aw run ...`, which must exit 0: its stdout and its evidence.
+    fn run_ok(&self, args: &[&str]) -> (String, PathBuf) {
+        let out = self.agent_workspace(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        (text(&out.stdout), evidence_of(&stderr))
+    }
+
     /// What the workspace's own 127.0.0.1:8000 answers an `exec` of `run`.
     fn served(&self, run: &str) -> String {
         self.ok(&[
@@ -332,7 +340,7 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
     assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
 
     // The README's main job, as the user.
-    let out = world.agent_workspace(&[
+    let (stdout, evidence) = world.run_ok(&[
         "run",
         "--repo",
         repo,
@@ -341,10 +349,7 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
         "-c",
         "id -u; echo hi > x",
     ]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(text(&out.stdout), "1000\n", "the identity's uid inside");
-    let evidence = evidence_of(&stderr);
+    assert_eq!(stdout, "1000\n", "the identity's uid inside");
     let patch = std::fs::read_to_string(evidence.join("diff.patch")).unwrap();
     assert!(patch.contains("+++ b/x"), "{patch}");
     let verified = world.agent_workspace(&["verify", evidence.to_str().unwrap()]);
@@ -399,7 +404,7 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
         "objective = \"a copy\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\nmaterialization = \"standalone\"\n[filesystem]\nwritable = [\".\"]\n",
     )
     .unwrap();
-    let out = world.agent_workspace(&[
+    let (stdout, evidence) = world.run_ok(&[
         "run",
         "--repo",
         repo,
@@ -410,10 +415,7 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
         "-c",
         "cat hello.txt && echo more >> hello.txt",
     ]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(text(&out.stdout), support::HELLO);
-    let evidence = evidence_of(&stderr);
+    assert_eq!(stdout, support::HELLO);
     let source = std::fs::read_to_string(evidence.join("source.json")).unwrap();
     assert!(!source.contains("\"layers\""), "{source}");
     assert!(

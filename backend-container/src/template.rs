@@ -102,3 +102,59 @@ fn own(path: &Path, uid: u32, gid: u32) -> Result<(), ContainerError> {
     std::os::unix::fs::lchown(path, Some(uid), Some(gid))
         .map_err(ContainerError::io("giving a template to the run", path))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // panicking is how a test fails
+
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::materialize;
+    use workspace_core::boundary::TemplateLayer;
+
+    /// A template a run made may hold anything that run planted: a link to a
+    /// host file, a set-user-id file. Its copy for the next run follows no
+    /// link, keeps no set-id bit, and leaves the host file as it was.
+    #[test]
+    fn a_planted_link_is_copied_as_a_link_and_set_id_bits_are_dropped() {
+        let base = tempfile::tempdir().unwrap();
+        let host_file = base.path().join("host-secret");
+        std::fs::write(&host_file, "the host's").unwrap();
+        let lower = base.path().join("store");
+        std::fs::create_dir_all(lower.join("data")).unwrap();
+        std::os::unix::fs::symlink(&host_file, lower.join("data/link")).unwrap();
+        std::fs::write(lower.join("data/tool"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(lower.join("data/tool"), PermissionsExt::from_mode(0o4755))
+            .unwrap();
+        let run = base.path().join("run");
+        let upper = run.join("upper");
+        std::fs::create_dir_all(&upper).unwrap();
+        let layer = TemplateLayer {
+            service: "db".into(),
+            target: "/tmp/data".into(),
+            key: "k".into(),
+            lower,
+            upper: upper.clone(),
+            work: run.join("work"),
+            prepared: true,
+        };
+        materialize(&layer, 4242, 4242).unwrap();
+        let link = std::fs::symlink_metadata(upper.join("data/link")).unwrap();
+        assert!(link.file_type().is_symlink());
+        assert_eq!(link.uid(), 4242);
+        assert_eq!(
+            std::fs::read_link(upper.join("data/link")).unwrap(),
+            host_file
+        );
+        let tool = std::fs::metadata(upper.join("data/tool")).unwrap();
+        assert_eq!((tool.mode() & 0o7777, tool.uid()), (0o755, 4242));
+        // The host file: its content and owner as before.
+        assert_eq!(std::fs::read_to_string(&host_file).unwrap(), "the host's");
+        assert_eq!(std::fs::metadata(&host_file).unwrap().uid(), 0);
+        assert!(!run.join("copy").exists(), "a staging copy was left");
+        // Sealed again, the run keeps its copy and what it changed there.
+        std::fs::write(upper.join("data/changed"), "the run's").unwrap();
+        materialize(&layer, 4242, 4242).unwrap();
+        assert!(upper.join("data/changed").exists());
+    }
+}
