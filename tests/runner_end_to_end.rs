@@ -472,6 +472,12 @@ async fn the_probe_reads_back_namespaces_cgroups_read_only_mounts_and_hidden_pat
     let probe = &observed["probe"];
     assert_eq!(probe["mismatches"], serde_json::json!([]), "{observed}");
     let facts = &probe["facts"];
+    // Host root enters pid 1: the probe's shell was pid 1's first process (its
+    // ids, privileges and environment the ones compared above), not a join.
+    assert_eq!(
+        facts["probe_status"], "ended (reaped by the sandbox's pid 1)",
+        "{observed}"
+    );
     // Each namespace the run's own, beside the runner's.
     let namespaces = facts["namespaces"].as_object().unwrap();
     assert_eq!(namespaces.len(), 7, "{observed}");

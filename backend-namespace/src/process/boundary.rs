@@ -81,13 +81,13 @@ impl ProcessBoundary for NamespaceProcess {
         let expected = seal::expected(run, plan);
         let (run_c, plan_c, options) = (run.clone(), plan.clone(), Arc::clone(&self.options));
         let result = blocking("sealing the run", move || {
-            let sealed = seal::prepare(&run_c, &plan_c, &options)?;
+            let (sealed, shell) = seal::prepare(&run_c, &plan_c, &options)?;
             let expected = workspace_core::observation::Expected {
                 mount_points: sealed.mount_points.clone(),
                 host_ids: seal::host_ids(&plan_c, &options).ok(),
                 ..expected
             };
-            match probe::probe(&sealed, &expected, options.probe_timeout) {
+            match probe::probe(&sealed, shell, &expected, options.probe_timeout) {
                 Ok(observed) => Ok((sealed, observed)),
                 Err(e) => {
                     stop(sealed, &run_c.run_dir);

@@ -104,6 +104,7 @@ mod in_sandbox;
 mod network;
 mod output;
 mod probe;
+mod probe_shell;
 mod pty;
 mod seal;
 mod state;

@@ -1,19 +1,18 @@
-//! The boundary probe of `seal`: one helper in the sandbox, observed from the
+//! The boundary probe of `seal`: one shell in the sandbox, observed from the
 //! host.
 //!
-//! The probe joins the sandbox as every command does (its own cgroup, the same
-//! privilege drop, seccomp filter and environment) and execs `/bin/sh` reading
-//! its stdin, which blocks. While it waits, the host reads what that process is
-//! from outside: `/proc/<pid>/status` (ids, capabilities, `no_new_privs`,
-//! seccomp), `uid_map` and `gid_map`, `mountinfo` (relative to the process's
-//! root), `net/dev` (its network namespace), `environ` (what it was exec'd
-//! with) and the processes of its pid namespace (`/proc/<pid>/root/proc`); the
-//! hostname is read in its UTS namespace by a thread of its own. Nothing in the
-//! sandbox formats these, so nothing there can forge them. Only a declared
-//! toolchain needs the shell: `<program> --version` is written to its stdin.
-//! Then stdin closes and the shell exits: one `execve` per workspace.
+//! The shell ([`ProbeShell`]) is what a command is (the same privilege drop,
+//! seccomp filter and environment) and reads its stdin, which blocks. While it
+//! waits, the host reads what that process is from outside:
+//! `/proc/<pid>/status` (ids, capabilities, `no_new_privs`, seccomp), `uid_map`
+//! and `gid_map`, `mountinfo` (relative to the process's root), `net/dev` (its
+//! network namespace), `environ` (what it was exec'd with) and the processes of
+//! its pid namespace (`/proc/<pid>/root/proc`); the hostname is read in its UTS
+//! namespace by a thread of its own. Nothing in the sandbox formats these, so
+//! nothing there can forge them. Only a declared toolchain needs the shell:
+//! `<program> --version` is written to its stdin. Then stdin closes and the
+//! shell exits: one `execve` per workspace.
 
-use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -23,16 +22,18 @@ use workspace_core::boundary::ObservedBoundary;
 
 use super::error::ProcessError;
 use super::in_sandbox;
-use super::seal::{Sealed, pipe};
-use crate::spawn::{SpawnError, SpawnedChild, join};
+use super::probe_shell::ProbeShell;
+use super::seal::Sealed;
 use workspace_core::observation::{self as observe, Expected};
 
-/// Runs the probe in the run and compares what it saw (blocking). The probe's
-/// setup, observation and exit together get `timeout` (the options'
+/// Runs the probe in the run and compares what it saw (blocking): in `shell`,
+/// pid 1's first process, or else in a shell joined now. The probe's setup,
+/// observation and exit together get `timeout` (the options'
 /// [`PROBE_TIMEOUT`](super::PROBE_TIMEOUT) by default); after that it is killed
 /// and the seal fails with [`ProcessError::ProbeTimeout`].
 pub(crate) fn probe(
     sealed: &Sealed,
+    shell: Option<ProbeShell>,
     expected: &Expected,
     timeout: Duration,
 ) -> Result<ObservedBoundary, ProcessError> {
@@ -47,91 +48,32 @@ pub(crate) fn probe(
         None => Some(in_sandbox::hostname(&sealed.sandbox)?),
         Some(_) => None,
     };
-    let (stdin_read, stdin_write) = pipe("the probe's stdin pipe")?;
-    let (read, write) = pipe("the probe's stdout pipe")?;
-    let cgroup = sealed
-        .cgroup
-        .create_child("probe")
-        .map_err(|source| ProcessError::Cgroup {
-            step: "creating the probe's cgroup",
-            source,
-        })?;
-    let mut request = sealed.spec.request(vec!["/bin/sh".into()], &cgroup);
-    request.stdin = Some(stdin_read);
-    request.stderr = Some(write.try_clone().map_err(|source| ProcessError::Pipe {
-        step: "duplicating the probe's stdout",
-        source,
-    })?);
-    request.stdout = Some(write);
-    request.setup_timeout = timeout;
-    let child = join(&sealed.sandbox, &request);
-    drop(request);
-    let mut child: SpawnedChild = child.map_err(|source| match source {
-        SpawnError::SetupTimeout { .. } => ProcessError::ProbeTimeout { after_ms },
-        source => ProcessError::Spawn {
-            step: "starting the boundary probe",
-            source,
-        },
-    })?;
-    // The cgroup holds the supervisor (`child`) and the shell it forked, which
-    // has exec'd by now (join returns once it did).
-    let shell = cgroup
-        .pids()
-        .unwrap_or_default()
-        .into_iter()
-        .find(|pid| *pid != child.pid());
-    let Some(shell) = shell else {
-        let _ = child.kill();
-        return Err(ProcessError::Lost {
-            what: "the probe's shell is not in its cgroup",
-        });
-    };
-    let mut stdin = std::fs::File::from(stdin_write);
-    let reading = |read: Result<Option<String>, std::io::Error>, child: SpawnedChild| match read {
-        Ok(Some(output)) => Ok((output, child)),
-        Ok(None) => Err(kill_probe(child, after_ms)),
-        Err(source) => {
-            let _ = child.kill();
-            Err(ProcessError::Pipe {
-                step: "reading the probe's output",
-                source,
-            })
-        }
+    let mut shell = match shell {
+        Some(shell) => shell,
+        None => ProbeShell::join(sealed, timeout, after_ms)?,
     };
     let hostname = match hostname {
         Some(thread) => thread.wait()?.unwrap_or_default(),
         None => {
-            // A shell that is gone fails the write; the line read is then empty.
-            let _ = stdin.write_all(HOSTNAME_LINE.as_bytes());
-            let (line, kept) = reading(read_line(read.as_fd(), deadline), child)?;
-            child = kept;
-            line
+            shell.tell(HOSTNAME_LINE);
+            shell.read(true, deadline, after_ms)?
         }
     };
     // Read while the shell waits on its stdin: it is there to be looked at.
-    let mut text = from_host(shell, hostname);
-    text.push_str(&absent_section(shell, &expected.mount_points));
-    text.push_str(&readback_sections(shell, &expected.mount_points));
+    let mut text = from_host(shell.pid, hostname);
+    text.push_str(&absent_section(shell.pid, &expected.mount_points));
+    text.push_str(&readback_sections(shell.pid, &expected.mount_points));
     if let Some(line) = observe::toolchain_line(expected.toolchain.as_deref()) {
-        // A shell that is gone fails the write; its output then lacks the line.
-        let _ = stdin.write_all(line.as_bytes());
+        shell.tell(&line);
     }
-    drop(stdin);
-    let (output, mut child) = reading(read_until(read.as_fd(), deadline), child)?;
+    let output = shell.read(false, deadline, after_ms)?;
     text.push_str(&observe::toolchain_section(&output));
     text.push_str("@@end\n");
-    if !wait_pidfd(child.pidfd(), deadline) {
-        return Err(kill_probe(child, after_ms));
-    }
-    let status = child.wait().map_err(|source| ProcessError::Spawn {
-        step: "waiting for the boundary probe",
-        source,
-    })?;
+    let status = shell.end(deadline, after_ms)?;
     let mut observed = observe::observe(&text, expected);
-    observed.facts.insert(
-        "probe_status".into(),
-        serde_json::json!(format!("{status:?}")),
-    );
+    observed
+        .facts
+        .insert("probe_status".into(), serde_json::json!(status));
     // What was applied, as one digest a reviewer can compare across runs.
     observed.facts.insert(
         "mount_plan_sha256".into(),
@@ -354,122 +296,4 @@ fn from_host(pid: u32, hostname: String) -> String {
         hostname,
         process_count,
     })
-}
-
-/// Kills the probe's pid namespace and reaps it; the timeout error.
-fn kill_probe(mut child: SpawnedChild, after_ms: u64) -> ProcessError {
-    tracing::warn!(
-        pid = child.pid(),
-        after_ms,
-        "the boundary probe timed out; killing it"
-    );
-    if let Err(e) = child.kill() {
-        tracing::warn!(error = %e, "killing the boundary probe failed");
-    }
-    if let Err(e) = child.wait() {
-        tracing::warn!(error = %e, "reaping the boundary probe failed");
-    }
-    ProcessError::ProbeTimeout { after_ms }
-}
-
-/// Everything `read` gives until EOF (at most 1 MiB kept), or `None` when
-/// `deadline` passes first.
-fn read_until(read: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<Option<String>> {
-    read_up_to(read, deadline, false)
-}
-
-/// One line of what `read` gives (without its newline; what comes before EOF
-/// when no newline does), or `None` when `deadline` passes first.
-fn read_line(read: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<Option<String>> {
-    Ok(read_up_to(read, deadline, true)?.map(|line| line.trim_end_matches('\n').to_owned()))
-}
-
-/// What `read` gives until EOF, or until the first newline when `line`.
-fn read_up_to(
-    read: BorrowedFd<'_>,
-    deadline: Instant,
-    line: bool,
-) -> std::io::Result<Option<String>> {
-    let mut output = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        if line && output.contains(&b'\n') {
-            break;
-        }
-        if !poll_in(read, deadline)? {
-            return Ok(None);
-        }
-        match nix::unistd::read(read, &mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let keep = n.min((1usize << 20).saturating_sub(output.len()));
-                output.extend_from_slice(&buf[..keep]);
-            }
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(Some(String::from_utf8_lossy(&output).into_owned()))
-}
-
-/// Whether the pidfd says the process ended before `deadline`.
-fn wait_pidfd(pidfd: BorrowedFd<'_>, deadline: Instant) -> bool {
-    poll_in(pidfd, deadline).unwrap_or(false)
-}
-
-/// Waits until `fd` is readable (or hung up); `false` when `deadline` passed.
-fn poll_in(fd: BorrowedFd<'_>, deadline: Instant) -> std::io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(false);
-        }
-        let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-        let mut fds = [libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        match crate::sys::fd::poll(&mut fds, ms) {
-            Ok(ready) if ready > 0 => return Ok(true),
-            Ok(_) | Err(libc::EINTR) => {}
-            Err(errno) => return Err(std::io::Error::from_raw_os_error(errno)),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pipe_that_never_ends_times_out() {
-        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
-        nix::unistd::write(&write, b"partial").unwrap_or_else(|e| panic!("{e}"));
-        let started = Instant::now();
-        let got = read_until(read.as_fd(), started + Duration::from_millis(200))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(got, None, "a writer still open: no EOF, so a timeout");
-        assert!(started.elapsed() >= Duration::from_millis(200));
-        assert!(started.elapsed() < Duration::from_secs(5));
-        drop(write);
-
-        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
-        nix::unistd::write(&write, b"all of it").unwrap_or_else(|e| panic!("{e}"));
-        drop(write);
-        let got = read_until(read.as_fd(), Instant::now() + Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(got.as_deref(), Some("all of it"));
-    }
-
-    #[test]
-    fn a_line_is_read_while_its_writer_stays_open() {
-        let (read, write) = pipe("a test pipe").unwrap_or_else(|e| panic!("{e}"));
-        nix::unistd::write(&write, b"run-1\n").unwrap_or_else(|e| panic!("{e}"));
-        let got = read_line(read.as_fd(), Instant::now() + Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(got.as_deref(), Some("run-1"));
-        drop(write);
-    }
 }

@@ -16,6 +16,7 @@ use workspace_core::mount_plan::{MountPlan, PlanInputs, excluded_paths, excluded
 use super::egress::{self, EgressProxy};
 use super::error::ProcessError;
 use super::handover::{HandoverOutcome, hand_over};
+use super::probe_shell::{ProbeEnds, ProbeShell};
 use super::{ProcessOptions, state};
 use crate::cgroup::{CgroupLayout, RunCgroup};
 use crate::spawn::{
@@ -169,7 +170,7 @@ pub(crate) fn prepare(
     run: &RunContext,
     plan: &SealPlan,
     options: &ProcessOptions,
-) -> Result<Sealed, ProcessError> {
+) -> Result<(Sealed, Option<ProbeShell>), ProcessError> {
     let identity = &plan.identity;
     let (host_uid, host_gid) = host_ids(plan, options)?;
 
@@ -254,14 +255,19 @@ pub(crate) fn prepare(
             step: "creating the cgroup of the sandbox's pid 1",
             source,
         })?;
-    // A runner that may not enter pid 1 (an ordinary user: see `Sandbox`)
-    // enters through a door.
-    let door = needs_door(options).then(|| DOOR.map(String::from).to_vec());
-    let mut request = SpawnRequest::new(mount_plan, door.clone().unwrap_or_default());
+    // Pid 1's first process: the door a runner that may not enter pid 1 (an
+    // ordinary user: see `Sandbox`) enters through; otherwise the boundary
+    // probe's shell, which then needs no entry of its own.
+    let door = needs_door(options);
+    let mut request = SpawnRequest::new(mount_plan, Vec::new());
     request.pid1 = Pid1::HoldSandbox;
-    if door.is_some() {
+    let probe_ends = if door {
+        request.argv = DOOR.map(String::from).to_vec();
         request.env = vec![("PATH".into(), DOOR_PATH.into())];
-    }
+        None
+    } else {
+        Some(ProbeEnds::attach(&mut request, &spec)?)
+    };
     request.cwd = "/".into();
     request.uid = identity.uid;
     request.gid = identity.gid;
@@ -270,7 +276,7 @@ pub(crate) fn prepare(
     request.rlimits = spec.rlimits;
     request.cgroups = init.paths().into_iter().map(PathBuf::from).collect();
     let previews = publish(&run.contract.process.ports, &mut request)?;
-    if door.is_some() {
+    if door {
         // A runner that enters through the door cannot make a socket in the
         // sandbox's network namespace: pid 1 makes it for it.
         request.broker = Some(super::broker::listen(&run.run_dir)?);
@@ -291,21 +297,26 @@ pub(crate) fn prepare(
             source,
         }
     })?;
-    // The door has exec'd by now (the spawn returned once pid 1 and the door
-    // closed the error pipe): pid 1's cgroup holds the two of them.
-    let door = match door {
-        Some(_) => init
-            .pids()
-            .unwrap_or_default()
-            .into_iter()
-            .find(|pid| *pid != holder.pid()),
-        None => None,
+    // The pipes' ends pid 1 and its first process hold.
+    drop(request);
+    // The first process has exec'd by now (the spawn returned once pid 1 and
+    // it closed the error pipe): pid 1's cgroup holds the two of them.
+    let first = init
+        .pids()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|pid| *pid != holder.pid());
+    let (door, probe_shell) = match probe_ends {
+        None => match first {
+            Some(pid) => (Some(pid), None),
+            None => {
+                return Err(ProcessError::Lost {
+                    what: "the sandbox's door is not in its pid 1's cgroup",
+                });
+            }
+        },
+        Some(ends) => (None, Some(ends.started(first)?)),
     };
-    if needs_door(options) && door.is_none() {
-        return Err(ProcessError::Lost {
-            what: "the sandbox's door is not in its pid 1's cgroup",
-        });
-    }
     let sandbox = Sandbox::of(&holder, door).map_err(|source| ProcessError::Spawn {
         step: "opening the sandbox",
         source,
@@ -334,7 +345,7 @@ pub(crate) fn prepare(
         },
     )?;
     tracing::info!(run_id = %run.run_id, pid = holder.pid(), "sandbox started");
-    Ok(Sealed {
+    let sealed = Sealed {
         spec: Arc::new(spec),
         cgroup: Arc::new(cgroup),
         layout,
@@ -346,7 +357,8 @@ pub(crate) fn prepare(
         mount_points,
         host_mounts,
         egress,
-    })
+    };
+    Ok((sealed, probe_shell))
 }
 
 /// Binds a listener on the host's loopback for each port of `ports` (the kernel

@@ -212,8 +212,9 @@ pub enum ChildStage {
     JoinNamespaces = 27,
     /// Setting up a live sandbox's forwarder of published ports.
     Forward = 28,
-    /// Starting a live sandbox's door (see [`Pid1::HoldSandbox`](super::Pid1::HoldSandbox)).
-    Door = 29,
+    /// Starting a live sandbox's first process, its door or the boundary
+    /// probe's shell (see [`Pid1::HoldSandbox`](super::Pid1::HoldSandbox)).
+    FirstProcess = 29,
 }
 
 impl ChildStage {
@@ -246,7 +247,7 @@ impl ChildStage {
         Self::ControllingTerminal,
         Self::JoinNamespaces,
         Self::Forward,
-        Self::Door,
+        Self::FirstProcess,
     ];
 
     pub(crate) fn from_u32(value: u32) -> Option<Self> {
@@ -285,7 +286,7 @@ impl fmt::Display for ChildStage {
             Self::ControllingTerminal => "making the pseudo-terminal the controlling terminal",
             Self::JoinNamespaces => "entering the sandbox's namespaces",
             Self::Forward => "setting up the forwarder of the published ports",
-            Self::Door => "starting the sandbox's door",
+            Self::FirstProcess => "starting the sandbox's first process",
         };
         f.write_str(text)
     }

@@ -115,11 +115,11 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     } else {
         Some(forward::prepare(&p.connections)?)
     };
-    if p.door {
-        // The door: its exec closes its copy of the error pipe, so the parent's
-        // EOF (below, once pid 1 closed its own) also says the door runs.
-        sys::fork_like(0, None, p, door_process)
-            .map_err(|errno| report(ChildStage::Door, errno))?;
+    if p.first_process {
+        // Its exec closes its copy of the error pipe, so the parent's EOF
+        // (below, once pid 1 closed its own) also says it runs.
+        sys::fork_like(0, None, p, first_process)
+            .map_err(|errno| report(ChildStage::FirstProcess, errno))?;
     }
     // Descriptors pid 1 no longer needs.
     for fd in [0, 1, 2, FD_ERROR] {
@@ -145,20 +145,20 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     }
 }
 
-/// The forked door (see [`super::Pid1::HoldSandbox`]): it keeps only its
-/// stdio (`/dev/null`) and the error pipe, close-on-exec, and execs `argv`;
-/// a failure goes to the error pipe and fails the sandbox's start.
-fn door_process(p: &Prepared, _: Birth) -> ! {
+/// The forked first process (see [`super::Pid1::HoldSandbox`]): it keeps only
+/// its stdio and the error pipe, close-on-exec, and execs `argv`; a failure
+/// goes to the error pipe and fails the sandbox's start.
+fn first_process(p: &Prepared, _: Birth) -> ! {
     // The status pipe, what pid 1 holds open and the published ports'
     // listeners are pid 1's alone.
     let kept = sys::fd::close_from(FD_ERROR + 1, 0).and_then(|()| sys::fd::set_cloexec(FD_ERROR));
     let error = match kept {
-        // Said as the door's failure, not a command's.
+        // Said as the first process's failure, not a command's.
         Ok(()) => Report {
-            stage: ChildStage::Door as u32,
+            stage: ChildStage::FirstProcess as u32,
             ..exec_command(p)
         },
-        Err(errno) => report(ChildStage::Door, errno),
+        Err(errno) => report(ChildStage::FirstProcess, errno),
     };
     let _ = sys::write_all(FD_ERROR, &error.encode());
     process::exit(127)

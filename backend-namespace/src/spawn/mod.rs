@@ -149,13 +149,16 @@ pub enum Pid1 {
     /// Hold the namespaces until killed: a live sandbox that commands enter
     /// with [`join`]. pid 1 leaves the runner's session and reaps whatever is
     /// reparented to it; it outlives the process that spawned it. A non-empty
-    /// `argv` is the sandbox's *door* (see [`Sandbox`]): a program pid 1
-    /// starts once, right after its setup and with the same privileges a
-    /// command has, that blocks for the sandbox's life (`sleep infinity`).
-    /// Exec'd, it holds nothing of the runner's memory, so it may stay
-    /// dumpable, and a runner without `CAP_SYS_PTRACE` (an ordinary user),
-    /// which may not enter pid 1 (non-dumpable, a copy of the runner's
-    /// memory), enters the sandbox through it.
+    /// `argv` is the sandbox's *first process*: a program pid 1 starts once,
+    /// right after its setup and with the same privileges, environment and
+    /// stdio a command has, and [`spawn`] returns once it was exec'd. It is
+    /// either the sandbox's *door* (see [`Sandbox`]), a program that blocks
+    /// for the sandbox's life (`sleep infinity`): exec'd, it holds nothing of
+    /// the runner's memory, so it may stay dumpable, and a runner without
+    /// `CAP_SYS_PTRACE` (an ordinary user), which may not enter pid 1
+    /// (non-dumpable, a copy of the runner's memory), enters the sandbox
+    /// through it; or a first command with nothing to wait for (the boundary
+    /// probe's shell), started without a second entry into the sandbox.
     HoldSandbox,
 }
 

@@ -135,8 +135,8 @@ pub(crate) struct Prepared {
     pub controlling_terminal: bool,
     /// What pid 1 does after the setup (a joining child runs the command).
     pub pid1: Pid1,
-    /// Whether pid 1 of a live sandbox starts `argv` as its door.
-    pub door: bool,
+    /// Whether pid 1 of a live sandbox starts `argv` as its first process.
+    pub first_process: bool,
     pub hostname: Vec<u8>,
     pub root_data: CString,
     pub steps: Vec<PreparedStep>,
@@ -253,7 +253,7 @@ impl Prepared {
         )?;
         let mut prepared = Self::command(&request.parts())?;
         prepared.hostname = hostname;
-        prepared.door = request.pid1 == Pid1::HoldSandbox && !request.argv.is_empty();
+        prepared.first_process = request.pid1 == Pid1::HoldSandbox && !request.argv.is_empty();
         prepared.root_data = root_data;
         prepared.steps = steps;
         prepared.source_fds = vec![Cell::new(-1); binds];
@@ -417,7 +417,7 @@ impl Prepared {
             cwd,
             controlling_terminal: request.controlling_terminal,
             pid1: request.pid1,
-            door: false,
+            first_process: false,
             hostname: Vec::new(),
             root_data: CString::default(),
             steps: Vec::new(),
