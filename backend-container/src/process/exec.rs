@@ -258,6 +258,9 @@ impl ProcessTemplate {
 /// ended first (or did not start it in time).
 fn wait_for_pid(child: &mut tokio::process::Child, pid_file: &Path) -> Result<u32, String> {
     let deadline = std::time::Instant::now() + START_WAIT;
+    // The runtime takes a few milliseconds: look often at first, then every
+    // millisecond.
+    let mut pause = std::time::Duration::from_micros(50);
     loop {
         if let Ok(text) = std::fs::read_to_string(pid_file)
             && let Ok(pid) = text.trim().parse::<u32>()
@@ -276,7 +279,8 @@ fn wait_for_pid(child: &mut tokio::process::Child, pid_file: &Path) -> Result<u3
             let _ = child.start_kill();
             return Err(format!("no process within {} s", START_WAIT.as_secs()));
         }
-        std::thread::sleep(std::time::Duration::from_millis(1));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(1));
     }
 }
 
