@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use backend_container::environment::ContainerEnvironment;
+use backend_container::identity::ContainerIdentity;
 use backend_container::process::{ContainerOptions, ContainerProcess};
 use backend_namespace::environment::NamespaceEnvironment;
 use backend_namespace::identity::NamespaceIdentity;
@@ -90,9 +92,8 @@ pub fn namespace_stack_layered(
 /// (standalone checkouts), and one OCI container per workspace for its
 /// processes, driven by the runtime `runtime` (a name on `PATH` or a path;
 /// `None`: the first of runc, crun, youki found), which keeps its containers'
-/// state under `state_root`. The environment and identity plans are the
-/// namespace backend's (the same variables, limits and ids, applied by the
-/// container).
+/// state under `state_root`, with the container backend's environment and
+/// identity (the contract's variables, limits and ids, as core plans them).
 ///
 /// # Ambient authority
 /// Looks up the runtime on `PATH` and at the host's root directory.
@@ -114,8 +115,8 @@ pub fn container_stack(
         source: Arc::new(WorktreeSource::new()),
         filesystem: Arc::new(WorktreeFilesystem::new()),
         process: Arc::new(ContainerProcess::new(options)),
-        environment: Arc::new(NamespaceEnvironment::from_host()),
-        identity: Arc::new(NamespaceIdentity::new()),
+        environment: Arc::new(ContainerEnvironment::from_host()),
+        identity: Arc::new(ContainerIdentity::new()),
         promotion: Arc::new(WorktreePromotion::new()),
     })
 }

@@ -22,16 +22,18 @@
 //! * [`runtime`]: the runtime found by name or on `PATH` and recorded with its
 //!   version (crun on this hybrid cgroup layout is refused, saying so), its
 //!   containers created, `exec`'d into, paused, resumed, killed and deleted,
-//!   their state read as `oci-spec`'s `State`.
+//!   their state read as `oci-spec`'s `State`;
+//! * [`environment`] and [`identity`]: the Environment and Identity
+//!   boundaries, which plan a run's variables, limits, ids and credentials
+//!   as core does for every backend, and declare what a container keeps (its
+//!   private loopback; no allowlist, which needs an egress proxy).
 //!
 //! The facade's `container_stack` puts it beside backend-worktree's source,
-//! filesystem and promotion (and the namespace backend's environment and
-//! identity plans, and its helper program as the preview forwarder of
-//! `process.ports`, [`process::preview`]); `agent-workspace run --backend
-//! container` drives it. Not yet: service
-//! templates, which the boundary declares it cannot keep (a contract asking
-//! for them is refused before anything is created), and terminals (a command
-//! asking for one is refused).
+//! filesystem and promotion (and the helper program as the preview forwarder
+//! of `process.ports`, [`process::preview`]); `agent-workspace run --backend
+//! container` drives it. Service templates are a per-run copy (no idmapped
+//! mounts in the runtimes it drives). Not yet: terminals (a command asking
+//! for one is refused).
 //!
 //! ```
 //! use backend_container::bundle::{self, BundleInputs, IdMaps};
@@ -65,7 +67,9 @@
 #![deny(missing_docs)]
 
 pub mod bundle;
+pub mod environment;
 pub mod error;
+pub mod identity;
 pub mod image;
 pub mod process;
 pub mod runtime;

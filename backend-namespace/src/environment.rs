@@ -1,37 +1,23 @@
 //! [`NamespaceEnvironment`]: the Environment boundary's decisions for a namespace run.
 //!
-//! The environment of a run starts empty. Into it go, in this order (later wins):
-//! a minimal base (`PATH`, `HOME`, `USER`, `LANG=C.UTF-8`), the host variables the
-//! contract's allowlist names (an empty allowlist passes none), and the contract's
-//! declared variables. Credentials are not here: the identity plan carries them, so
-//! their values never enter a record that is serialized. Limits are the contract's,
-//! or a finite default for each one left unset.
+//! The plan is the contract's ([`EnvironmentPlan::for_contract`]: a minimal
+//! base, the allowlisted host variables, the declared ones; the contract's
+//! limits or finite defaults); an allowlisted run's commands are also pointed
+//! at its egress proxy ([`proxy_vars`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use workspace_core::boundary::{
     BoundaryError, EnvironmentBoundary, EnvironmentCapabilities, EnvironmentPlan, LimitKind,
-    ResolvedLimits, RunContext,
+    RunContext,
 };
-use workspace_core::contract::{HomeDir, Limits, NetworkMode, UserClass};
+pub use workspace_core::boundary::{DEFAULT_LIMITS, DEFAULT_PATH};
+use workspace_core::contract::NetworkMode;
 use workspace_core::egress::proxy_vars;
 
-/// `PATH` inside a run: the base system's directories.
-pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 /// The home directory of the unprivileged run user (see the mount plan).
-pub const HOME: &str = "/home/agent";
-
-/// Finite defaults for limits a contract leaves unset.
-pub const DEFAULT_LIMITS: ResolvedLimits = ResolvedLimits {
-    cpu_millis: None,
-    memory_bytes: Some(4 << 30),
-    pids: Some(1024),
-    disk_bytes: None,
-    tmp_bytes: Some(1 << 30),
-    wall_time_ms: Some(30 * 60 * 1000),
-    open_files: Some(4096),
-};
+pub const HOME: &str = workspace_core::boundary::RUN_HOME;
 
 /// The Environment boundary of the namespace backend.
 #[derive(Clone, Debug, Default)]
@@ -50,13 +36,7 @@ impl NamespaceEnvironment {
     /// Reads the calling process's environment; only names on a contract's
     /// allowlist ever reach a run.
     pub fn from_host() -> Self {
-        let host = std::env::vars_os()
-            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-            .collect();
-        Self {
-            host,
-            egress: false,
-        }
+        Self::with_host_vars(workspace_core::boundary::host_vars())
     }
 
     /// Uses `host` as the host environment (for hosts that pass their own, and tests).
@@ -108,70 +88,11 @@ impl EnvironmentBoundary for NamespaceEnvironment {
     }
 
     async fn prepare(&self, run: &RunContext) -> Result<EnvironmentPlan, BoundaryError> {
-        let contract = &run.contract;
-        let environment = &contract.environment;
-        let root = contract.identity.user == UserClass::NamespaceRoot;
-        // `USER` and `HOME` follow the identity and the mount plan; the rest
-        // of the defaults give way to a base system's own values.
-        let mut defaults = BTreeSet::from(["PATH".to_owned(), "LANG".to_owned()]);
-        let mut vars = BTreeMap::from([
-            ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
-            (
-                "USER".to_owned(),
-                if root { "root" } else { "agent" }.to_owned(),
-            ),
-            ("LANG".to_owned(), "C.UTF-8".to_owned()),
-        ]);
-        match (contract.filesystem.home, root) {
-            (HomeDir::None, _) => {}
-            (HomeDir::Empty, true) => {
-                vars.insert("HOME".into(), "/root".into());
-            }
-            (HomeDir::Empty, false) => {
-                vars.insert("HOME".into(), HOME.into());
-            }
+        let mut plan = EnvironmentPlan::for_contract(&run.contract, &self.host);
+        if plan.network == NetworkMode::Allowlist {
+            plan.vars.extend(proxy_vars());
         }
-        for (name, value) in &self.host {
-            if environment.passes(name) {
-                defaults.remove(name);
-                vars.insert(name.clone(), value.clone());
-            }
-        }
-        defaults.retain(|name| !environment.env.contains_key(name));
-        vars.extend(environment.env.clone());
-        if environment.network.mode == NetworkMode::Allowlist {
-            vars.extend(proxy_vars());
-        }
-        let mut fingerprint = BTreeMap::new();
-        if let Some(toolchain) = &environment.runtime.toolchain {
-            fingerprint.insert("toolchain.declared".into(), toolchain.clone());
-        }
-        Ok(EnvironmentPlan {
-            vars,
-            defaults,
-            network: environment.network.mode,
-            limits: resolve_limits(&environment.limits),
-            fingerprint,
-        })
-    }
-}
-
-/// The contract's limits, with [`DEFAULT_LIMITS`] for those left unset.
-pub fn resolve_limits(limits: &Limits) -> ResolvedLimits {
-    ResolvedLimits {
-        cpu_millis: limits.cpu_millis().or(DEFAULT_LIMITS.cpu_millis),
-        memory_bytes: limits
-            .memory
-            .map(|m| m.bytes())
-            .or(DEFAULT_LIMITS.memory_bytes),
-        pids: limits.pids.or(DEFAULT_LIMITS.pids),
-        disk_bytes: limits.disk.map(|d| d.bytes()).or(DEFAULT_LIMITS.disk_bytes),
-        tmp_bytes: limits.tmp.map(|t| t.bytes()).or(DEFAULT_LIMITS.tmp_bytes),
-        wall_time_ms: limits
-            .wall_time
-            .map(|w| w.as_millis())
-            .or(DEFAULT_LIMITS.wall_time_ms),
-        open_files: limits.open_files.or(DEFAULT_LIMITS.open_files),
+        Ok(plan)
     }
 }
 
@@ -180,7 +101,9 @@ mod tests {
     use std::sync::Arc;
 
     use workspace_core::RunId;
-    use workspace_core::contract::{ByteSize, Contract, SourceSection, TaskShape};
+    use workspace_core::contract::{
+        ByteSize, Contract, HomeDir, Limits, SourceSection, TaskShape, UserClass,
+    };
 
     use super::*;
 
@@ -309,7 +232,7 @@ mod tests {
             memory: Some(ByteSize(1 << 20)),
             ..Limits::default()
         };
-        let resolved = resolve_limits(&limits);
+        let resolved = workspace_core::boundary::ResolvedLimits::of(&limits);
         assert_eq!(resolved.memory_bytes, Some(1 << 20));
         assert_eq!(resolved.pids, DEFAULT_LIMITS.pids);
         assert_eq!(resolved.wall_time_ms, DEFAULT_LIMITS.wall_time_ms);

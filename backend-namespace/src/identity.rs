@@ -11,37 +11,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use workspace_core::boundary::{
-    BoundaryError, BoundaryKind, CredentialSource, IdentityBoundary, IdentityCapabilities,
-    IdentityPlan, RunContext,
+    BoundaryError, CredentialSource, IdentityBoundary, IdentityCapabilities, IdentityPlan,
+    RunContext,
 };
+pub use workspace_core::boundary::{IdentityError, RUN_USER_ID};
 use workspace_core::contract::UserClass;
-
-/// The uid and gid of the unprivileged run user inside its namespace.
-pub const RUN_USER_ID: u32 = 1000;
-
-/// Why an identity could not be prepared.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum IdentityError {
-    /// The contract declares credentials but no credential source was given.
-    #[error("identity.credentials[{index}] ({name}): no credential source is configured")]
-    NoCredentialSource {
-        /// The credential's index in the contract.
-        index: usize,
-        /// Its name.
-        name: String,
-    },
-    /// The source issued a credential under another name than the one declared.
-    #[error("identity.credentials[{index}]: asked for {declared}, the source issued {issued}")]
-    WrongCredential {
-        /// The credential's index in the contract.
-        index: usize,
-        /// The declared name.
-        declared: String,
-        /// The issued name.
-        issued: String,
-    },
-}
 
 /// The Identity boundary of the namespace backend.
 #[derive(Clone, Debug, Default)]
@@ -77,39 +51,7 @@ impl IdentityBoundary for NamespaceIdentity {
     }
 
     async fn prepare(&self, run: &RunContext) -> Result<IdentityPlan, BoundaryError> {
-        let identity = &run.contract.identity;
-        let id = match identity.user {
-            UserClass::Unprivileged => RUN_USER_ID,
-            UserClass::NamespaceRoot => 0,
-        };
-        let mut credentials = Vec::with_capacity(identity.credentials.len());
-        for (index, declared) in identity.credentials.iter().enumerate() {
-            let refuse = |err: IdentityError| {
-                BoundaryError::new(BoundaryKind::Identity, "issue credential", err)
-            };
-            let Some(source) = &self.credentials else {
-                return Err(refuse(IdentityError::NoCredentialSource {
-                    index,
-                    name: declared.name.clone(),
-                }));
-            };
-            let issued = source.issue(run, declared).await?;
-            if issued.name != declared.name {
-                return Err(refuse(IdentityError::WrongCredential {
-                    index,
-                    declared: declared.name.clone(),
-                    issued: issued.name.clone(),
-                }));
-            }
-            tracing::info!(run_id = %run.run_id, name = %issued.name, "credential issued");
-            credentials.push(issued);
-        }
-        Ok(IdentityPlan {
-            user: identity.user,
-            uid: id,
-            gid: id,
-            credentials,
-        })
+        IdentityPlan::issue(run, self.credentials.as_deref()).await
     }
 }
 

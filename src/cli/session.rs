@@ -82,11 +82,15 @@ pub(crate) fn runner_on(
     };
     // Credentials come from the invoking environment, by name (`env:NAME`).
     let mut stack = stack;
-    stack.identity = Arc::new(
-        backend_namespace::identity::NamespaceIdentity::with_credential_source(Arc::new(
-            agent_workspace::HostEnvCredentials,
-        )),
-    );
+    let credentials = Arc::new(agent_workspace::HostEnvCredentials);
+    stack.identity = match backend {
+        Backend::Container => Arc::new(
+            backend_container::identity::ContainerIdentity::with_credential_source(credentials),
+        ),
+        _ => Arc::new(
+            backend_namespace::identity::NamespaceIdentity::with_credential_source(credentials),
+        ),
+    };
     let capacity = host_capacity(host);
     let config = RunnerConfig::new(dirs.runtime, evidence.unwrap_or(dirs.evidence));
     Ok(Runner::with_admission(stack, config, Arc::new(capacity)))

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::{BoundaryError, EnvironmentCapabilities, RunContext};
-use crate::contract::NetworkMode;
+use crate::contract::{Contract, HomeDir, Limits, NetworkMode, UserClass};
 
 /// Resolves the runtime a run executes in: variables, network, limits, toolchain.
 ///
@@ -67,4 +67,107 @@ pub struct ResolvedLimits {
     pub wall_time_ms: Option<u64>,
     /// Open files per process.
     pub open_files: Option<u32>,
+}
+
+/// `PATH` inside a run whose base system does not bring its own: the usual
+/// directories of one.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+
+/// The home directory of the unprivileged run user (see the mount plan).
+pub const RUN_HOME: &str = "/home/agent";
+
+/// Finite defaults for limits a contract leaves unset.
+pub const DEFAULT_LIMITS: ResolvedLimits = ResolvedLimits {
+    cpu_millis: None,
+    memory_bytes: Some(4 << 30),
+    pids: Some(1024),
+    disk_bytes: None,
+    tmp_bytes: Some(1 << 30),
+    wall_time_ms: Some(30 * 60 * 1000),
+    open_files: Some(4096),
+};
+
+impl ResolvedLimits {
+    /// The contract's limits, with [`DEFAULT_LIMITS`] for those left unset.
+    pub fn of(limits: &Limits) -> Self {
+        Self {
+            cpu_millis: limits.cpu_millis().or(DEFAULT_LIMITS.cpu_millis),
+            memory_bytes: limits
+                .memory
+                .map(|m| m.bytes())
+                .or(DEFAULT_LIMITS.memory_bytes),
+            pids: limits.pids.or(DEFAULT_LIMITS.pids),
+            disk_bytes: limits.disk.map(|d| d.bytes()).or(DEFAULT_LIMITS.disk_bytes),
+            tmp_bytes: limits.tmp.map(|t| t.bytes()).or(DEFAULT_LIMITS.tmp_bytes),
+            wall_time_ms: limits
+                .wall_time
+                .map(|w| w.as_millis())
+                .or(DEFAULT_LIMITS.wall_time_ms),
+            open_files: limits.open_files.or(DEFAULT_LIMITS.open_files),
+        }
+    }
+}
+
+impl EnvironmentPlan {
+    /// What `contract` asks for, whoever applies it. The variables start
+    /// empty; into them go, in this order (later wins): a minimal base
+    /// (`PATH`, `HOME`, `USER`, `LANG=C.UTF-8`), the variables of `host` the
+    /// contract's allowlist names (an empty allowlist passes none), and the
+    /// contract's declared variables. Credentials are not here: the identity
+    /// plan carries them, so their values never enter a record that is
+    /// serialized. Limits are the contract's, or [`DEFAULT_LIMITS`].
+    pub fn for_contract(contract: &Contract, host: &BTreeMap<String, String>) -> Self {
+        let environment = &contract.environment;
+        let root = contract.identity.user == UserClass::NamespaceRoot;
+        // `USER` and `HOME` follow the identity and the mount plan; the rest
+        // of the defaults give way to a base system's own values.
+        let mut defaults = BTreeSet::from(["PATH".to_owned(), "LANG".to_owned()]);
+        let mut vars = BTreeMap::from([
+            ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
+            (
+                "USER".to_owned(),
+                if root { "root" } else { "agent" }.to_owned(),
+            ),
+            ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ]);
+        match (contract.filesystem.home, root) {
+            (HomeDir::None, _) => {}
+            (HomeDir::Empty, true) => {
+                vars.insert("HOME".into(), "/root".into());
+            }
+            (HomeDir::Empty, false) => {
+                vars.insert("HOME".into(), RUN_HOME.into());
+            }
+        }
+        for (name, value) in host {
+            if environment.passes(name) {
+                defaults.remove(name);
+                vars.insert(name.clone(), value.clone());
+            }
+        }
+        defaults.retain(|name| !environment.env.contains_key(name));
+        vars.extend(environment.env.clone());
+        let mut fingerprint = BTreeMap::new();
+        if let Some(toolchain) = &environment.runtime.toolchain {
+            fingerprint.insert("toolchain.declared".into(), toolchain.clone());
+        }
+        Self {
+            vars,
+            defaults,
+            network: environment.network.mode,
+            limits: ResolvedLimits::of(&environment.limits),
+            fingerprint,
+        }
+    }
+}
+
+/// The calling process's environment, its UTF-8 variables: what a contract's
+/// allowlist may pass into a run ([`EnvironmentPlan::for_contract`]).
+///
+/// # Ambient authority
+/// Reads the calling process's environment.
+pub fn host_vars() -> BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .collect()
 }

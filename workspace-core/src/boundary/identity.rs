@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::{BoundaryError, IdentityCapabilities, RunContext};
+use super::{BoundaryError, BoundaryKind, IdentityCapabilities, RunContext};
 use crate::contract::UserClass;
 
 /// Decides who a run executes as and which credentials it receives.
@@ -120,5 +120,77 @@ mod tests {
         assert!(!json.contains(&bare), "{json}");
         assert!(json.contains(&key.fingerprint(b"s3cr3t-value")), "{json}");
         assert_eq!(credential.expose_value(), "s3cr3t-value");
+    }
+}
+
+/// uid and gid of an unprivileged run's user inside.
+pub const RUN_USER_ID: u32 = 1000;
+
+/// Why a run's credentials could not be issued.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdentityError {
+    /// The contract declares a credential and no source is configured.
+    #[error("identity.credentials[{index}] ({name}): no credential source is configured")]
+    NoCredentialSource {
+        /// Its position in `identity.credentials`.
+        index: usize,
+        /// Its name.
+        name: String,
+    },
+    /// The source issued another credential than the one asked for.
+    #[error("identity.credentials[{index}]: asked for {declared}, the source issued {issued}")]
+    WrongCredential {
+        /// Its position in `identity.credentials`.
+        index: usize,
+        /// The name declared.
+        declared: String,
+        /// The name issued.
+        issued: String,
+    },
+}
+
+impl IdentityPlan {
+    /// What `run`'s contract asks for, whoever applies it: [`RUN_USER_ID`]
+    /// (or 0 for namespace root) and each declared credential issued by
+    /// `source`, in order. A declared credential without a source, or one the
+    /// source issues under another name, fails naming it.
+    pub async fn issue(
+        run: &RunContext,
+        source: Option<&dyn CredentialSource>,
+    ) -> Result<Self, BoundaryError> {
+        let identity = &run.contract.identity;
+        let id = match identity.user {
+            UserClass::Unprivileged => RUN_USER_ID,
+            UserClass::NamespaceRoot => 0,
+        };
+        let mut credentials = Vec::with_capacity(identity.credentials.len());
+        for (index, declared) in identity.credentials.iter().enumerate() {
+            let refuse = |err: IdentityError| {
+                BoundaryError::new(BoundaryKind::Identity, "issue credential", err)
+            };
+            let Some(source) = source else {
+                return Err(refuse(IdentityError::NoCredentialSource {
+                    index,
+                    name: declared.name.clone(),
+                }));
+            };
+            let issued = source.issue(run, declared).await?;
+            if issued.name != declared.name {
+                return Err(refuse(IdentityError::WrongCredential {
+                    index,
+                    declared: declared.name.clone(),
+                    issued: issued.name.clone(),
+                }));
+            }
+            tracing::info!(run_id = %run.run_id, name = %issued.name, "credential issued");
+            credentials.push(issued);
+        }
+        Ok(Self {
+            user: identity.user,
+            uid: id,
+            gid: id,
+            credentials,
+        })
     }
 }

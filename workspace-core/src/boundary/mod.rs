@@ -39,10 +39,15 @@ pub use capabilities::{
 };
 pub use context::RunContext;
 pub use disk::{DiskKind, DiskRecord, DiskUsage, RunDisks};
-pub use environment::{EnvironmentBoundary, EnvironmentPlan, ResolvedLimits};
+pub use environment::{
+    DEFAULT_LIMITS, DEFAULT_PATH, EnvironmentBoundary, EnvironmentPlan, RUN_HOME, ResolvedLimits,
+    host_vars,
+};
 pub use error::{BoundaryError, BoundaryKind, NotRunReason, ProgramNotRun};
 pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
-pub use identity::{CredentialSource, IdentityBoundary, IdentityPlan, IssuedCredential};
+pub use identity::{
+    CredentialSource, IdentityBoundary, IdentityError, IdentityPlan, IssuedCredential, RUN_USER_ID,
+};
 pub use process::{
     Attachment, CommandOutput, CommandSpec, Execution, ExitRecord, InputStream, KillCause,
     LeakReport, ObservedBoundary, OutputStream, PreviewEndpoint, ProcessBoundary, SealPlan,

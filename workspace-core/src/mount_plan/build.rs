@@ -19,7 +19,7 @@ const HOME_SIZE: u64 = 256 << 20;
 /// `/dev` holds device nodes bound from the host and a few symlinks.
 const DEV_SIZE: u64 = 64 << 10;
 /// The home directory inside.
-const HOME: &str = "/home/agent";
+const HOME: &str = crate::boundary::RUN_HOME;
 /// Device nodes bound from the host into `/dev`.
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 /// Parts of `/proc` made read-only (kernel tunables, triggers, hardware).
