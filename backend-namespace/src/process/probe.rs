@@ -1,10 +1,10 @@
 //! The boundary probe of `seal`: one shell in the sandbox, observed from the
 //! host.
 //!
-//! The shell ([`ProbeShell`]) is what a command is (the same privilege drop,
-//! seccomp filter and environment) and reads its stdin, which blocks. While it
-//! waits, the host reads what that process is from outside:
-//! `/proc/<pid>/status` (ids, capabilities, `no_new_privs`, seccomp), `uid_map`
+//! The shell ([`ProbeShell`]) has a command's privileges, seccomp filter,
+//! environment and working directory, in a cgroup of its own, and reads its
+//! stdin, which blocks. While it waits, the host reads what that process is
+//! from outside: `/proc/<pid>/status` (ids, capabilities, `no_new_privs`, seccomp), `uid_map`
 //! and `gid_map`, `mountinfo` (relative to the process's root), `net/dev` (its
 //! network namespace), `environ` (what it was exec'd with) and the processes of
 //! its pid namespace (`/proc/<pid>/root/proc`); the hostname is read in its UTS
@@ -30,7 +30,10 @@ use workspace_core::observation::{self as observe, Expected};
 /// pid 1's first process, or else in a shell joined now. The probe's setup,
 /// observation and exit together get `timeout` (the options'
 /// [`PROBE_TIMEOUT`](super::PROBE_TIMEOUT) by default); after that it is killed
-/// and the seal fails with [`ProcessError::ProbeTimeout`].
+/// and the seal fails with [`ProcessError::ProbeTimeout`]. A first-process
+/// shell started with the sandbox, under the spawn's own setup timeout: one
+/// that could not start (no `/bin/sh`) failed the sandbox's start, naming its
+/// first process.
 pub(crate) fn probe(
     sealed: &Sealed,
     shell: Option<ProbeShell>,

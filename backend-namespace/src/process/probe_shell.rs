@@ -14,11 +14,14 @@ use nix::libc;
 
 use super::error::ProcessError;
 use super::seal::{RunSpec, Sealed, pipe};
+use crate::cgroup::RunCgroup;
 use crate::spawn::{SpawnError, SpawnRequest, SpawnedChild, join};
 use crate::sys::pidfd;
 
 /// The program the probe runs.
 const SHELL: &str = "/bin/sh";
+/// The name of the probe's cgroup, below the run's.
+const PROBE_CGROUP: &str = "probe";
 
 /// The host's ends of the pipes of a probe shell that pid 1 starts as its
 /// first process, before the sandbox is spawned.
@@ -51,13 +54,21 @@ impl ProbeEnds {
         Ok((Self { stdin, output }, [stdin_read, write, write_err]))
     }
 
-    /// The shell, started as host pid `pid` (`None`: not found in pid 1's
-    /// cgroup). Its pidfd is taken while its stdin, held here, keeps it alive.
-    pub(crate) fn started(self, pid: Option<u32>) -> Result<ProbeShell, ProcessError> {
-        let lost = ProcessError::Lost {
+    /// The shell, started as host pid `pid` in pid 1's cgroup `init` (`None`:
+    /// not found there), moved into a cgroup of its own below `run`, as a
+    /// command's: what it leaves running is stopped and counted as a
+    /// command's leftovers are. Its pidfd is taken, and then its pid checked
+    /// to be still in `init` (so the pidfd names the shell), while its stdin,
+    /// held here, keeps it waiting with no child yet.
+    pub(crate) fn started(
+        self,
+        pid: Option<u32>,
+        (init, run): (&RunCgroup, &RunCgroup),
+    ) -> Result<ProbeShell, ProcessError> {
+        let lost = || ProcessError::Lost {
             what: "the probe's shell is not in its pid 1's cgroup",
         };
-        let pid = pid.ok_or(lost)?;
+        let pid = pid.ok_or_else(lost)?;
         let pidfd = i32::try_from(pid)
             .map_err(|_| libc::ESRCH)
             .and_then(pidfd::open)
@@ -65,6 +76,14 @@ impl ProbeEnds {
                 step: "opening the probe shell's pidfd",
                 source: std::io::Error::from_raw_os_error(errno),
             })?;
+        if !init.pids().unwrap_or_default().contains(&pid) {
+            return Err(lost());
+        }
+        let cgroup = |step| move |source| ProcessError::Cgroup { step, source };
+        run.create_child(PROBE_CGROUP)
+            .map_err(cgroup("creating the probe's cgroup"))?
+            .add_process(pid)
+            .map_err(cgroup("moving the probe's shell into its cgroup"))?;
         Ok(ProbeShell {
             pid,
             stdin: Some(std::fs::File::from(self.stdin)),
@@ -102,7 +121,7 @@ impl ProbeShell {
         let cgroup =
             sealed
                 .cgroup
-                .create_child("probe")
+                .create_child(PROBE_CGROUP)
                 .map_err(|source| ProcessError::Cgroup {
                     step: "creating the probe's cgroup",
                     source,

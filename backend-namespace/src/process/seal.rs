@@ -268,7 +268,12 @@ pub(crate) fn prepare(
     } else {
         Some(ProbeEnds::attach(&mut request, &spec)?)
     };
-    request.cwd = "/".into();
+    // The probe's shell starts where commands do (a toolchain manager picks
+    // its version by the directory); a door anywhere.
+    request.cwd = match probe_ends {
+        Some(_) => spec.workdir.clone(),
+        None => "/".into(),
+    };
     request.uid = identity.uid;
     request.gid = identity.gid;
     request.host_uid = host_uid;
@@ -315,7 +320,7 @@ pub(crate) fn prepare(
                 });
             }
         },
-        Some(ends) => (None, Some(ends.started(first)?)),
+        Some(ends) => (None, Some(ends.started(first, (&init, &cgroup))?)),
     };
     let sandbox = Sandbox::of(&holder, door).map_err(|source| ProcessError::Spawn {
         step: "opening the sandbox",

@@ -150,8 +150,10 @@ pub enum Pid1 {
     /// with [`join`]. pid 1 leaves the runner's session and reaps whatever is
     /// reparented to it; it outlives the process that spawned it. A non-empty
     /// `argv` is the sandbox's *first process*: a program pid 1 starts once,
-    /// right after its setup and with the same privileges, environment and
-    /// stdio a command has, and [`spawn`] returns once it was exec'd. It is
+    /// right after its setup, with the privileges a command has (ids, no
+    /// capability, `no_new_privs`, rlimits, the seccomp filter) and the
+    /// request's environment, stdio and working directory, in pid 1's cgroup;
+    /// [`spawn`] returns once it was exec'd. It is
     /// either the sandbox's *door* (see [`Sandbox`]), a program that blocks
     /// for the sandbox's life (`sleep infinity`): exec'd, it holds nothing of
     /// the runner's memory, so it may stay dumpable, and a runner without
