@@ -7,6 +7,8 @@
 
 mod runs;
 
+use std::os::unix::fs::PermissionsExt;
+
 use backend_namespace::cgroup::{CgroupLayout, leaked_paths};
 use backend_namespace::process::{DEFAULT_HOST_ID_BASE, NamespaceProcess, ProcessOptions};
 use runs::{ParentGuard, Run, command, standalone_run};
@@ -300,11 +302,24 @@ async fn a_command_cannot_raise_its_limits_above_the_caps() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_probe_fails_the_seal_with_a_timeout_and_leaves_nothing() {
-    let Run { base, run, plan } = standalone_run("process-probe-timeout", |_| {}).await;
+    // The declared toolchain's program is the workspace's own, and its
+    // `--version` never ends (and leaves a process behind).
+    let Run { base, run, plan } = standalone_run("process-probe-timeout", |contract| {
+        contract.environment.runtime.toolchain = Some("hang 1.0".into());
+        contract
+            .environment
+            .env
+            .insert("PATH".into(), "/workspace/bin:/usr/bin:/bin".into());
+    })
+    .await;
+    let bin = plan.source.workspace.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("hang"), "#!/bin/sh\nsleep 300 &\nexec sleep 300\n").unwrap();
+    std::fs::set_permissions(bin.join("hang"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let parent = format!("agent-workspace-test-{}-probe-timeout", std::process::id());
     let _guard = ParentGuard(parent.clone());
     let options = ProcessOptions {
-        probe_timeout: std::time::Duration::from_millis(1),
+        probe_timeout: std::time::Duration::from_millis(500),
         ..ProcessOptions::probe(parent.clone()).unwrap()
     };
     let process = NamespaceProcess::new(options);
