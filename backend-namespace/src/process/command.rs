@@ -5,13 +5,17 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use workspace_core::boundary::{CommandSpec, Execution, InputStream, OutputStream, RunContext};
+use workspace_core::boundary::{
+    CommandOutput, CommandSpec, Execution, InputStream, OutputStream, RunContext,
+};
 
 use super::execution::{EventCounter, NamespaceExecution, Parts};
 use super::output::{self, OutputFiles};
 use super::pty::{Pty, PtyReader, PtyWriter};
-use super::seal;
+use super::seal::{self, RunSpec};
 use super::{Live, ProcessError, blocking};
+use crate::cgroup::RunCgroup;
+use crate::spawn::{Sandbox, SpawnedChild};
 
 /// Starts `command` in the live sandbox `live` of `run`, in a child cgroup of its own.
 pub(super) async fn spawn(
@@ -34,66 +38,23 @@ pub(super) async fn spawn(
     if command.tty && command.output.is_some() {
         return Err(ProcessError::TtyWithOutputFiles);
     }
-    let (tree, files) = {
-        let (spec, name, tty) = (Arc::clone(&spec), name.clone(), command.tty);
-        let output = command.output.clone();
-        blocking("preparing the command", move || {
-            let tree = cgroup
-                .create_child(&name)
-                .map_err(|source| ProcessError::Cgroup {
-                    step: "creating the command's cgroup",
-                    source,
-                })?;
-            let files = match (tty, output) {
-                (true, _) => None,
-                (false, Some(output)) => {
-                    Some(OutputFiles::create_at(&output.stdout, &output.stderr)?)
-                }
-                (false, None) => Some(OutputFiles::create(&spec.run_dir, &name)?),
-            };
-            Ok((tree, files))
+    let started = {
+        let (spec, name) = (Arc::clone(&spec), name.clone());
+        let (argv, tty, output) = (command.argv.clone(), command.tty, command.output.clone());
+        // One trip to a blocking thread: the cgroup, the stdio and the join.
+        blocking("starting the command", move || {
+            start(&spec, &cgroup, &sandbox, (&name, argv, cwd), (tty, output))
         })
         .await?
     };
-    let mut request = spec.request(command.argv.clone(), &tree);
-    request.cwd = cwd;
-    let (streams, followed) = match files {
-        None => {
-            let pty = Pty::open(sandbox.entry_pid())?;
-            let slave = |what| {
-                pty.slave
-                    .try_clone()
-                    .map_err(|source| ProcessError::Pty { step: what, source })
-            };
-            request.stdin = Some(slave("duplicating the slave for stdin")?);
-            request.stdout = Some(slave("duplicating the slave for stdout")?);
-            request.stderr = Some(pty.slave);
-            request.controlling_terminal = true;
-            // What a terminal program asks first (as `docker run -t` sets it),
-            // unless the contract declares it.
-            if !request.env.iter().any(|(name, _)| name == "TERM") {
-                request.env.push(("TERM".into(), "xterm".into()));
-            }
-            (Streams::Pty(pty.master), None)
-        }
-        Some(OutputFiles { stdout, stderr }) => {
-            let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
-            request.stdin = Some(stdin_read);
-            request.stdout = Some(stdout.0);
-            request.stderr = Some(stderr.0);
-            (Streams::Stdin(stdin_write), Some((stdout.1, stderr.1)))
-        }
-    };
-    let oom = tree.oom_file().map(EventCounter::oom_kills);
-    let forks = tree.pids_events_file().map(EventCounter::forks_refused);
-    let program = command.argv.first().cloned().unwrap_or_default();
-    let child = blocking("starting the command", move || {
-        let child = crate::spawn::join(&sandbox, &request);
-        // The parent's copies of the child's ends (the stdin pipe, the pty's slave).
-        drop(request);
-        child.map_err(|source| ProcessError::not_run(program, source))
-    })
-    .await?;
+    let Started {
+        tree,
+        child,
+        streams,
+        followed,
+        oom,
+        forks,
+    } = started;
     let terminal = streams.hold_terminal()?;
     let (stdin, stdout, stderr) = match followed {
         // Files the runner chose are the output: nothing follows them unless
@@ -133,6 +94,84 @@ pub(super) async fn spawn(
         forks,
         terminal,
     })))
+}
+
+/// A command just started: its cgroup, the supervisor, this side's ends of
+/// its stdio, the output files its streams follow, its event counters.
+struct Started {
+    tree: RunCgroup,
+    child: SpawnedChild,
+    streams: Streams,
+    followed: Option<(std::fs::File, std::fs::File)>,
+    oom: Option<EventCounter>,
+    forks: Option<EventCounter>,
+}
+
+/// Makes the command's cgroup `name` below `cgroup` and its stdio (output
+/// files, or a pseudo-terminal with `tty`), and joins `argv` into `sandbox`
+/// in `cwd` (blocking).
+fn start(
+    spec: &RunSpec,
+    cgroup: &RunCgroup,
+    sandbox: &Sandbox,
+    (name, argv, cwd): (&str, Vec<String>, String),
+    (tty, output): (bool, Option<CommandOutput>),
+) -> Result<Started, ProcessError> {
+    let tree = cgroup
+        .create_child(name)
+        .map_err(|source| ProcessError::Cgroup {
+            step: "creating the command's cgroup",
+            source,
+        })?;
+    let files = match (tty, output) {
+        (true, _) => None,
+        (false, Some(output)) => Some(OutputFiles::create_at(&output.stdout, &output.stderr)?),
+        (false, None) => Some(OutputFiles::create(&spec.run_dir, name)?),
+    };
+    let program = argv.first().cloned().unwrap_or_default();
+    let mut request = spec.request(argv, &tree);
+    request.cwd = cwd;
+    let (streams, followed) = match files {
+        None => {
+            let pty = Pty::open(sandbox.entry_pid())?;
+            let slave = |what| {
+                pty.slave
+                    .try_clone()
+                    .map_err(|source| ProcessError::Pty { step: what, source })
+            };
+            request.stdin = Some(slave("duplicating the slave for stdin")?);
+            request.stdout = Some(slave("duplicating the slave for stdout")?);
+            request.stderr = Some(pty.slave);
+            request.controlling_terminal = true;
+            // What a terminal program asks first (as `docker run -t` sets it),
+            // unless the contract declares it.
+            if !request.env.iter().any(|(name, _)| name == "TERM") {
+                request.env.push(("TERM".into(), "xterm".into()));
+            }
+            (Streams::Pty(pty.master), None)
+        }
+        Some(OutputFiles { stdout, stderr }) => {
+            let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
+            request.stdin = Some(stdin_read);
+            request.stdout = Some(stdout.0);
+            request.stderr = Some(stderr.0);
+            (Streams::Stdin(stdin_write), Some((stdout.1, stderr.1)))
+        }
+    };
+    let oom = tree.oom_file().map(EventCounter::oom_kills);
+    let forks = tree.pids_events_file().map(EventCounter::forks_refused);
+    let child = crate::spawn::join(sandbox, &request);
+    // The parent's copies of the child's ends (the stdin pipe, the pty's slave).
+    drop(request);
+    let child = child.map_err(|source| ProcessError::not_run(program, source))?;
+    Ok(Started {
+        tree,
+        child,
+        streams,
+        followed,
+        oom,
+        forks,
+    })
 }
 
 /// The parent's ends of a command's stdio, before they are registered with tokio.
