@@ -246,10 +246,6 @@ impl ProcessBoundary for NamespaceProcess {
                     // sandbox reaches them by name, and what still writes to an
                     // output file it holds writes to a removed file.
                     let files = scope.spawn(|| remove_files(&run_dir));
-                    // The groups of the commands (and the probe) that ended go
-                    // while pid 1 dies: nothing waits for them but the removal
-                    // of the run's own, below.
-                    let finished = scope.spawn(|| remove_finished(&cgroup));
                     // Its pid 1 first, when this instance holds it: the kernel
                     // kills everything in its pid namespace with it, and its
                     // reaping is the moment they are all gone (no polling the
@@ -263,9 +259,6 @@ impl ProcessBoundary for NamespaceProcess {
                         if let Err(e) = reaped {
                             tracing::warn!(run_id = %run_id, error = %e, "ending the sandbox's pid 1 failed");
                         }
-                    }
-                    if finished.join().is_err() {
-                        tracing::warn!(run_id = %run_id, "removing the ended commands' cgroups panicked");
                     }
                     // Then the whole cgroup (helpers joining it, and everything
                     // when another instance sealed the run) and its directories.
@@ -500,23 +493,5 @@ async fn broker_connect(
     match stream.take_error().map_err(failed)? {
         Some(error) => Err(failed(error)),
         None => Ok(stream),
-    }
-}
-
-/// Removes the run's child groups that hold no process (ended commands, the
-/// probe), each in every hierarchy; pid 1's and the egress proxy's stay, as
-/// does any group something still runs in: the run's removal ends those.
-fn remove_finished(cgroup: &RunCgroup) {
-    let own = [seal::INIT_CGROUP, egress::EGRESS_CGROUP];
-    for name in cgroup.children().unwrap_or_default() {
-        if own.contains(&name.as_str()) {
-            continue;
-        }
-        if let Some(child) = cgroup.child(&name)
-            && child.pids().is_ok_and(|pids| pids.is_empty())
-            && let Err(e) = child.remove()
-        {
-            tracing::debug!(error = %e, group = %name, "an ended command's cgroup stays for the run's removal");
-        }
     }
 }
