@@ -12,7 +12,7 @@ use workspace_core::boundary::{
 use super::execution::{EventCounter, NamespaceExecution, Parts};
 use super::output::{self, OutputFiles};
 use super::pty::{Pty, PtyReader, PtyWriter};
-use super::seal::{self, RunSpec};
+use super::spec::RunSpec;
 use super::{Live, ProcessError, blocking};
 use crate::cgroup::RunCgroup;
 use crate::spawn::{Sandbox, SpawnedChild};
@@ -151,7 +151,7 @@ fn start(
             (Streams::Pty(pty.master), None)
         }
         Some(OutputFiles { stdout, stderr }) => {
-            let (stdin_read, stdin_write) = seal::pipe("the command's stdin pipe")?;
+            let (stdin_read, stdin_write) = super::pipe("the command's stdin pipe")?;
             request.stdin = Some(stdin_read);
             request.stdout = Some(stdout.0);
             request.stderr = Some(stderr.0);

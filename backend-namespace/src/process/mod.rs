@@ -107,6 +107,7 @@ mod probe;
 mod probe_shell;
 mod pty;
 mod seal;
+mod spec;
 mod state;
 mod terminate;
 
@@ -126,7 +127,8 @@ pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout}
 
 use crate::cgroup::RunCgroup;
 use crate::spawn::Sandbox;
-use seal::{RunSpec, Sealed};
+use seal::Sealed;
+use spec::RunSpec;
 
 /// How long the boundary probe of `seal` may take, from its clone to its exit.
 ///
@@ -226,4 +228,14 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|source| ProcessError::Task { step, source })?
+}
+
+/// A close-on-exec pipe: (read end, write end).
+pub(crate) fn pipe(
+    step: &'static str,
+) -> Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd), ProcessError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|errno| ProcessError::Pipe {
+        step,
+        source: errno.into(),
+    })
 }

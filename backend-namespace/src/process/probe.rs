@@ -53,7 +53,11 @@ pub(crate) fn probe(
     };
     let mut shell = match shell {
         Some(shell) => shell,
-        None => ProbeShell::join(sealed, timeout, after_ms)?,
+        None => ProbeShell::join(
+            (&sealed.spec, &sealed.cgroup, &sealed.sandbox),
+            timeout,
+            after_ms,
+        )?,
     };
     let hostname = match hostname {
         Some(thread) => thread.wait()?.unwrap_or_default(),

@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 use nix::libc;
 
 use super::error::ProcessError;
-use super::seal::{RunSpec, Sealed, pipe};
+use super::pipe;
+use super::spec::RunSpec;
 use crate::cgroup::RunCgroup;
+use crate::spawn::Sandbox;
 use crate::spawn::{SpawnError, SpawnRequest, SpawnedChild, join};
 use crate::sys::pidfd;
 
@@ -111,25 +113,24 @@ enum Started {
 }
 
 impl ProbeShell {
-    /// Joins the shell into `sealed`'s sandbox, in a cgroup of its own.
+    /// Joins the shell into `sandbox` as a command of `spec` is, in a cgroup
+    /// of its own below `run`.
     pub(super) fn join(
-        sealed: &Sealed,
+        (spec, run, sandbox): (&RunSpec, &RunCgroup, &Sandbox),
         timeout: Duration,
         after_ms: u64,
     ) -> Result<Self, ProcessError> {
         let (ends, [stdin, stdout, stderr]) = ProbeEnds::new()?;
-        let cgroup =
-            sealed
-                .cgroup
-                .create_child(PROBE_CGROUP)
-                .map_err(|source| ProcessError::Cgroup {
-                    step: "creating the probe's cgroup",
-                    source,
-                })?;
-        let mut request = sealed.spec.request(vec![SHELL.into()], &cgroup);
+        let cgroup = run
+            .create_child(PROBE_CGROUP)
+            .map_err(|source| ProcessError::Cgroup {
+                step: "creating the probe's cgroup",
+                source,
+            })?;
+        let mut request = spec.request(vec![SHELL.into()], &cgroup);
         (request.stdin, request.stdout, request.stderr) = (Some(stdin), Some(stdout), Some(stderr));
         request.setup_timeout = timeout;
-        let child = join(&sealed.sandbox, &request);
+        let child = join(sandbox, &request);
         drop(request);
         let child: SpawnedChild = child.map_err(|source| match source {
             SpawnError::SetupTimeout { .. } => ProcessError::ProbeTimeout { after_ms },

@@ -2,14 +2,12 @@
 //! sandbox's pid 1, the probe inside.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::net::{Ipv4Addr, TcpListener};
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
-use workspace_core::boundary::{PreviewEndpoint, ResolvedLimits, RunContext, SealPlan};
+use workspace_core::boundary::{PreviewEndpoint, RunContext, SealPlan};
 use workspace_core::contract::{Contract, NetworkMode};
 use workspace_core::mount_plan::{MountPlan, PlanInputs, excluded_paths, excluded_paths_layered};
 
@@ -17,84 +15,11 @@ use super::egress::{self, EgressProxy};
 use super::error::ProcessError;
 use super::handover::{HandoverOutcome, hand_over};
 use super::probe_shell::{ProbeEnds, ProbeShell};
+use super::spec::RunSpec;
 use super::{ProcessOptions, state};
 use crate::cgroup::{CgroupLayout, RunCgroup};
-use crate::spawn::{
-    JoinRequest, Pid1, Published, ResourceLimits, Sandbox, SpawnRequest, SpawnedChild, spawn,
-};
+use crate::spawn::{Pid1, Published, Sandbox, SpawnRequest, SpawnedChild, spawn};
 use workspace_core::observation::Expected;
-
-/// What every command of a sealed run starts from.
-pub(crate) struct RunSpec {
-    /// Where commands start: the workspace root inside.
-    pub(crate) workdir: String,
-    /// The run's private directory on the host (command output files).
-    pub(crate) run_dir: PathBuf,
-    /// The plan's variables and the injected credentials (values never printed).
-    pub(crate) env: Vec<(String, String)>,
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
-    /// `environment.limits.wall_time` in milliseconds.
-    pub(crate) wall_time_ms: Option<u64>,
-    /// The rlimits every command starts with.
-    pub(crate) rlimits: ResourceLimits,
-    /// The number of the next command's cgroup (`cmd-<n>`).
-    pub(crate) next_command: AtomicU32,
-}
-
-impl fmt::Debug for RunSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RunSpec")
-            .field("workdir", &self.workdir)
-            .field(
-                "env_names",
-                &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-            )
-            .field("uid", &self.uid)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RunSpec {
-    /// The spec of `plan`'s commands for `identity`.
-    fn new(run: &RunContext, plan: &SealPlan, workdir: String) -> Self {
-        let mut env: Vec<(String, String)> = plan
-            .environment
-            .vars
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for credential in &plan.identity.credentials {
-            env.retain(|(k, _)| *k != credential.name);
-            env.push((
-                credential.name.clone(),
-                credential.expose_value().to_owned(),
-            ));
-        }
-        Self {
-            workdir,
-            run_dir: run.run_dir.clone(),
-            env,
-            uid: plan.identity.uid,
-            gid: plan.identity.gid,
-            wall_time_ms: plan.environment.limits.wall_time_ms,
-            rlimits: rlimits(&plan.environment.limits),
-            next_command: AtomicU32::new(1),
-        }
-    }
-
-    /// A request for `argv` in this run joining `cgroup`, cwd and stdio left to
-    /// the caller.
-    pub(crate) fn request(&self, argv: Vec<String>, cgroup: &RunCgroup) -> JoinRequest {
-        let mut request = JoinRequest::new(argv, self.workdir.clone());
-        request.env = self.env.clone();
-        request.uid = self.uid;
-        request.gid = self.gid;
-        request.cgroups = cgroup.paths().into_iter().map(PathBuf::from).collect();
-        request.rlimits = self.rlimits;
-        request
-    }
-}
 
 /// A sealed run: its live sandbox, what its commands start from, its cgroups.
 #[derive(Debug)]
@@ -502,22 +427,6 @@ pub(crate) fn adopt(
     }))
 }
 
-/// The rlimit baseline of a run's commands: `RLIMIT_NOFILE` = `limits.open_files`,
-/// `RLIMIT_CORE` = 0, and `RLIMIT_FSIZE` = `limits.disk_bytes`.
-///
-/// The file-size cap is the disk cap on purpose: no single file can be larger than
-/// the whole disk budget, and this is the part of `limits.disk` a process limit can
-/// enforce (the total over many files needs a quota, which this backend does not
-/// set). Without `limits.disk` the size stays as the runner has it (unlimited in
-/// practice).
-pub(crate) fn rlimits(limits: &ResolvedLimits) -> ResourceLimits {
-    ResourceLimits {
-        open_files: limits.open_files.map(u64::from),
-        core_bytes: Some(0),
-        file_size_bytes: limits.disk_bytes,
-    }
-}
-
 /// What the probe must observe in `plan`'s run.
 pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
     let mut env_names: BTreeSet<String> = plan.environment.vars.keys().cloned().collect();
@@ -532,39 +441,5 @@ pub(crate) fn expected(run: &RunContext, plan: &SealPlan) -> Expected {
         mount_points: Vec::new(),
         host_ids: None,
         root_host_id: None,
-    }
-}
-
-/// A close-on-exec pipe: (read end, write end).
-pub(crate) fn pipe(step: &'static str) -> Result<(OwnedFd, OwnedFd), ProcessError> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|errno| ProcessError::Pipe {
-        step,
-        source: errno.into(),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_file_size_cap_is_the_disk_cap_and_core_dumps_are_off() {
-        let limits = ResolvedLimits {
-            open_files: Some(256),
-            disk_bytes: Some(1 << 30),
-            ..ResolvedLimits::default()
-        };
-        assert_eq!(
-            rlimits(&limits),
-            ResourceLimits {
-                open_files: Some(256),
-                core_bytes: Some(0),
-                file_size_bytes: Some(1 << 30),
-            }
-        );
-        assert_eq!(
-            rlimits(&ResolvedLimits::default()),
-            ResourceLimits::default()
-        );
     }
 }
