@@ -295,6 +295,25 @@ fn conformance_passes_on_the_container_backend_and_contract_check_names_what_it_
     let said = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
     assert_eq!(refused.status.code(), Some(2), "{said}");
     assert!(said.contains("source.materialization"), "{said}");
+
+    // An allowlist needs an egress proxy, which only the namespace backend
+    // starts: a container run asking for one is refused before anything is
+    // made, naming the field.
+    let refused = fixture.agent_workspace(&[
+        "run",
+        "--backend",
+        "container",
+        "--allow",
+        "example.com:443",
+        "--repo",
+        ".",
+        "--",
+        "true",
+    ]);
+    let said = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("environment.network"), "{said}");
+    assert!(containers(&fixture).is_empty(), "{said}");
 }
 
 #[test]
