@@ -362,6 +362,18 @@ pub(crate) fn launch(
             drop(reaper);
             return Err(match drain_report(&error_read) {
                 Some(report) => child_error(report),
+                // Gone before it read the go byte, without a word: killed
+                // (born into a cgroup whose limit it exceeded, say).
+                None if matches!(
+                    error,
+                    SpawnError::Handshake {
+                        source: Errno::EPIPE,
+                        ..
+                    }
+                ) =>
+                {
+                    SpawnError::InitEnded { pid }
+                }
                 None => error,
             });
         }
