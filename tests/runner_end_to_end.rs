@@ -484,8 +484,8 @@ async fn the_probe_reads_back_namespaces_cgroups_read_only_mounts_and_hidden_pat
     for (kind, ids) in namespaces {
         assert_ne!(ids["run"], ids["host"], "{kind}: {observed}");
     }
-    // In a cgroup of its own in each of the run's hierarchies, as a command
-    // is: what it leaves is a command's.
+    // In pid 1's cgroup in each of the run's hierarchies, born there: no move
+    // (moving another process waits for an RCU grace period).
     let runs: Vec<&str> = facts["cgroups"]
         .as_array()
         .unwrap()
@@ -493,7 +493,7 @@ async fn the_probe_reads_back_namespaces_cgroups_read_only_mounts_and_hidden_pat
         .filter_map(|line| line.as_str().filter(|l| l.contains("/run-")))
         .collect();
     assert!(
-        !runs.is_empty() && runs.iter().all(|line| line.ends_with("/probe")),
+        !runs.is_empty() && runs.iter().all(|line| line.ends_with("/init")),
         "{observed}"
     );
     // Each read-only mount refused a write; the excluded directory shows nothing.

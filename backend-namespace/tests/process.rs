@@ -346,6 +346,48 @@ async fn a_hung_probe_fails_the_seal_with_a_timeout_and_leaves_nothing() {
     drop(base);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_probe_leaves_running_is_stopped_and_said() {
+    // The declared toolchain's `--version` answers and leaves a `sleep`
+    // behind, as a toolchain that starts a daemon would.
+    let f = fixture("probe-leftover", |contract| {
+        contract.environment.runtime.toolchain = Some("leave 1.0".into());
+        contract
+            .environment
+            .env
+            .insert("PATH".into(), "/workspace/bin:/usr/bin:/bin".into());
+    })
+    .await;
+    let bin = f.plan.source.workspace.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(
+        bin.join("leave"),
+        "#!/bin/sh\nsleep 300 </dev/null >/dev/null 2>&1 &\necho leave 1.0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(bin.join("leave"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let observed = f.process.seal(&f.run, &f.plan).await.unwrap();
+    assert_eq!(
+        observed.facts["probe_status"],
+        "ended (reaped by the sandbox's pid 1); 1 process(es) it left stopped",
+        "{:?}",
+        observed.facts
+    );
+    // Gone before any command runs: no `sleep` in the run's cgroups.
+    let layout = CgroupLayout::detect().unwrap();
+    let parent = format!("agent-workspace-test-{}-probe-leftover", std::process::id());
+    let cgroups = leaked_paths(&layout, &parent, &f.run.run_id).unwrap();
+    assert!(!cgroups.is_empty());
+    assert_eq!(sleeps_in(&cgroups), Vec::<u32>::new());
+    // The sandbox lives on: a command runs.
+    let (status, out) = run_sh(&f, "echo still").await;
+    assert_eq!(
+        (status, out.as_str()),
+        (ExitStatusRecord::Code(0), "still\n")
+    );
+    teardown_is_clean(&f).await;
+}
+
 /// The host pids in the run's cgroups whose `comm` is `sleep`.
 /// `sleep` processes in the run's cgroups and their children (each command has
 /// a child group of its own).

@@ -2,7 +2,8 @@
 //! host.
 //!
 //! The shell ([`ProbeShell`]) has a command's privileges, seccomp filter,
-//! environment and working directory, in a cgroup of its own, and reads its
+//! environment and working directory, in pid 1's cgroup (as its first
+//! process) or a cgroup of its own (joined through a door), and reads its
 //! stdin, which blocks. While it waits, the host reads what that process is
 //! from outside: `/proc/<pid>/status` (ids, capabilities, `no_new_privs`, seccomp), `uid_map`
 //! and `gid_map`, `mountinfo` (relative to the process's root), `net/dev` (its

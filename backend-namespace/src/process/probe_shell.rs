@@ -3,8 +3,9 @@
 //! Where the runner may enter pid 1 (host root), the shell is pid 1's first
 //! process, started with the sandbox (see
 //! [`Pid1::HoldSandbox`](crate::spawn::Pid1::HoldSandbox)): the probe needs no
-//! entry into the sandbox of its own. A runner that enters through the
-//! sandbox's door joins it as every command is joined, in a cgroup of its own.
+//! entry into the sandbox of its own, and stays in pid 1's cgroup, where it was
+//! born. A runner that enters through the sandbox's door joins it as every
+//! command is joined, in a cgroup of its own.
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -57,15 +58,20 @@ impl ProbeEnds {
     }
 
     /// The shell, started as host pid `pid` in pid 1's cgroup `init` (`None`:
-    /// not found there), moved into a cgroup of its own below `run`, as a
-    /// command's: what it leaves running is stopped and counted as a
-    /// command's leftovers are. Its pidfd is taken, and then its pid checked
-    /// to be still in `init` (so the pidfd names the shell), while its stdin,
-    /// held here, keeps it waiting with no child yet.
+    /// not found there), where it stays: moving another process between
+    /// cgroups takes the cgroup core's thread-group lock, whose first writer
+    /// waits for an RCU grace period (milliseconds, more on a loaded host),
+    /// while a process born in a cgroup needs no move. Its pidfd is taken, and
+    /// then its pid checked to be still in `init` (so the pidfd names the
+    /// shell), while its stdin, held here, keeps it waiting with no child yet.
+    /// `pid1` is the only other process `init` holds: what else is there once
+    /// the shell ended is what the probe left, stopped then (see
+    /// [`ProbeShell::end`]).
     pub(crate) fn started(
         self,
         pid: Option<u32>,
-        (init, run): (&RunCgroup, &RunCgroup),
+        init: RunCgroup,
+        pid1: u32,
     ) -> Result<ProbeShell, ProcessError> {
         let lost = || ProcessError::Lost {
             what: "the probe's shell is not in its pid 1's cgroup",
@@ -81,16 +87,11 @@ impl ProbeEnds {
         if !init.pids().unwrap_or_default().contains(&pid) {
             return Err(lost());
         }
-        let cgroup = |step| move |source| ProcessError::Cgroup { step, source };
-        run.create_child(PROBE_CGROUP)
-            .map_err(cgroup("creating the probe's cgroup"))?
-            .add_process(pid)
-            .map_err(cgroup("moving the probe's shell into its cgroup"))?;
         Ok(ProbeShell {
             pid,
             stdin: Some(std::fs::File::from(self.stdin)),
             output: self.output,
-            started: Started::ByPid1 { pidfd },
+            started: Started::ByPid1 { pidfd, init, pid1 },
         })
     }
 }
@@ -106,8 +107,13 @@ pub(crate) struct ProbeShell {
 
 /// How the probe's shell started, which says how its end is seen.
 enum Started {
-    /// Pid 1's first process: pid 1 reaps it; its end shows on its pidfd.
-    ByPid1 { pidfd: OwnedFd },
+    /// Pid 1's first process, in pid 1's cgroup `init` (`pid1` the other
+    /// process there): pid 1 reaps it; its end shows on its pidfd.
+    ByPid1 {
+        pidfd: OwnedFd,
+        init: RunCgroup,
+        pid1: u32,
+    },
     /// Joined as a command is: its supervisor is this process's child.
     Joined(SpawnedChild),
 }
@@ -197,7 +203,7 @@ impl ProbeShell {
     /// evidence says it.
     pub(super) fn end(mut self, deadline: Instant, after_ms: u64) -> Result<String, ProcessError> {
         let ended = match &self.started {
-            Started::ByPid1 { pidfd } => wait_pidfd(pidfd.as_fd(), deadline),
+            Started::ByPid1 { pidfd, .. } => wait_pidfd(pidfd.as_fd(), deadline),
             Started::Joined(child) => wait_pidfd(child.pidfd(), deadline),
         };
         if !ended {
@@ -205,7 +211,13 @@ impl ProbeShell {
         }
         match &mut self.started {
             // Reaped by pid 1: it ended, and nothing here may know more.
-            Started::ByPid1 { .. } => Ok("ended (reaped by the sandbox's pid 1)".into()),
+            Started::ByPid1 { init, pid1, .. } => {
+                let status = "ended (reaped by the sandbox's pid 1)";
+                match stop_left_in_init(init, [*pid1, self.pid], deadline)? {
+                    0 => Ok(status.into()),
+                    left => Ok(format!("{status}; {left} process(es) it left stopped")),
+                }
+            }
             Started::Joined(child) => {
                 child
                     .wait()
@@ -227,7 +239,7 @@ impl ProbeShell {
             "the boundary probe timed out; killing it"
         );
         match &mut self.started {
-            Started::ByPid1 { pidfd } => {
+            Started::ByPid1 { pidfd, .. } => {
                 if let Err(errno) = pidfd::send_signal(pidfd.as_fd(), libc::SIGKILL) {
                     tracing::warn!(errno, "killing the boundary probe failed");
                 }
@@ -239,6 +251,55 @@ impl ProbeShell {
             }
         }
         ProcessError::ProbeTimeout { after_ms }
+    }
+}
+
+/// Kills whatever runs in pid 1's cgroup `init` besides `own` (pid 1, and the
+/// shell until pid 1 reaped it) once the probe's shell ended there: what the
+/// probe left (a toolchain's daemon, say), which would otherwise pass for part
+/// of the sandbox and outlive every command's stop. Each is signalled
+/// through a pidfd taken while its pid is still listed in `init`, so a reused
+/// pid is never hit; rounds go on until `init` holds only `own` (children
+/// forked meanwhile show in the next round) or `deadline` passes. How many
+/// were stopped.
+fn stop_left_in_init(
+    init: &RunCgroup,
+    own: [u32; 2],
+    deadline: Instant,
+) -> Result<usize, ProcessError> {
+    let mut stopped = std::collections::BTreeSet::new();
+    loop {
+        let left: Vec<u32> = init
+            .pids()
+            .map_err(|source| ProcessError::Cgroup {
+                step: "listing what the probe left in pid 1's cgroup",
+                source,
+            })?
+            .into_iter()
+            .filter(|pid| !own.contains(pid))
+            .collect();
+        if left.is_empty() {
+            return Ok(stopped.len());
+        }
+        if Instant::now() >= deadline {
+            return Err(ProcessError::Lost {
+                what: "what the probe left in pid 1's cgroup did not end",
+            });
+        }
+        for pid in left {
+            let Ok(pidfd) = i32::try_from(pid)
+                .map_err(|_| libc::ESRCH)
+                .and_then(pidfd::open)
+            else {
+                continue; // gone already
+            };
+            if init.pids().unwrap_or_default().contains(&pid)
+                && pidfd::send_signal(pidfd.as_fd(), libc::SIGKILL).is_ok()
+            {
+                stopped.insert(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -245,7 +245,7 @@ pub(crate) fn prepare(
                 });
             }
         },
-        Some(ends) => (None, Some(ends.started(first, (&init, &cgroup))?)),
+        Some(ends) => (None, Some(ends.started(first, init, holder.pid())?)),
     };
     let sandbox = Sandbox::of(&holder, door).map_err(|source| ProcessError::Spawn {
         step: "opening the sandbox",
