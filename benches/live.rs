@@ -12,7 +12,8 @@
 //!   the run's own) against `pg_ctl start -w` on a data directory prepared once
 //!   on the host with the same `initdb` settings;
 //! * **run**: a whole one-shot `run -- true` ([`Runner::run`], layered checkout,
-//!   evidence, cleanup) against a bare `bwrap --unshare-all true`.
+//!   evidence, cleanup) against a bare `bwrap --unshare-all true`, measured
+//!   alone and right after each run (paired: the same moments of the host).
 //!
 //! Run with `cargo bench --bench live` as root. Needs `runc`, `bwrap` and
 //! `nsenter` (Debian: `runc`, `bubblewrap`, `util-linux`) and PostgreSQL
@@ -53,8 +54,16 @@ const PG_OURS: &str = "create to ready postgres";
 const PG_HOST: &str = "pg_ctl start (prepared)";
 const RUN_OURS: &str = "run -- true";
 const RUN_BWRAP: &str = "bwrap --unshare-all true";
+const RUN_BWRAP_PAIRED: &str = "bwrap, right after each run";
 
 /// Fails unless `program` runs, naming the Debian package that has it.
+/// A bare `bwrap --unshare-all true` over the host's root, read-only.
+fn bare_bwrap() -> Command {
+    let mut command = Command::new("bwrap");
+    command.args(["--unshare-all", "--ro-bind", "/", "/", "/bin/true"]);
+    command
+}
+
 fn require(program: &str, args: &[&str], package: &str) {
     let ran = Command::new(program)
         .args(args)
@@ -277,9 +286,11 @@ fn main() {
                 )
             });
         });
+        // Each run is followed by one bare `bwrap`, so the two are also
+        // compared over the same moments of a host whose speed drifts.
         group.bench_function("run_ours", |b| {
             b.iter_custom(|iters| {
-                let batch = (0..iters)
+                let (batch, paired): (Vec<_>, Vec<_>) = (0..iters)
                     .map(|_| {
                         let started = Instant::now();
                         let report = rt
@@ -292,25 +303,16 @@ fn main() {
                             .unwrap();
                         let took = started.elapsed();
                         assert!(report.cleaned);
-                        took
+                        (took, timed(&mut bare_bwrap()))
                     })
-                    .collect();
+                    .unzip();
+                record(RUN_BWRAP_PAIRED, paired);
                 record(RUN_OURS, batch)
             });
         });
         group.bench_function("run_bwrap", |b| {
             b.iter_custom(|iters| {
-                let batch = (0..iters)
-                    .map(|_| {
-                        timed(Command::new("bwrap").args([
-                            "--unshare-all",
-                            "--ro-bind",
-                            "/",
-                            "/",
-                            "/bin/true",
-                        ]))
-                    })
-                    .collect();
+                let batch = (0..iters).map(|_| timed(&mut bare_bwrap())).collect();
                 record(RUN_BWRAP, batch)
             });
         });
@@ -331,6 +333,7 @@ fn main() {
         PG_HOST,
         RUN_OURS,
         RUN_BWRAP,
+        RUN_BWRAP_PAIRED,
     ]
     .map(|n| (n, n.to_owned()));
     let medians = print_medians(&rows, 28, |_| "not run");
@@ -341,6 +344,7 @@ fn main() {
         ("exec / nsenter", EXEC_OURS, EXEC_NSENTER),
         ("postgres / pg_ctl start", PG_OURS, PG_HOST),
         ("run -- true / bwrap", RUN_OURS, RUN_BWRAP),
+        ("run -- true / paired bwrap", RUN_OURS, RUN_BWRAP_PAIRED),
     ] {
         let (Some(a), Some(b)) = (medians.get(ours), medians.get(theirs)) else {
             println!("{label:<28} (not measured)");
