@@ -57,7 +57,8 @@ pub(crate) struct ProcessTemplate {
     /// The largest file a process may write (the disk cap), as the
     /// container's pid 1 has it.
     pub(crate) file_size_bytes: Option<u64>,
-    /// Where process files go (the run's private directory on the host).
+    /// The run's private directory on the host: the runtime's pid files and
+    /// logs.
     pub(crate) dir: PathBuf,
 }
 
@@ -162,16 +163,13 @@ impl ProcessTemplate {
         ];
         wrapped.extend(argv);
         let process = self.process(wrapped, cwd)?;
-        // The process file holds the environment (credentials): the run's own
-        // directory, owner-only, removed once the process runs.
-        let spec_file = self.dir.join(format!("{name}.process.json"));
+        // The process file holds the environment (credentials): in memory,
+        // sealed, read by the runtime through its own descriptor before it
+        // starts anything; never on a disk.
+        let spec_file = process_file(&serde_json::to_vec(&process).unwrap_or_default())?;
         let pid_file = self.dir.join(format!("{name}.pid"));
         let log = self.dir.join(format!("{name}.runtime.log"));
         let _ = std::fs::remove_file(&pid_file);
-        write_private(
-            &spec_file,
-            &serde_json::to_vec(&process).unwrap_or_default(),
-        )?;
         let (stdin_read, stdin_write) = pipe_pair("a process's stdin")?;
         let (stdout_read, stdout_write, stderr_read, stderr_write) = match output {
             Some((stdout, stderr)) => (None, stdout, None, stderr),
@@ -193,7 +191,7 @@ impl ProcessTemplate {
             .args(["exec", "--pid-file"])
             .arg(&pid_file)
             .args(["--cgroup", name, "--process"])
-            .arg(&spec_file)
+            .arg(format!("/proc/self/fd/{PROCESS_FD}"))
             .args(["--preserve-fds", "3"])
             .arg(&self.container)
             .stdin(Stdio::null())
@@ -213,6 +211,11 @@ impl ProcessTemplate {
                     parent_fd: stderr_write,
                     child_fd: 5,
                 },
+                // Past the preserved three: the runtime's alone.
+                FdMapping {
+                    parent_fd: spec_file,
+                    child_fd: PROCESS_FD,
+                },
             ])
             .map_err(|e| ContainerError::Pipe {
                 step: "placing a process's streams",
@@ -227,7 +230,6 @@ impl ProcessTemplate {
             source,
         })?;
         let started = wait_for_pid(&mut child, &pid_file);
-        let _ = std::fs::remove_file(&spec_file);
         let pid = match started {
             Ok(pid) => pid,
             Err(status) => {
@@ -284,19 +286,36 @@ fn wait_for_pid(child: &mut tokio::process::Child, pid_file: &Path) -> Result<u3
     }
 }
 
-/// `bytes` in a new file only its owner can read.
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), ContainerError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(ContainerError::io("writing a process file", path))?;
-    file.write_all(bytes)
-        .map_err(ContainerError::io("writing a process file", path))
+/// The descriptor the runtime reads the process file from.
+const PROCESS_FD: i32 = 6;
+
+/// `bytes` in a sealed memory file (no write, grow or shrink, no new seal):
+/// what the runtime reads at `/proc/self/fd/N` is what was written here.
+fn process_file(bytes: &[u8]) -> Result<OwnedFd, ContainerError> {
+    use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let failed = |errno: nix::errno::Errno| ContainerError::Pipe {
+        step: "writing a process file in memory",
+        source: errno.into(),
+    };
+    let file = memfd_create(
+        c"aw-process",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(failed)?;
+    let mut written = 0;
+    while written < bytes.len() {
+        match nix::unistd::write(&file, &bytes[written..]).map_err(failed)? {
+            0 => return Err(failed(nix::errno::Errno::ENOSPC)),
+            n => written += n,
+        }
+    }
+    let seals = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_SEAL;
+    fcntl(&file, FcntlArg::F_ADD_SEALS(seals)).map_err(failed)?;
+    Ok(file)
 }
 
 /// A close-on-exec pipe: (read end, write end).
