@@ -84,10 +84,10 @@ pub(crate) enum Supervisor {
 /// Forks the command; the caller continues as its supervisor and never returns.
 pub(crate) fn fork_command(p: &Prepared, supervisor: Supervisor) -> Result<Infallible, Report> {
     // Signals are blocked already (the clone that made this process blocked them),
-    // and this process is single-threaded: the same fork-style clone, without
-    // namespaces or a cgroup to be born in.
-    let command = sys::fork_like(0, None, p, command_process)
-        .map_err(|errno| report(ChildStage::Fork, errno))?;
+    // and this process is single-threaded: the command shares its memory until
+    // its `execve` (nothing of a copy of the runner is copied again).
+    let command =
+        sys::vfork_like(p, command_process).map_err(|errno| report(ChildStage::Fork, errno))?;
     init(command, supervisor)
 }
 
@@ -118,7 +118,7 @@ pub(crate) fn hold(p: &Prepared) -> Result<Infallible, Report> {
     if p.first_process {
         // Its exec closes its copy of the error pipe, so the parent's EOF
         // (below, once pid 1 closed its own) also says it runs.
-        sys::fork_like(0, None, p, first_process)
+        sys::vfork_like(p, first_process)
             .map_err(|errno| report(ChildStage::FirstProcess, errno))?;
     }
     // Descriptors pid 1 no longer needs.

@@ -116,3 +116,88 @@ pub(crate) fn fork_like<A>(
     }
     Ok(ret as libc::pid_t)
 }
+
+/// Bytes of the stack a [`vfork_like`] child runs on (what an `execve` and a
+/// failure report need, with room to spare), and of the guard below it: each a
+/// multiple of every page size Linux uses, so no page size is asked for.
+const LEAF_STACK: usize = 64 * 1024;
+const LEAF_GUARD: usize = 64 * 1024;
+
+/// What a [`vfork_like`] child gets through `clone`'s argument.
+struct Leaf<'a, A> {
+    arg: &'a A,
+    entry: fn(&A, Birth) -> !,
+}
+
+/// The child's first frame on its own stack.
+extern "C" fn leaf_start<A>(leaf: *mut libc::c_void) -> c_int {
+    // SAFETY: `leaf` is the `Leaf<A>` that `vfork_like` passed, which lives on
+    // in the suspended parent's frame until this child execs or exits.
+    let leaf = unsafe { &*(leaf as *const Leaf<'_, A>) };
+    (leaf.entry)(leaf.arg, Birth::WithParent)
+}
+
+/// A `vfork`-style clone for a child that execs at once: it shares this
+/// process's memory (`CLONE_VM`), so nothing of the address space is copied
+/// (a fork of a copy of the runner copies its page tables, then faults on
+/// every page either side writes), and this thread waits (`CLONE_VFORK`)
+/// until the child's `execve` or `_exit`. The child runs `entry(arg,
+/// Birth::WithParent)` on a stack of its own, mapped here, with a guard
+/// below it, and removed once this thread goes on.
+///
+/// Only for a single-threaded caller (pid 1 or a joining child): no other
+/// thread of it runs while the child shares its memory. `entry` must keep to
+/// what [`fork_like`] allows and write nothing but its own stack: every
+/// memory write it makes is this process's. The child gets the caller's
+/// signal mask and dispositions: this crate's cloned children reset every
+/// handler to the default and block every signal first, so no handler can
+/// run in the child before its `execve` (it unblocks right before).
+pub(crate) fn vfork_like<A>(arg: &A, entry: fn(&A, Birth) -> !) -> Result<libc::pid_t, Errno> {
+    let size = LEAF_STACK + LEAF_GUARD;
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(errno::last());
+    }
+    let unmap = || {
+        // SAFETY: the mapping made above, no longer used by anything.
+        unsafe { libc::munmap(base, size) };
+    };
+    // SAFETY: the lowest part of the mapping made above becomes the guard.
+    if unsafe { libc::mprotect(base, LEAF_GUARD, libc::PROT_NONE) } != 0 {
+        let error = errno::last();
+        unmap();
+        return Err(error);
+    }
+    let leaf = Leaf { arg, entry };
+    // SAFETY: the stack grows down from the mapping's end, which is
+    // page-aligned (16-byte aligned as the ABI asks). The child runs
+    // `leaf_start` there in this address space while this thread is
+    // suspended, so `leaf`, `arg` and the mapping outlive its use of them; it
+    // never returns into this frame (`entry` ends in `execve` or `_exit`).
+    let pid = unsafe {
+        libc::clone(
+            leaf_start::<A>,
+            base.cast::<u8>().add(size).cast::<libc::c_void>(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&leaf as *const Leaf<'_, A>)
+                .cast_mut()
+                .cast::<libc::c_void>(),
+        )
+    };
+    let error = errno::last();
+    unmap();
+    if pid < 0 {
+        return Err(error);
+    }
+    Ok(pid)
+}

@@ -25,7 +25,7 @@ pub(crate) mod signal;
 pub(crate) mod socket;
 pub(crate) mod tty;
 
-pub(crate) use clone::{Birth, fork_like};
+pub(crate) use clone::{Birth, fork_like, vfork_like};
 pub(crate) use errno::Errno;
 pub(crate) use exec::{CStrArray, execve};
 pub(crate) use fd::{Fd, close, read_byte, write_all};
