@@ -52,23 +52,19 @@
 //! # Ok::<(), backend_namespace::seccomp::SeccompError>(())
 //! ```
 
+mod bpf;
+mod dispatch;
 mod prologue;
 mod table;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
-
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule,
-    TargetArch,
-};
+use seccompiler::{BpfProgram, TargetArch};
 use serde::{Deserialize, Serialize};
 
-/// `CLONE_NEWUSER` from `linux/sched.h` (the same on every architecture).
-const CLONE_NEWUSER: u64 = 0x1000_0000;
-/// `EPERM`.
-const EPERM: u32 = 1;
+use dispatch::{Rule, dispatch};
+
+pub use dispatch::JumpTooFar;
 
 /// What a run may do beyond the default. Deny by default: [`Default`] turns both off.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,23 +134,14 @@ pub enum SeccompError {
         /// The requested architecture.
         arch: TargetArch,
     },
-    /// A rule for one syscall could not be built.
-    #[error("seccomp: building the rule for syscall `{syscall}` failed")]
-    Rule {
-        /// The syscall.
-        syscall: &'static str,
-        /// seccompiler's error.
-        #[source]
-        source: seccompiler::BackendError,
-    },
     /// The rules could not be compiled to BPF.
     #[error("seccomp: compiling the filter for {arch:?} failed")]
     Compile {
         /// The target architecture.
         arch: TargetArch,
-        /// seccompiler's error.
+        /// Why.
         #[source]
-        source: seccompiler::BackendError,
+        source: JumpTooFar,
     },
     /// `prctl(PR_SET_NO_NEW_PRIVS)` or `seccomp(SECCOMP_SET_MODE_FILTER)` failed.
     #[error("seccomp: installing the filter on the calling thread failed")]
@@ -180,39 +167,20 @@ pub fn build_filter(policy: &SeccompPolicy, arch: TargetArch) -> Result<BpfProgr
     let audit_arch = prologue::audit_arch(arch).ok_or(SeccompError::NoSyscallTable { arch })?;
     let x86_64 = matches!(arch, TargetArch::x86_64);
 
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for entry in table::TABLE {
-        let nr = if x86_64 { entry.x86_64 } else { entry.aarch64 };
-        match entry.denial(policy) {
-            None | Some(Denial::Enosys) => {} // Enosys rows live in the prologue.
-            Some(Denial::Eperm) => {
-                rules.insert(nr, Vec::new());
-            }
-            Some(Denial::EpermWithCloneNewuser) => {
-                let rule = SeccompCondition::new(
-                    0,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::MaskedEq(CLONE_NEWUSER),
-                    CLONE_NEWUSER,
-                )
-                .and_then(|cond| SeccompRule::new(vec![cond]))
-                .map_err(|source| SeccompError::Rule {
-                    syscall: entry.name,
-                    source,
-                })?;
-                rules.insert(nr, vec![rule]);
-            }
-        }
-    }
-
-    let compiled: BpfProgram = seccompiler::SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(EPERM),
-        arch,
-    )
-    .and_then(BpfProgram::try_from)
-    .map_err(|source| SeccompError::Compile { arch, source })?;
+    let mut rules: Vec<(u32, Rule)> = table::TABLE
+        .iter()
+        .filter_map(|entry| {
+            let nr = if x86_64 { entry.x86_64 } else { entry.aarch64 };
+            let rule = match entry.denial(policy)? {
+                Denial::Enosys => return None, // Enosys rows live in the prologue.
+                Denial::Eperm => Rule::Eperm,
+                Denial::EpermWithCloneNewuser => Rule::EpermWithCloneNewuser,
+            };
+            Some((nr, rule))
+        })
+        .collect();
+    rules.sort_unstable_by_key(|(nr, _)| *nr);
+    let compiled = dispatch(&rules).map_err(|source| SeccompError::Compile { arch, source })?;
 
     let mut program = prologue::prologue(audit_arch, x86_64, policy);
     program.extend(compiled);

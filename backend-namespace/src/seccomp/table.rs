@@ -28,8 +28,8 @@ pub(crate) enum Gate {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
     pub(crate) name: &'static str,
-    pub(crate) x86_64: i64,
-    pub(crate) aarch64: i64,
+    pub(crate) x86_64: u32,
+    pub(crate) aarch64: u32,
     pub(crate) gate: Gate,
 }
 
@@ -51,7 +51,7 @@ impl Entry {
     }
 }
 
-const fn e(name: &'static str, x86_64: i64, aarch64: i64, gate: Gate) -> Entry {
+const fn e(name: &'static str, x86_64: u32, aarch64: u32, gate: Gate) -> Entry {
     Entry {
         name,
         x86_64,
@@ -61,7 +61,7 @@ const fn e(name: &'static str, x86_64: i64, aarch64: i64, gate: Gate) -> Entry {
 }
 
 /// `clone3`: the same number on both architectures.
-pub(crate) const CLONE3: i64 = 435;
+pub(crate) const CLONE3: u32 = 435;
 
 /// The table. Keep it in the order of the module documentation.
 pub(crate) const TABLE: &[Entry] = &[

@@ -4,10 +4,11 @@
 
 use seccompiler::{TargetArch, sock_filter};
 
-use super::prologue::{
-    AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO,
-    SECCOMP_RET_KILL_PROCESS, X32_SYSCALL_BIT,
+use super::bpf::{
+    RET_ALLOW as SECCOMP_RET_ALLOW, RET_ERRNO as SECCOMP_RET_ERRNO,
+    RET_KILL_PROCESS as SECCOMP_RET_KILL_PROCESS,
 };
+use super::prologue::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
 use super::table::TABLE;
 use super::*;
 
@@ -16,6 +17,11 @@ const ENOSYS_RET: u32 = SECCOMP_RET_ERRNO | 38;
 
 /// Run `prog` on a `seccomp_data` (little endian, as on both targets).
 fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+    run_counted(prog, arch, nr, args).0
+}
+
+/// [`run`], and how many instructions ran.
+fn run_counted(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> (u32, usize) {
     let mut data = Vec::new();
     data.extend_from_slice(&nr.to_le_bytes());
     data.extend_from_slice(&arch.to_le_bytes());
@@ -23,10 +29,11 @@ fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
     for a in args {
         data.extend_from_slice(&a.to_le_bytes());
     }
-    let (mut acc, mut pc) = (0u32, 0usize);
+    let (mut acc, mut pc, mut steps) = (0u32, 0usize, 0usize);
     loop {
         let ins = &prog[pc];
         pc += 1;
+        steps += 1;
         match ins.code {
             0x20 => {
                 let k = ins.k as usize;
@@ -36,15 +43,16 @@ fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
             }
             0x54 => acc &= ins.k,
             0x05 => pc += ins.k as usize,
-            0x15 | 0x25 | 0x35 => {
+            0x15 | 0x25 | 0x35 | 0x45 => {
                 let taken = match ins.code {
                     0x15 => acc == ins.k,
                     0x25 => acc > ins.k,
-                    _ => acc >= ins.k,
+                    0x35 => acc >= ins.k,
+                    _ => acc & ins.k != 0,
                 };
                 pc += usize::from(if taken { ins.jt } else { ins.jf });
             }
-            0x06 => return ins.k,
+            0x06 => return (ins.k, steps),
             other => panic!("opcode {other:#x} not in the interpreter"),
         }
     }
@@ -52,11 +60,11 @@ fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
 
 fn nr(name: &str, arch: TargetArch) -> u32 {
     let e = TABLE.iter().find(|e| e.name == name).unwrap();
-    (if arch == TargetArch::x86_64 {
+    if arch == TargetArch::x86_64 {
         e.x86_64
     } else {
         e.aarch64
-    }) as u32
+    }
 }
 
 fn audit(arch: TargetArch) -> u32 {
@@ -252,7 +260,7 @@ fn table_has_unique_names_and_numbers() {
             "kcmp" => nix::libc::SYS_kcmp,
             _ => continue,
         };
-        assert_eq!(e.x86_64, libc_nr, "{}", e.name);
+        assert_eq!(i64::from(e.x86_64), libc_nr, "{}", e.name);
     }
 }
 
@@ -279,4 +287,68 @@ fn unsupported_arch_is_a_typed_error() {
     let err = build_filter(&SeccompPolicy::default(), TargetArch::riscv64).unwrap_err();
     assert!(matches!(err, SeccompError::NoSyscallTable { .. }), "{err}");
     assert!(current_arch().is_ok());
+}
+
+/// What the filter must answer, from the table alone.
+fn expected(policy: &SeccompPolicy, arch: TargetArch, nr: u32, arg0: u64) -> u32 {
+    if arch == TargetArch::x86_64 && nr & X32_SYSCALL_BIT != 0 {
+        return ENOSYS_RET;
+    }
+    let row = TABLE.iter().find(|e| {
+        let own = if arch == TargetArch::x86_64 {
+            e.x86_64
+        } else {
+            e.aarch64
+        };
+        own == nr
+    });
+    match row.and_then(|e| e.denial(policy)) {
+        None => SECCOMP_RET_ALLOW,
+        Some(Denial::Eperm) => EPERM_RET,
+        Some(Denial::Enosys) => ENOSYS_RET,
+        Some(Denial::EpermWithCloneNewuser) if arg0 & NEWUSER != 0 => EPERM_RET,
+        Some(Denial::EpermWithCloneNewuser) => SECCOMP_RET_ALLOW,
+    }
+}
+
+#[test]
+fn every_number_gets_the_tables_answer_under_every_policy() {
+    let policies = [(false, false), (true, false), (false, true), (true, true)].map(
+        |(allow_nested_user_namespaces, allow_ptrace)| SeccompPolicy {
+            allow_nested_user_namespaces,
+            allow_ptrace,
+        },
+    );
+    let numbers = (0..1024).chain([X32_SYSCALL_BIT, X32_SYSCALL_BIT | 56, u32::MAX]);
+    for arch in ARCHES {
+        for policy in &policies {
+            let prog = build_filter(policy, arch).unwrap();
+            for nr in numbers.clone() {
+                for arg0 in [0, SIGCHLD, NEWUSER, NEWUSER | SIGCHLD, u64::MAX] {
+                    assert_eq!(
+                        run(&prog, audit(arch), nr, [arg0, 0, 0, 0, 0, 0]),
+                        expected(policy, arch, nr, arg0),
+                        "{arch:?} {policy:?} nr {nr} arg0 {arg0:#x}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_allowed_number_is_decided_in_a_few_instructions() {
+    // The kernel emulates the program for every number when the filter is
+    // installed (its cache): a search, not a pass over every row.
+    let prog = build_filter(&SeccompPolicy::default(), TargetArch::x86_64).unwrap();
+    let longest = (0..1024)
+        .map(|nr| run_counted(&prog, AUDIT_ARCH_X86_64, nr, [0; 6]))
+        .filter(|(answer, _)| *answer == SECCOMP_RET_ALLOW)
+        .map(|(_, steps)| steps)
+        .max()
+        .unwrap();
+    assert!(
+        longest <= 16,
+        "{longest} instructions for an allowed number"
+    );
 }
