@@ -231,35 +231,48 @@ fn failures_name_the_stage_and_the_step() {
         other => panic!("{other:?}"),
     }
 
-    // A planted symlink on a mount target's path is refused, not followed.
-    let mut request = fixture.request("true");
+    // A planted symlink on a mount target's path is refused, not followed:
+    // where the target is looked up (a mask) and where it is made (a tmpfs).
     std::os::unix::fs::symlink("/etc", fixture.workspace().join("link")).unwrap();
-    request
-        .plan
-        .steps
-        .push(workspace_core::mount_plan::MountStep {
-            target: "/workspace/link/shadow".into(),
-            action: workspace_core::mount_plan::MountAction::Mask { file: true },
-            reason: workspace_core::mount_plan::Reason::Excluded,
-        });
-    let last = request.plan.steps.len() - 1;
-    let error = spawn(&request).unwrap_err();
-    match &error {
-        SpawnError::Child {
-            stage: ChildStage::MountStep,
-            step: Some(step),
-            target: Some(target),
-            ..
-        } => {
-            assert_eq!(*step, last);
-            assert_eq!(target, "/workspace/link/shadow");
+    for action in [
+        workspace_core::mount_plan::MountAction::Mask { file: true },
+        workspace_core::mount_plan::MountAction::Tmpfs {
+            size_bytes: 1 << 20,
+            mode: 0o755,
+        },
+    ] {
+        let mut request = fixture.request("true");
+        request
+            .plan
+            .steps
+            .push(workspace_core::mount_plan::MountStep {
+                target: "/workspace/link/shadow".into(),
+                action,
+                reason: workspace_core::mount_plan::Reason::Excluded,
+            });
+        let last = request.plan.steps.len() - 1;
+        let error = spawn(&request).unwrap_err();
+        match &error {
+            SpawnError::Child {
+                stage: ChildStage::MountStep,
+                step: Some(step),
+                target: Some(target),
+                errno,
+                ..
+            } => {
+                assert_eq!(*step, last);
+                assert_eq!(target, "/workspace/link/shadow");
+                // The link itself, never a directory to go through.
+                assert!(matches!(errno, Errno::ENOTDIR | Errno::ELOOP), "{error}");
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
+        assert!(
+            error.to_string().contains("/workspace/link/shadow"),
+            "{error}"
+        );
     }
-    assert!(
-        error.to_string().contains("/workspace/link/shadow"),
-        "{error}"
-    );
+    assert!(!std::path::Path::new("/etc/shadow").is_dir());
 
     let mut request = fixture.request("true");
     let missing = fixture.outside().join("missing");
