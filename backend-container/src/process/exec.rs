@@ -34,8 +34,9 @@ use crate::error::ContainerError;
 use crate::runtime::Runtime;
 
 /// What moves this side's descriptors 3, 4 and 5 to the standard streams and
-/// runs the program in its place.
-const STREAMS_WRAPPER: &str = "exec 0<&3 1>&4 2>&5 3<&- 4>&- 5>&-; exec \"$@\"";
+/// runs the program in its place (6, the runtime's own descriptor of the
+/// process file, is closed too, should a runtime pass it on).
+const STREAMS_WRAPPER: &str = "exec 0<&3 1>&4 2>&5 3<&- 4>&- 5>&- 6<&-; exec \"$@\"";
 /// `$0` of the wrapper shell.
 const WRAPPER_NAME: &str = "agent-workspace-command";
 /// How long the runtime may take to start a process.
@@ -298,10 +299,14 @@ fn process_file(bytes: &[u8]) -> Result<OwnedFd, ContainerError> {
         step: "writing a process file in memory",
         source: errno.into(),
     };
-    let file = memfd_create(
-        c"aw-process",
-        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-    )
+    // Never executable (a host with `vm.memfd_noexec = 2` refuses any other
+    // memfd); a kernel before 6.3 does not know the flag (`EINVAL`).
+    let sealed = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    let noexec = MFdFlags::from_bits_retain(nix::libc::MFD_NOEXEC_SEAL);
+    let file = match memfd_create(c"aw-process", sealed | noexec) {
+        Err(nix::errno::Errno::EINVAL) => memfd_create(c"aw-process", sealed),
+        made => made,
+    }
     .map_err(failed)?;
     let mut written = 0;
     while written < bytes.len() {

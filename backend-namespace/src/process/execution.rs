@@ -160,7 +160,7 @@ fn kill_all_but(tree: &RunCgroup, supervisor: u32) -> bool {
     }
     for pid in tree.pids().unwrap_or_default() {
         if pid != supervisor {
-            super::terminate::signal(pid, nix::libc::SIGKILL);
+            super::terminate::signal(tree, pid, nix::libc::SIGKILL);
         }
     }
     tree.thaw().is_ok()
@@ -338,7 +338,7 @@ impl Execution for NamespaceExecution {
                 .unwrap_or_default()
                 .into_iter()
                 .filter(|pid| Some(*pid) != supervisor)
-                .filter(|pid| super::terminate::signal(*pid, nix::libc::SIGTERM))
+                .filter(|pid| super::terminate::signal(&self.tree, *pid, nix::libc::SIGTERM))
                 .count();
             if signalled == 0 {
                 self.killer.signal(nix::libc::SIGTERM).map_err(|source| {

@@ -23,6 +23,9 @@ use crate::sys::pidfd;
 
 /// The program the probe runs.
 const SHELL: &str = "/bin/sh";
+/// How long killed leftovers of the probe get to leave pid 1's cgroup, even
+/// when the probe's deadline is nearer.
+const KILL_GRACE: Duration = Duration::from_millis(100);
 /// The name of the probe's cgroup, below the run's.
 const PROBE_CGROUP: &str = "probe";
 
@@ -213,7 +216,7 @@ impl ProbeShell {
             // Reaped by pid 1: it ended, and nothing here may know more.
             Started::ByPid1 { init, pid1, .. } => {
                 let status = "ended (reaped by the sandbox's pid 1)";
-                match stop_left_in_init(init, [*pid1, self.pid], deadline)? {
+                match stop_left_in_init(init, *pid1, deadline)? {
                     0 => Ok(status.into()),
                     left => Ok(format!("{status}; {left} process(es) it left stopped")),
                 }
@@ -254,39 +257,39 @@ impl ProbeShell {
     }
 }
 
-/// Kills whatever runs in pid 1's cgroup `init` besides `own` (pid 1, and the
-/// shell until pid 1 reaped it) once the probe's shell ended there: what the
-/// probe left (a toolchain's daemon, say), which would otherwise pass for part
-/// of the sandbox and outlive every command's stop. Each is signalled
-/// through a pidfd taken while its pid is still listed in `init`, so a reused
-/// pid is never hit; rounds go on until `init` holds only `own` (children
-/// forked meanwhile show in the next round) or `deadline` passes. How many
-/// were stopped.
+/// Kills whatever runs in pid 1's cgroup `init` besides `pid1` once the
+/// probe's shell ended there (an ended process is out of its cgroups before
+/// its pidfd says so): what the probe left (a toolchain's daemon, say), which
+/// would otherwise pass for part of the sandbox and outlive every command's
+/// stop. Each is signalled through a pidfd taken while its pid is still listed
+/// in `init`, so a reused pid is never hit; rounds go on until `init` holds
+/// `pid1` alone (children forked meanwhile show in the next round) or
+/// `deadline` passes, and never for less than [`KILL_GRACE`]. How many were
+/// stopped.
 fn stop_left_in_init(
     init: &RunCgroup,
-    own: [u32; 2],
+    pid1: u32,
     deadline: Instant,
 ) -> Result<usize, ProcessError> {
+    let give_up = deadline.max(Instant::now() + KILL_GRACE);
     let mut stopped = std::collections::BTreeSet::new();
-    loop {
-        let left: Vec<u32> = init
+    let left = || -> Result<Vec<u32>, ProcessError> {
+        Ok(init
             .pids()
             .map_err(|source| ProcessError::Cgroup {
                 step: "listing what the probe left in pid 1's cgroup",
                 source,
             })?
             .into_iter()
-            .filter(|pid| !own.contains(pid))
-            .collect();
-        if left.is_empty() {
+            .filter(|pid| *pid != pid1)
+            .collect())
+    };
+    loop {
+        let pids = left()?;
+        if pids.is_empty() {
             return Ok(stopped.len());
         }
-        if Instant::now() >= deadline {
-            return Err(ProcessError::Lost {
-                what: "what the probe left in pid 1's cgroup did not end",
-            });
-        }
-        for pid in left {
+        for pid in pids {
             let Ok(pidfd) = i32::try_from(pid)
                 .map_err(|_| libc::ESRCH)
                 .and_then(pidfd::open)
@@ -298,6 +301,11 @@ fn stop_left_in_init(
             {
                 stopped.insert(pid);
             }
+        }
+        if Instant::now() >= give_up {
+            return Err(ProcessError::Lost {
+                what: "what the probe left in pid 1's cgroup did not end",
+            });
         }
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -35,7 +35,7 @@ pub(super) fn terminate(run: &RunCgroup, grace: Duration) -> Result<TerminateRep
     let mut report = TerminateReport::default();
     for group in &groups {
         for pid in group.pids().unwrap_or_default() {
-            if signal(pid, libc::SIGTERM) {
+            if signal(group, pid, libc::SIGTERM) {
                 report.signalled += 1;
             }
         }
@@ -59,14 +59,19 @@ pub(super) fn terminate(run: &RunCgroup, grace: Duration) -> Result<TerminateRep
     Ok(report)
 }
 
-/// Sends `signal` to `pid` through a pidfd; `false` when it is already gone.
-pub(super) fn signal(pid: u32, signal: libc::c_int) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+/// Sends `signal` to `pid`, read from `group`, through a pidfd taken while
+/// `group` still lists it (a pid freed and reused since the listing is never
+/// hit); `false` when it is gone.
+pub(super) fn signal(group: &RunCgroup, pid: u32, signal: libc::c_int) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
         return false;
     };
-    let Ok(fd) = pidfd::open(pid) else {
+    let Ok(fd) = pidfd::open(raw) else {
         return false;
     };
+    if !group.pids().unwrap_or_default().contains(&pid) {
+        return false;
+    }
     match pidfd::send_signal(&fd, signal) {
         Ok(()) => true,
         Err(libc::ESRCH) => false,

@@ -42,6 +42,10 @@ pub struct JumpTooFar(usize);
 /// with the syscall number loaded: a denied number gets its rule's answer,
 /// every other number is allowed.
 pub(crate) fn dispatch(rules: &[(u32, Rule)]) -> Result<Vec<sock_filter>, JumpTooFar> {
+    debug_assert!(
+        rules.windows(2).all(|pair| pair[0].0 < pair[1].0),
+        "rules sorted, without duplicates"
+    );
     let mut program = Vec::new();
     node(rules, &mut program)?;
     Ok(program)

@@ -352,3 +352,65 @@ fn an_allowed_number_is_decided_in_a_few_instructions() {
         "{longest} instructions for an allowed number"
     );
 }
+
+#[test]
+fn key_numbers_from_the_kernels_tables_are_denied_on_both_architectures() {
+    // Written out here from the kernel's tables (x86_64 `syscall_64.tbl`,
+    // aarch64 `asm-generic/unistd.h`), not from this module's table: a wrong
+    // number there fails here.
+    let eperm = [
+        ("setns", 308, 268),
+        ("bpf", 321, 280),
+        ("ptrace", 101, 117),
+        ("keyctl", 250, 219),
+        ("mount", 165, 40),
+        ("umount2", 166, 39),
+        ("pivot_root", 155, 41),
+        ("open_tree", 428, 428),
+        ("io_uring_setup", 425, 425),
+        ("userfaultfd", 323, 282),
+        ("perf_event_open", 298, 241),
+    ];
+    let policy = SeccompPolicy::default();
+    for arch in ARCHES {
+        let prog = build_filter(&policy, arch).unwrap();
+        let pick = |x86_64: u32, aarch64: u32| {
+            if arch == TargetArch::x86_64 {
+                x86_64
+            } else {
+                aarch64
+            }
+        };
+        for (name, x86_64, aarch64) in eperm {
+            let nr = pick(x86_64, aarch64);
+            assert_eq!(
+                run(&prog, audit(arch), nr, [0; 6]),
+                EPERM_RET,
+                "{arch:?} {name}"
+            );
+        }
+        for (name, x86_64, aarch64) in [("unshare", 272, 97), ("clone", 56, 220)] {
+            let nr = pick(x86_64, aarch64);
+            let with = run(&prog, audit(arch), nr, [NEWUSER, 0, 0, 0, 0, 0]);
+            let without = run(&prog, audit(arch), nr, [SIGCHLD, 0, 0, 0, 0, 0]);
+            assert_eq!(
+                (with, without),
+                (EPERM_RET, SECCOMP_RET_ALLOW),
+                "{arch:?} {name}"
+            );
+        }
+        assert_eq!(
+            run(&prog, audit(arch), 435, [0; 6]),
+            ENOSYS_RET,
+            "{arch:?} clone3"
+        );
+        // read, write, openat: allowed.
+        for nr in [pick(0, 63), pick(1, 64), pick(257, 56)] {
+            assert_eq!(
+                run(&prog, audit(arch), nr, [0; 6]),
+                SECCOMP_RET_ALLOW,
+                "{arch:?} {nr}"
+            );
+        }
+    }
+}
