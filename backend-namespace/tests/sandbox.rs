@@ -171,11 +171,20 @@ fn a_sandbox_with_a_door_is_entered_through_it_and_nothing_else_stands_in_for_it
     request.pid1 = Pid1::HoldSandbox;
     let holder = spawn(&request).expect("starting the sandbox with a door");
     let pid = holder.pid();
-    // The door is pid 1's only child, and it has exec'd by the time spawn returns.
+    // The door is pid 1's only child, past its exec's point of no return by
+    // the time spawn returns (what /proc shows of its arguments comes a
+    // moment later, at the end of that exec).
     let children =
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
     let door: u32 = children.trim().parse().expect("one child of pid 1");
-    let cmdline = std::fs::read(format!("/proc/{door}/cmdline")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let cmdline = loop {
+        let cmdline = std::fs::read(format!("/proc/{door}/cmdline")).unwrap();
+        if !cmdline.is_empty() || std::time::Instant::now() > deadline {
+            break cmdline;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
     assert_eq!(cmdline, b"/usr/bin/sleep\0infinity\0");
     assert_eq!(pid_ns(door), pid_ns(pid), "the door is in the sandbox");
 

@@ -61,7 +61,11 @@ pub(crate) fn probe(
         )?,
     };
     let hostname = match hostname {
-        Some(thread) => thread.wait()?.unwrap_or_default(),
+        Some(thread) => {
+            shell.tell(READY_LINE);
+            shell.read(true, deadline, after_ms)?;
+            thread.wait()?.unwrap_or_default()
+        }
         None => {
             shell.tell(HOSTNAME_LINE);
             shell.read(true, deadline, after_ms)?
@@ -89,6 +93,14 @@ pub(crate) fn probe(
     );
     Ok(observed)
 }
+
+/// What the probe's shell runs first where the host reads the hostname itself:
+/// an empty line, whose arrival says the shell's `execve` is complete. The
+/// parent learns of an exec once it cannot fail, before the kernel has set
+/// what `/proc/<pid>/environ` and `cmdline` show, so the observation below
+/// waits for the shell's first answer. (Through a door, the hostname line
+/// says it.)
+const READY_LINE: &str = "echo\n";
 
 /// What the probe's shell runs first in a sandbox entered through a door: the
 /// UTS namespace's node name on a line of its own, with the shell's builtins
