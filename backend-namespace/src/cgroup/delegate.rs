@@ -37,7 +37,8 @@ const DELEGATED_FILES: [&str; 4] = [
 ];
 
 /// Makes `parent_name` in every hierarchy of `layout` and gives it to
-/// `uid`:`gid` (the directory and its [`DELEGATED_FILES`]); on v2 the
+/// `uid`:`gid` (the directory and its `cgroup.procs`, `tasks`,
+/// `cgroup.threads` and `cgroup.subtree_control`, where they exist); on v2 the
 /// controllers a run needs are enabled down to it first. Returns the
 /// directories. Idempotent.
 ///
