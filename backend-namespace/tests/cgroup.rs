@@ -428,3 +428,40 @@ fn a_delegated_parent_is_the_users_own_and_lets_it_make_groups_but_nothing_above
         "another user is told it cannot use them"
     );
 }
+
+/// Every cgroup hierarchy this host mounts (`cgroup` and `cgroup2` mount points).
+fn every_cgroup_mount() -> Vec<std::path::PathBuf> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fstype = right.split(' ').next()?;
+            let mount_point = left.split(' ').nth(4)?;
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| mount_point.into())
+        })
+        .collect()
+}
+
+#[test]
+fn remove_parent_removes_it_from_every_hierarchy_the_host_mounts() {
+    // An OCI runtime given `parent/run` as a cgroup path makes `parent` in
+    // every v1 hierarchy (`blkio`, `devices`, `name=systemd`...), also where
+    // runs of this crate have none, and leaves it there, empty, when it
+    // deletes the container.
+    let layout = layout_with_all_controllers();
+    let guard = ParentGuard::new(&layout);
+    let mounts = every_cgroup_mount();
+    assert!(!mounts.is_empty(), "no cgroup mount on this host");
+    for mount in &mounts {
+        std::fs::create_dir_all(mount.join(&guard.name)).unwrap();
+    }
+    remove_parent(&layout, &guard.name).unwrap();
+    for mount in &mounts {
+        assert!(
+            !mount.join(&guard.name).exists(),
+            "{} is left",
+            mount.join(&guard.name).display()
+        );
+    }
+}

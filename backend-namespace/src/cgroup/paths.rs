@@ -74,34 +74,53 @@ pub fn run_processes(
 /// every hierarchy of `layout`, once no run is left in it.
 ///
 /// Only empty directories are removed: a parent still holding a run's group is an
-/// error ([`CgroupError::RemoveDir`]), and nothing is killed.
+/// error ([`CgroupError::RemoveDir`]), and nothing is killed. An OCI runtime given
+/// the parent in a container's cgroup path makes it in every v1 hierarchy the
+/// host mounts (`blkio`, `devices`, `name=systemd`...), not only in those of
+/// `layout`: there it is removed too where it is empty, at best effort (no run
+/// of this crate lives there).
 ///
 /// # Ambient authority
 /// Removes directories of the host's cgroup hierarchies.
 pub fn remove_parent(layout: &CgroupLayout, parent_name: &str) -> Result<(), CgroupError> {
     let parent = check_parent_name(parent_name)?;
+    let ours = hierarchy_mounts(layout);
     let mut first = None;
-    for mount in hierarchy_mounts(layout) {
-        // Deepest component first: `a/b` removes `a/b`, then `a`.
-        let mut path = parent.clone();
-        loop {
-            let full = mount.join(&path);
-            if let Err(source) = std::fs::remove_dir(&full)
-                && source.kind() != io::ErrorKind::NotFound
-            {
-                first.get_or_insert(CgroupError::RemoveDir {
-                    path: full,
-                    attempts: 1,
-                    source,
-                });
-                break;
-            }
-            if !path.pop() || path.as_os_str().is_empty() {
-                break;
-            }
+    for mount in &ours {
+        if let Err(e) = remove_chain(mount, &parent) {
+            first.get_or_insert(e);
+        }
+    }
+    let others = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|text| super::layout::parse_mountinfo(&text))
+        .unwrap_or_default();
+    for mount in others.iter().map(|m| &m.mount_point) {
+        if !ours.contains(mount) {
+            let _ = remove_chain(mount, &parent);
         }
     }
     first.map_or(Ok(()), Err)
+}
+
+/// Removes `parent` (relative) below `mount`, deepest component first (`a/b`
+/// removes `a/b`, then `a`); a missing one is gone already.
+fn remove_chain(mount: &Path, parent: &Path) -> Result<(), CgroupError> {
+    let mut path = parent.to_path_buf();
+    loop {
+        let full = mount.join(&path);
+        if let Err(source) = std::fs::remove_dir(&full)
+            && source.kind() != io::ErrorKind::NotFound
+        {
+            return Err(CgroupError::RemoveDir {
+                path: full,
+                attempts: 1,
+                source,
+            });
+        }
+        if !path.pop() || path.as_os_str().is_empty() {
+            return Ok(());
+        }
+    }
 }
 
 /// Every hierarchy mount of the layout a run may have a directory in.
