@@ -406,3 +406,65 @@ async fn the_postgres_example_runs_in_a_container_each_run_on_its_own_copy_of_th
     fixture.assert_nothing_left(&second.run_id, &[]);
     assert!(runc_knows(&container::state(&fixture)).is_empty());
 }
+
+/// Whether any file under `dir` holds `needle` (files that go away while they
+/// are read are skipped).
+fn any_file_holds(dir: &std::path::Path, needle: &[u8]) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|entry| match entry.file_type() {
+        Ok(kind) if kind.is_dir() => any_file_holds(&entry.path(), needle),
+        Ok(kind) if kind.is_file() => std::fs::read(entry.path())
+            .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle)),
+        _ => false,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commands_environment_is_never_written_to_the_hosts_disk() {
+    // The process file the runtime reads holds the command's environment
+    // (credentials among it): watched for while a command starts and runs.
+    let fixture = Fixture::new("container-env-memory");
+    let runner = runner(&fixture);
+    let secret = format!("aw-env-{}-never-on-disk", std::process::id());
+    let mut contract = fixture.contract();
+    contract
+        .environment
+        .env
+        .insert("AW_TEST_MARK".into(), secret.clone());
+    let mut workspace = create(&runner, contract).await;
+    let run_id = workspace.run_id().clone();
+    let run_dir = fixture.paths(&run_id).run_dir;
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (watching, run_dir, needle) = (watching.clone(), run_dir.clone(), secret.clone());
+        std::thread::spawn(move || {
+            let mut seen = false;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                seen |= any_file_holds(&run_dir, needle.as_bytes());
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            seen
+        })
+    };
+    let check = command(
+        &[
+            "sh",
+            "-c",
+            "test \"$AW_TEST_MARK\" && sleep 0.5 && echo set",
+        ],
+        Some(20_000),
+    );
+    let ran = workspace.exec(&check, CommandIo::captured()).await.unwrap();
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(ran.shell_status(), 0, "{ran:?}");
+    let evidence = fixture.paths(&run_id).evidence;
+    let out = std::fs::read_to_string(evidence.join("commands/0001/stdout")).unwrap();
+    assert_eq!(out, "set\n", "the variable reached the command");
+    assert!(!watcher.join().unwrap(), "the environment was on the disk");
+    assert!(!any_file_holds(&run_dir, secret.as_bytes()));
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    fixture.assert_nothing_left(&run_id, &[]);
+}
