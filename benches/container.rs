@@ -3,8 +3,13 @@
 //!
 //! * **exec**: `true` in a live container workspace (through the backend:
 //!   its own cgroup, its status pipe, recorded in the evidence) against
-//!   `runc exec ID /bin/true` into a running container, and against `true` in
-//!   a live namespace workspace;
+//!   `runc exec ID /bin/true` into the same container (its seccomp filter,
+//!   user namespace and cgroups: what the backend adds is what is measured),
+//!   into a bare `runc spec` container beside it, and against `true` in a
+//!   live namespace workspace; back to back, and spaced (each after an
+//!   untimed pause, as an agent's tool calls come: the kernel's cgroup
+//!   migration lock is back in its fast mode by then, which the first
+//!   `cgroup.procs` write pays an RCU grace period to leave);
 //! * **lifecycle**: a whole one-command workspace on the container backend
 //!   (checkout, bundle, container start, probe, `true`, evidence, delete)
 //!   against `runc run --detach` + `runc exec true` + `runc delete --force`
@@ -37,11 +42,36 @@ use criterion::{Criterion, SamplingMode};
 use runc::Container;
 use timings::{SAMPLES, print_medians, record};
 
-const EXEC_OURS: &str = "exec, container workspace";
-const EXEC_RUNC: &str = "runc exec";
+/// Execs one right after another: the backend's exec, raw runc's into the
+/// same container, raw runc's into a bare one.
+const BACK_TO_BACK: [&str; 3] = [
+    "exec, container workspace",
+    "runc exec, same container",
+    "runc exec, bare container",
+];
+/// The same, each after a pause of [`PAUSE`] (not timed), as an agent's tool
+/// calls come.
+const SPACED: [&str; 3] = [
+    "spaced exec, container workspace",
+    "spaced runc exec, same container",
+    "spaced runc exec, bare container",
+];
+/// The pause before a spaced exec: longer than the kernel's RCU grace
+/// periods, whatever state a write to `cgroup.procs` left them in.
+const PAUSE: Duration = Duration::from_millis(50);
 const EXEC_NAMESPACE: &str = "exec, namespace workspace";
 const LIFE_OURS: &str = "workspace, one command";
 const LIFE_RUNC: &str = "runc run + exec + delete";
+
+/// `iters` times `exec`, each after `pause` (not counted): what each took.
+fn paced(iters: u64, pause: Duration, mut exec: impl FnMut() -> Duration) -> Vec<Duration> {
+    (0..iters)
+        .map(|_| {
+            std::thread::sleep(pause);
+            exec()
+        })
+        .collect()
+}
 
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
@@ -110,35 +140,44 @@ fn main() {
             .sampling_mode(SamplingMode::Flat)
             .warm_up_time(Duration::from_millis(300))
             .measurement_time(Duration::from_secs(if full { 4 } else { 1 }));
-        let mut exec =
-            |name: &'static str, workspace: &mut agent_workspace::core::runner::Workspace| {
-                let batch_of =
-                    |iters: u64, workspace: &mut agent_workspace::core::runner::Workspace| {
-                        (0..iters)
-                            .map(|_| {
-                                let started = Instant::now();
-                                let outcome = rt
-                                    .block_on(workspace.exec(&truth, CommandIo::captured()))
-                                    .unwrap();
-                                let took = started.elapsed();
-                                assert_eq!(outcome.shell_status(), 0);
-                                took
-                            })
-                            .collect()
-                    };
-                group.bench_function(name, |b| {
-                    b.iter_custom(|iters| record(name, batch_of(iters, workspace)))
-                });
-            };
-        exec(EXEC_OURS, &mut live);
-        exec(EXEC_NAMESPACE, &mut live_namespace);
-        group.bench_function("exec_runc", |b| {
+        let ours = |workspace: &mut agent_workspace::core::runner::Workspace| {
+            let started = Instant::now();
+            let outcome = rt
+                .block_on(workspace.exec(&truth, CommandIo::captured()))
+                .unwrap();
+            let took = started.elapsed();
+            assert_eq!(outcome.shell_status(), 0);
+            took
+        };
+        // Raw runc into the container the backend made: the same seccomp
+        // filter, user namespace and cgroups, without the backend.
+        let same = live.run_id().to_string();
+        for (pause, names) in [(Duration::ZERO, BACK_TO_BACK), (PAUSE, SPACED)] {
+            let [ours_name, runc_name, bare_name] = names;
+            group.bench_function(ours_name, |b| {
+                b.iter_custom(|iters| record(ours_name, paced(iters, pause, || ours(&mut live))))
+            });
+            group.bench_function(runc_name, |b| {
+                b.iter_custom(|iters| {
+                    record(
+                        runc_name,
+                        paced(iters, pause, || runc::exec_true_in(&state, &same)),
+                    )
+                })
+            });
+            group.bench_function(bare_name, |b| {
+                b.iter_custom(|iters| {
+                    record(bare_name, paced(iters, pause, || container.exec_true()))
+                })
+            });
+        }
+        group.bench_function(EXEC_NAMESPACE, |b| {
             b.iter_custom(|iters| {
                 record(
-                    EXEC_RUNC,
-                    (0..iters).map(|_| container.exec_true()).collect(),
+                    EXEC_NAMESPACE,
+                    paced(iters, Duration::ZERO, || ours(&mut live_namespace)),
                 )
-            });
+            })
         });
         group.bench_function("lifecycle_ours", |b| {
             b.iter_custom(|iters| {
@@ -182,21 +221,32 @@ fn main() {
 
     println!();
     println!("== container: medians measured in this run (warm-up excluded) ==");
-    let rows =
-        [EXEC_OURS, EXEC_RUNC, EXEC_NAMESPACE, LIFE_OURS, LIFE_RUNC].map(|n| (n, n.to_owned()));
-    let medians = print_medians(&rows, 28, |_| "not run");
+    let rows: Vec<_> = BACK_TO_BACK
+        .into_iter()
+        .chain(SPACED)
+        .chain([EXEC_NAMESPACE, LIFE_OURS, LIFE_RUNC])
+        .map(|n| (n, n.to_owned()))
+        .collect();
+    let medians = print_medians(&rows, 34, |_| "not run");
     println!();
     println!("== ratios of medians ==");
     for (label, ours, theirs) in [
-        ("exec / runc exec", EXEC_OURS, EXEC_RUNC),
-        ("namespace exec / runc exec", EXEC_NAMESPACE, EXEC_RUNC),
+        ("exec / runc exec", BACK_TO_BACK[0], BACK_TO_BACK[1]),
+        ("exec / bare runc exec", BACK_TO_BACK[0], BACK_TO_BACK[2]),
+        ("spaced exec / runc exec", SPACED[0], SPACED[1]),
+        ("spaced exec / bare runc exec", SPACED[0], SPACED[2]),
+        (
+            "namespace exec / runc exec",
+            EXEC_NAMESPACE,
+            BACK_TO_BACK[1],
+        ),
         ("workspace / runc lifecycle", LIFE_OURS, LIFE_RUNC),
     ] {
         let (Some(a), Some(b)) = (medians.get(ours), medians.get(theirs)) else {
-            println!("{label:<28} (not measured)");
+            println!("{label:<30} (not measured)");
             continue;
         };
-        println!("{label:<28} {:>9.3}", a.as_secs_f64() / b.as_secs_f64());
+        println!("{label:<30} {:>9.3}", a.as_secs_f64() / b.as_secs_f64());
     }
     let known = std::process::Command::new("runc")
         .arg("--root")

@@ -35,6 +35,17 @@ pub fn timed(command: &mut Command) -> Duration {
     took
 }
 
+/// Runs `/bin/true` in the running container `id` of the runc state
+/// directory `root`, timed.
+pub fn exec_true_in(root: &std::path::Path, id: &str) -> Duration {
+    timed(
+        Command::new("runc")
+            .arg("--root")
+            .arg(root)
+            .args(["exec", id, "/bin/true"]),
+    )
+}
+
 /// A running runc container over the host's base system, removed when dropped.
 pub struct Container {
     id: String,

@@ -221,9 +221,13 @@ impl ProcessBoundary for ContainerProcess {
                 }
                 None => (None, None),
             };
+            // After the mkdirs above, which the lock's switch would hold up;
+            // kept until the process runs.
+            let ready = live.cgroups.keep_migration_ready();
             let started =
                 live.template
                     .start(&runtime, &name, spec.argv.clone(), &cwd, write_ends)?;
+            drop(ready);
             tracing::info!(container = %live.id, pid = started.pid, cgroup = %name,
                 argv = ?spec.argv, "command started in the container");
             ContainerExecution::new(

@@ -28,6 +28,7 @@
 mod boundary;
 mod cgroups;
 mod exec;
+mod migration_lock;
 mod output;
 pub mod preview;
 mod probe;

@@ -44,7 +44,9 @@ pub(crate) fn probe(
     let deadline = Instant::now() + timeout;
     let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let cgroup = cgroups.create_child(PROBE_CGROUP)?;
+    let ready = cgroups.keep_migration_ready();
     let started = template.start(runtime, PROBE_CGROUP, vec!["/bin/sh".into()], workdir, None)?;
+    drop(ready);
     let mut text = from_host(started.pid);
     text.push_str(&absent_section(started.pid, &expected.mount_points));
     text.push_str(&readback_sections(started.pid, &expected.mount_points));
