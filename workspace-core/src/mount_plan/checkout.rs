@@ -79,21 +79,31 @@ pub fn excluded_paths_layered(
     Ok(listed(found))
 }
 
-/// One matcher for `patterns` and [`PROTECTED_EXCLUSIONS`].
+/// One matcher for `patterns` and [`PROTECTED_EXCLUSIONS`], each pattern once:
+/// a glob set, which matches the common shapes (`**/.env`, `*.pem`) without
+/// a regular expression and compiles the rest into one.
 fn matcher(patterns: &[String]) -> Result<impl Fn(&str) -> bool, CheckoutError> {
-    let mut matchers = Vec::new();
+    let mut set = globset::GlobSetBuilder::new();
+    let mut added = std::collections::BTreeSet::new();
     for pattern in patterns
         .iter()
         .map(String::as_str)
         .chain(PROTECTED_EXCLUSIONS)
     {
+        if !added.insert(pattern) {
+            continue;
+        }
         let glob = exclusion_glob(pattern).map_err(|source| CheckoutError::Glob {
             pattern: pattern.to_owned(),
             source,
         })?;
-        matchers.push(glob.compile_matcher());
+        set.add(glob);
     }
-    Ok(move |rel: &str| matchers.iter().any(|m| m.is_match(rel)))
+    let set = set.build().map_err(|source| CheckoutError::Glob {
+        pattern: added.into_iter().collect::<Vec<_>>().join(", "),
+        source,
+    })?;
+    Ok(move |rel: &str| set.is_match(rel))
 }
 
 /// The paths still excluded once every tree was walked, sorted.
