@@ -96,6 +96,11 @@ enum Entry {
 /// claimed once every sync returned, when the manifest (written after this) says
 /// so, and a batch that waits together shares the file system's commits.
 pub(crate) fn make_durable(dir: &Path, manifest: &Manifest) -> Result<(), EvidenceError> {
+    if in_memory(dir) {
+        // Nothing of it survives the host anyway; a sync there returns at once,
+        // and the threads would be all the cost.
+        return Ok(());
+    }
     let mut dirs = BTreeSet::new();
     for rel in manifest.files.keys() {
         let mut parent = Path::new(rel.as_str()).parent();
@@ -132,6 +137,21 @@ pub(crate) fn make_durable(dir: &Path, manifest: &Manifest) -> Result<(), Eviden
             Err(panic) => std::panic::resume_unwind(panic),
         })
     })
+}
+
+/// Whether `dir` is on a file system held in memory (tmpfs), which no sync
+/// makes outlive the host.
+pub(crate) fn in_memory(dir: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        nix::sys::statfs::statfs(dir)
+            .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        false
+    }
 }
 
 /// Syncs the bundle file `path`. The manifest was computed from regular files

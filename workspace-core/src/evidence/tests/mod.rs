@@ -284,3 +284,53 @@ fn exit_status_is_tagged_in_json() {
         json!({ "kind": "not_started" })
     );
 }
+
+/// The file system type `/proc/self/mountinfo` names for the mount holding
+/// `dir` (the longest mount point that is an ancestor of it).
+fn mount_type_of(dir: &Path) -> String {
+    let dir = dir.canonicalize().unwrap();
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let point = Path::new(fields.get(4)?);
+            let separator = fields.iter().position(|f| *f == "-")?;
+            let kind = fields.get(separator + 1)?.to_string();
+            dir.starts_with(point)
+                .then_some((point.as_os_str().len(), kind))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, kind)| kind)
+        .unwrap()
+}
+
+/// A bundle on a memory file system is sealed without syncing (nothing there
+/// outlives the host) and verifies as one on a disk does; the file system is
+/// told apart as the mount table says.
+#[test]
+fn a_bundle_on_a_memory_file_system_seals_and_verifies() {
+    let shm = Path::new("/dev/shm");
+    assert_eq!(
+        mount_type_of(shm),
+        "tmpfs",
+        "this test needs /dev/shm to be a tmpfs (as every Linux host mounts it)"
+    );
+    let on_disk = TempDir::new().unwrap();
+    let in_memory = TempDir::new_in(shm).unwrap();
+    for root in [on_disk.path(), in_memory.path()] {
+        assert_eq!(
+            atomic::in_memory(root),
+            mount_type_of(root) == "tmpfs",
+            "{}",
+            root.display()
+        );
+        let writer = EvidenceWriter::create(root, &run_id()).unwrap();
+        writer
+            .write_json(EvidenceFile::Outcome, &json!({"ok": true}))
+            .unwrap();
+        let manifest = writer.seal().unwrap();
+        assert!(manifest.files.contains_key("outcome.json"));
+        let report = verify(&root.join("run-1")).unwrap();
+        assert!(report.problems.is_empty(), "{report:?}");
+    }
+}
