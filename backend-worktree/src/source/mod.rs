@@ -55,7 +55,7 @@ mod resume;
 mod submodules;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use boundary::{CHECKOUT_DIR, WorktreeSource, provision_source};
 pub use checkout::{Checkout, provision_standalone};

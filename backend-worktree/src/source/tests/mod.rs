@@ -1,6 +1,6 @@
 //! Tests of the source module: real repositories built with the git CLI.
 
-mod fixture;
+pub(crate) mod fixture;
 
 mod boundary_tests;
 mod checkout_tests;
