@@ -468,3 +468,40 @@ async fn a_commands_environment_is_never_written_to_the_hosts_disk() {
     assert!(report.cleaned, "{:?}", report.cleanup_errors);
     fixture.assert_nothing_left(&run_id, &[]);
 }
+
+/// A command that ends before it could be seen running reports its own exit
+/// status, and one the runtime cannot start fails naming the runtime's
+/// reason (what it logged, held in memory): neither is taken for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_failure_is_the_commands_and_a_runtime_failure_names_its_reason() {
+    let fixture = Fixture::new("container-start-failure");
+    let runner = runner(&fixture);
+    let mut workspace = create(&runner, fixture.contract()).await;
+    let run_id = workspace.run_id().clone();
+    for _ in 0..5 {
+        let quick = command(&["sh", "-c", "exit 3"], Some(20_000));
+        let ended = workspace.exec(&quick, CommandIo::captured()).await.unwrap();
+        assert_eq!(ended.shell_status(), 3, "{ended:?}");
+        assert_eq!(ended.error, None, "{ended:?}");
+    }
+    let mut nowhere = command(&["true"], Some(20_000));
+    nowhere.cwd = "no/such/directory".into();
+    let refused = workspace
+        .exec(&nowhere, CommandIo::captured())
+        .await
+        .unwrap();
+    let error = refused.error.clone().unwrap_or_default();
+    assert!(error.contains("runc"), "{refused:?}");
+    assert!(
+        error.contains("no such file or directory") && error.contains("directory"),
+        "the runtime's own reason: {refused:?}"
+    );
+    let after = workspace
+        .exec(&command(&["true"], Some(20_000)), CommandIo::captured())
+        .await
+        .unwrap();
+    assert_eq!(after.shell_status(), 0, "{after:?}");
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    fixture.assert_nothing_left(&run_id, &[]);
+}

@@ -200,8 +200,8 @@ impl ProcessBoundary for ContainerProcess {
         let (runtime, spec) = (self.options.runtime.clone(), command.clone());
         let execution = blocking("starting a command", move || {
             let n = live.next_command.fetch_add(1, Ordering::Relaxed);
-            let name = format!("cmd-{n}");
-            let cgroup = live.cgroups.create_child(&name)?;
+            let name = seal::command_cgroup_name(n);
+            let cgroup = live.command_cgroup(n)?;
             let cwd = match spec.cwd.trim_matches('/') {
                 "" | "." => live.workdir.clone(),
                 rel => format!("{}/{rel}", live.workdir.trim_end_matches('/')),
@@ -224,11 +224,16 @@ impl ProcessBoundary for ContainerProcess {
             // After the mkdirs above, which the lock's switch would hold up;
             // kept until the process runs.
             let ready = live.cgroups.keep_migration_ready();
-            let started =
-                live.template
-                    .start(&runtime, &name, spec.argv.clone(), &cwd, write_ends)?;
+            let started = live.template.start(
+                &runtime,
+                (&name, &cgroup.procs_file()),
+                (spec.argv.clone(), &cwd),
+                write_ends,
+                // While the runtime starts this one: the next command's.
+                || live.make_ahead(n + 1),
+            )?;
             drop(ready);
-            tracing::info!(container = %live.id, pid = started.pid, cgroup = %name,
+            tracing::info!(container = %live.id, pid = ?started.pid, cgroup = %name,
                 argv = ?spec.argv, "command started in the container");
             ContainerExecution::new(
                 started,

@@ -144,6 +144,14 @@ pub(crate) struct CommandCgroup {
 }
 
 impl CommandCgroup {
+    /// Its `cgroup.procs` in the first hierarchy (every process of it is
+    /// listed in each).
+    pub(crate) fn procs_file(&self) -> PathBuf {
+        self.dirs
+            .first()
+            .map_or_else(PathBuf::new, |dir| dir.join("cgroup.procs"))
+    }
+
     /// Its processes.
     pub(crate) fn pids(&self) -> Vec<u32> {
         pids_below(&self.dirs)

@@ -11,14 +11,13 @@
 //! never return; detached, the process would be reparented to the host's init,
 //! whose reaping the container's pid 1 waits for when it ends.
 
+use std::ffi::OsString;
 use std::fmt;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use command_fds::{CommandFdExt, FdMapping};
 use oci_spec::runtime::{
     LinuxCapabilitiesBuilder, PosixRlimitBuilder, PosixRlimitType, Process, ProcessBuilder,
     UserBuilder,
@@ -30,6 +29,7 @@ use workspace_core::boundary::{
 use workspace_core::evidence::ExitStatusRecord;
 
 use super::cgroups::CommandCgroup;
+use super::runtime_child::RuntimeChild;
 use crate::error::ContainerError;
 use crate::runtime::Runtime;
 
@@ -58,9 +58,6 @@ pub(crate) struct ProcessTemplate {
     /// The largest file a process may write (the disk cap), as the
     /// container's pid 1 has it.
     pub(crate) file_size_bytes: Option<u64>,
-    /// The run's private directory on the host: the runtime's pid files and
-    /// logs.
-    pub(crate) dir: PathBuf,
 }
 
 impl fmt::Debug for ProcessTemplate {
@@ -79,9 +76,9 @@ impl fmt::Debug for ProcessTemplate {
 /// A process just started, with this side's ends of its pipes.
 pub(crate) struct Started {
     /// The attached runtime, the process's parent (its exit is the process's).
-    pub(crate) runtime: tokio::process::Child,
-    /// Its host pid.
-    pub(crate) pid: u32,
+    pub(crate) runtime: RuntimeChild,
+    /// Its host pid (`None`: it had ended when it was looked for).
+    pub(crate) pid: Option<u32>,
     /// Its standard input.
     pub(crate) stdin: OwnedFd,
     /// Its standard output, when it goes to a pipe.
@@ -144,17 +141,20 @@ impl ProcessTemplate {
     }
 
     /// Starts `argv` in the container, in `cgroup` (a sub-cgroup name made
-    /// already), as `name` (a file-name-safe label: `cmd-3`, `probe`). Its
-    /// stdout and stderr go to `output` (files) when given, else to pipes.
-    /// Returns once the process runs (the runtime wrote its pid). Blocking;
+    /// already; `procs` its `cgroup.procs` in one hierarchy), as `name` (a
+    /// file-name-safe label: `cmd-3`, `probe`) in `cwd`. Its stdout and
+    /// stderr go to `output` (files) when given, else to pipes. `meanwhile`
+    /// runs while the runtime starts it (milliseconds this thread would
+    /// otherwise wait). Returns once the process runs (it is in its cgroup,
+    /// no longer the runtime's), or has run and ended already. Blocking;
     /// within a tokio runtime (the runtime's process is registered with it).
     pub(crate) fn start(
         &self,
         runtime: &Runtime,
-        name: &str,
-        argv: Vec<String>,
-        cwd: &str,
+        (name, procs): (&str, &Path),
+        (argv, cwd): (Vec<String>, &str),
         output: Option<(OwnedFd, OwnedFd)>,
+        meanwhile: impl FnOnce(),
     ) -> Result<Started, ContainerError> {
         let mut wrapped = vec![
             "/bin/sh".to_owned(),
@@ -166,11 +166,10 @@ impl ProcessTemplate {
         let process = self.process(wrapped, cwd)?;
         // The process file holds the environment (credentials): in memory,
         // sealed, read by the runtime through its own descriptor before it
-        // starts anything; never on a disk.
+        // starts anything; never on a disk. What the runtime logs goes to
+        // memory too: it is read only when the runtime fails.
         let spec_file = process_file(&serde_json::to_vec(&process).unwrap_or_default())?;
-        let pid_file = self.dir.join(format!("{name}.pid"));
-        let log = self.dir.join(format!("{name}.runtime.log"));
-        let _ = std::fs::remove_file(&pid_file);
+        let log = memory_file(c"aw-runtime-log")?;
         let (stdin_read, stdin_write) = pipe_pair("a process's stdin")?;
         let (stdout_read, stdout_write, stderr_read, stderr_write) = match output {
             Some((stdout, stderr)) => (None, stdout, None, stderr),
@@ -185,66 +184,46 @@ impl ProcessTemplate {
                 )
             }
         };
-        let mut command = tokio::process::Command::from(runtime.command());
-        command
-            .arg("--log")
-            .arg(&log)
-            .args(["exec", "--pid-file"])
-            .arg(&pid_file)
-            .args(["--cgroup", name, "--process"])
-            .arg(format!("/proc/self/fd/{PROCESS_FD}"))
-            .args(["--preserve-fds", "3"])
-            .arg(&self.container)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        command
-            .fd_mappings(vec![
-                FdMapping {
-                    parent_fd: stdin_read,
-                    child_fd: 3,
-                },
-                FdMapping {
-                    parent_fd: stdout_write,
-                    child_fd: 4,
-                },
-                FdMapping {
-                    parent_fd: stderr_write,
-                    child_fd: 5,
-                },
-                // Past the preserved three: the runtime's alone.
-                FdMapping {
-                    parent_fd: spec_file,
-                    child_fd: PROCESS_FD,
-                },
-            ])
-            .map_err(|e| ContainerError::Pipe {
-                step: "placing a process's streams",
-                source: std::io::Error::other(e.to_string()),
-            })?;
-        let spawned = command.spawn();
-        // This side's copies of the process's ends go with the command.
-        drop(command);
+        let args: Vec<OsString> = [
+            "--root".into(),
+            runtime.root().as_os_str().to_owned(),
+            "--log".into(),
+            format!("/proc/self/fd/{LOG_FD}").into(),
+            "exec".into(),
+            "--cgroup".into(),
+            name.into(),
+            "--process".into(),
+            format!("/proc/self/fd/{PROCESS_FD}").into(),
+            "--preserve-fds".into(),
+            "3".into(),
+            self.container.as_str().into(),
+        ]
+        .into();
+        let placed = [
+            (stdin_read.as_fd(), 3),
+            (stdout_write.as_fd(), 4),
+            (stderr_write.as_fd(), 5),
+            // Past the preserved three: the runtime's alone.
+            (spec_file.as_fd(), PROCESS_FD),
+            (log.as_fd(), LOG_FD),
+        ];
+        let spawned = RuntimeChild::spawn(runtime.program(), &args, &placed);
+        // This side's copies of the process's ends go now.
+        drop((stdin_read, stdout_write, stderr_write, spec_file));
         let mut child = spawned.map_err(|source| ContainerError::Spawn {
             runtime: runtime.name().to_owned(),
             step: "exec",
             source,
         })?;
-        let started = wait_for_pid(&mut child, &pid_file);
-        let pid = match started {
-            Ok(pid) => pid,
-            Err(status) => {
-                let said = std::fs::read_to_string(&log).unwrap_or_default();
-                let _ = std::fs::remove_file(&log);
-                return Err(ContainerError::Runtime {
-                    runtime: runtime.name().to_owned(),
-                    step: "exec",
-                    status,
-                    stderr: said.trim().to_owned(),
-                });
+        meanwhile();
+        let pid = wait_for_process(&mut child, procs, runtime.name(), &log).map_err(|status| {
+            ContainerError::Runtime {
+                runtime: runtime.name().to_owned(),
+                step: "exec",
+                status,
+                stderr: read_all(&log).trim().to_owned(),
             }
-        };
-        let _ = std::fs::remove_file(&pid_file);
+        })?;
         Ok(Started {
             runtime: child,
             pid,
@@ -255,31 +234,41 @@ impl ProcessTemplate {
     }
 }
 
-/// The pid the runtime wrote, once that process runs the program (no longer
-/// the runtime's own init, which writes the pid before it `exec`s: what is
-/// read of the process then is the program's); how the runtime ended when it
-/// ended first (or did not start it in time).
-fn wait_for_pid(child: &mut tokio::process::Child, pid_file: &Path) -> Result<u32, String> {
+/// The process in the cgroup whose `cgroup.procs` is `procs` once it runs
+/// the program (no longer the runtime's own init, named after the runtime);
+/// `None` when the runtime ended before one was seen there without a word
+/// in its `log` (the process ran and ended: its status is the runtime's);
+/// how the runtime ended when it failed (or did not start it in time).
+fn wait_for_process(
+    child: &mut RuntimeChild,
+    procs: &Path,
+    runtime: &str,
+    log: &OwnedFd,
+) -> Result<Option<u32>, String> {
     let deadline = std::time::Instant::now() + START_WAIT;
+    let ours = |comm: &str| comm.starts_with("runc:") || comm.split(':').next() == Some(runtime);
     // The runtime takes a few milliseconds: look often at first, then every
     // millisecond.
     let mut pause = std::time::Duration::from_micros(50);
     loop {
-        if let Ok(text) = std::fs::read_to_string(pid_file)
-            && let Ok(pid) = text.trim().parse::<u32>()
-        {
+        let listed = std::fs::read_to_string(procs).unwrap_or_default();
+        for pid in listed.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if !comm.starts_with("runc:") {
-                return Ok(pid);
+            if !comm.is_empty() && !ours(comm.trim()) {
+                return Ok(Some(pid));
             }
         }
         match child.try_wait() {
+            Ok(Some(status)) if read_all(log).trim().is_empty() => {
+                tracing::debug!(%status, "the process ended before it was seen");
+                return Ok(None);
+            }
             Ok(Some(status)) => return Err(status.to_string()),
             Ok(None) => {}
             Err(e) => return Err(e.to_string()),
         }
         if std::time::Instant::now() >= deadline {
-            let _ = child.start_kill();
+            child.kill();
             return Err(format!("no process within {} s", START_WAIT.as_secs()));
         }
         std::thread::sleep(pause);
@@ -287,27 +276,34 @@ fn wait_for_pid(child: &mut tokio::process::Child, pid_file: &Path) -> Result<u3
     }
 }
 
+/// Everything `file` (a memory file) holds, from its start.
+fn read_all(file: &OwnedFd) -> String {
+    use std::io::{Read, Seek};
+    let Ok(copy) = file.try_clone() else {
+        return String::new();
+    };
+    let mut file = std::fs::File::from(copy);
+    let mut text = String::new();
+    let _ = file
+        .seek(std::io::SeekFrom::Start(0))
+        .and_then(|_| file.read_to_string(&mut text));
+    text
+}
+
 /// The descriptor the runtime reads the process file from.
 const PROCESS_FD: i32 = 6;
+/// The descriptor the runtime logs to.
+const LOG_FD: i32 = 7;
 
 /// `bytes` in a sealed memory file (no write, grow or shrink, no new seal):
 /// what the runtime reads at `/proc/self/fd/N` is what was written here.
 fn process_file(bytes: &[u8]) -> Result<OwnedFd, ContainerError> {
     use nix::fcntl::{FcntlArg, SealFlag, fcntl};
-    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let file = memory_file(c"aw-process")?;
     let failed = |errno: nix::errno::Errno| ContainerError::Pipe {
         step: "writing a process file in memory",
         source: errno.into(),
     };
-    // Never executable (a host with `vm.memfd_noexec = 2` refuses any other
-    // memfd); a kernel before 6.3 does not know the flag (`EINVAL`).
-    let sealed = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
-    let noexec = MFdFlags::from_bits_retain(nix::libc::MFD_NOEXEC_SEAL);
-    let file = match memfd_create(c"aw-process", sealed | noexec) {
-        Err(nix::errno::Errno::EINVAL) => memfd_create(c"aw-process", sealed),
-        made => made,
-    }
-    .map_err(failed)?;
     let mut written = 0;
     while written < bytes.len() {
         match nix::unistd::write(&file, &bytes[written..]).map_err(failed)? {
@@ -321,6 +317,23 @@ fn process_file(bytes: &[u8]) -> Result<OwnedFd, ContainerError> {
         | SealFlag::F_SEAL_SEAL;
     fcntl(&file, FcntlArg::F_ADD_SEALS(seals)).map_err(failed)?;
     Ok(file)
+}
+
+/// An empty close-on-exec memory file that can be sealed and is never
+/// executable (a host with `vm.memfd_noexec = 2` refuses any other memfd; a
+/// kernel before 6.3 does not know the flag: `EINVAL`).
+fn memory_file(name: &std::ffi::CStr) -> Result<OwnedFd, ContainerError> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let sealed = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+    let noexec = MFdFlags::from_bits_retain(nix::libc::MFD_NOEXEC_SEAL);
+    match memfd_create(name, sealed | noexec) {
+        Err(nix::errno::Errno::EINVAL) => memfd_create(name, sealed),
+        made => made,
+    }
+    .map_err(|errno| ContainerError::Pipe {
+        step: "making a file in memory",
+        source: errno.into(),
+    })
 }
 
 /// A close-on-exec pipe: (read end, write end).
@@ -378,14 +391,14 @@ pub(crate) struct ContainerExecution {
     followed: Option<(std::fs::File, std::fs::File)>,
     /// Whether the command ended (its followed streams then end).
     ended: tokio::sync::watch::Sender<bool>,
-    runtime: tokio::process::Child,
+    runtime: RuntimeChild,
     cgroup: Arc<CommandCgroup>,
     deadline: Option<tokio::time::Instant>,
     killed: Option<KillCause>,
     exit: Option<ExitRecord>,
     oom: Counter,
     forks: Counter,
-    pid: u32,
+    pid: Option<u32>,
 }
 
 impl Drop for ContainerExecution {

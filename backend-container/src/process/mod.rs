@@ -32,6 +32,7 @@ mod migration_lock;
 mod output;
 pub mod preview;
 mod probe;
+mod runtime_child;
 mod seal;
 
 use std::collections::HashMap;

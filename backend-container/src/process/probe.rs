@@ -45,11 +45,21 @@ pub(crate) fn probe(
     let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let cgroup = cgroups.create_child(PROBE_CGROUP)?;
     let ready = cgroups.keep_migration_ready();
-    let started = template.start(runtime, PROBE_CGROUP, vec!["/bin/sh".into()], workdir, None)?;
+    let started = template.start(
+        runtime,
+        (PROBE_CGROUP, &cgroup.procs_file()),
+        (vec!["/bin/sh".into()], workdir),
+        None,
+        || {},
+    )?;
     drop(ready);
-    let mut text = from_host(started.pid);
-    text.push_str(&absent_section(started.pid, &expected.mount_points));
-    text.push_str(&readback_sections(started.pid, &expected.mount_points));
+    // The shell waits for its input: it cannot have ended already.
+    let pid = started.pid.ok_or_else(|| ContainerError::Lost {
+        what: "the boundary probe's shell ended as it started".into(),
+    })?;
+    let mut text = from_host(pid);
+    text.push_str(&absent_section(pid, &expected.mount_points));
+    text.push_str(&readback_sections(pid, &expected.mount_points));
     let mut stdin = std::fs::File::from(started.stdin);
     if let Some(line) = observation::toolchain_line(expected.toolchain.as_deref()) {
         // A shell that is gone fails the write; its output then lacks the line.

@@ -15,7 +15,7 @@ use workspace_core::mount_plan::{MountPlan, MountPoint, PlanInputs, probe_image}
 use workspace_core::observation::Expected;
 
 use super::ContainerOptions;
-use super::cgroups::ContainerCgroups;
+use super::cgroups::{CommandCgroup, ContainerCgroups};
 use super::exec::ProcessTemplate;
 use super::preview::{self, ForwarderConfig};
 use crate::bundle::{self, BundleInputs, IdMaps};
@@ -52,6 +52,40 @@ pub(crate) struct Live {
     pub(crate) wall_time_ms: Option<u64>,
     /// The number of the next command's cgroup (`cmd-<n>`).
     pub(crate) next_command: AtomicU32,
+    /// A command's cgroup made ahead, while the runtime started the command
+    /// before it (made in every hierarchy: tens of `mkdir`s), with its number.
+    pub(crate) made_ahead: std::sync::Mutex<Option<(u32, CommandCgroup)>>,
+}
+
+impl Live {
+    /// The cgroup of command `n`: the one made ahead for it, else made now.
+    pub(crate) fn command_cgroup(&self, n: u32) -> Result<CommandCgroup, ContainerError> {
+        let ahead = self
+            .made_ahead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take_if(|(made, _)| *made == n);
+        match ahead {
+            Some((_, cgroup)) => Ok(cgroup),
+            None => self.cgroups.create_child(&command_cgroup_name(n)),
+        }
+    }
+
+    /// Makes command `n`'s cgroup ahead of it (best effort: a failure is met
+    /// again, and reported, when the command starts).
+    pub(crate) fn make_ahead(&self, n: u32) {
+        if let Ok(cgroup) = self.cgroups.create_child(&command_cgroup_name(n)) {
+            *self
+                .made_ahead
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((n, cgroup));
+        }
+    }
+}
+
+/// The name of command `n`'s cgroup.
+pub(crate) fn command_cgroup_name(n: u32) -> String {
+    format!("cmd-{n}")
 }
 
 /// What a later runner reads back to attach.
@@ -241,7 +275,6 @@ pub(crate) fn prepare(
         gid: plan.identity.gid,
         open_files: plan.environment.limits.open_files,
         file_size_bytes: plan.environment.limits.disk_bytes,
-        dir: bundle_dir.clone(),
     };
     Ok(Prepared {
         live: Live {
@@ -252,6 +285,7 @@ pub(crate) fn prepare(
             workdir: mount_plan.workdir,
             wall_time_ms: plan.environment.limits.wall_time_ms,
             next_command: AtomicU32::new(1),
+            made_ahead: std::sync::Mutex::new(None),
         },
         expected,
         mount_plan_sha256,
@@ -363,13 +397,13 @@ pub(crate) fn reopen(
             gid: plan.identity.gid,
             open_files: plan.environment.limits.open_files,
             file_size_bytes: plan.environment.limits.disk_bytes,
-            dir: bundle_dir.clone(),
         },
         bundle: bundle_dir,
         cgroups,
         workdir: state.workdir,
         wall_time_ms: plan.environment.limits.wall_time_ms,
         next_command: AtomicU32::new(next),
+        made_ahead: std::sync::Mutex::new(None),
     })
 }
 
