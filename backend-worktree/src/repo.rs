@@ -18,22 +18,28 @@ const KEPT: usize = 16;
 /// configuration file.
 static OPENED: Mutex<Vec<(Key, gix::ThreadSafeRepository)>> = Mutex::new(Vec::new());
 
-/// A repository as opened: its path, and its configuration file's inode,
-/// size and times (a repository made again at the path, or its configuration
-/// changed, is opened again).
+/// A repository as opened: its path, and the identity (inode, size, times)
+/// of what gix reads once and keeps: its configuration, index and packed
+/// references (git replaces each through a lock file and a rename: a new
+/// inode) and its pack directory (sized for the packs there at open). A
+/// repository made again at the path, or any of these changed, is opened
+/// again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Key {
     path: PathBuf,
-    config: (u64, u64, u64, i64, i64, i64, i64),
+    files: Vec<Option<Identity>>,
 }
+
+/// Device, inode, size, modification and change times.
+type Identity = (u64, u64, u64, i64, i64, i64, i64);
 
 /// Opens the source repository at `path` in isolation: only its own configuration
 /// is read, no `GIT_*` variable, no system or user configuration, no includes.
 ///
 /// A run opens its source several times (checkout, export, promotion): the
-/// repository is opened once per process and handed out again while its
-/// configuration file is the same (references and objects are read from disk
-/// at each use, new packs included).
+/// repository is opened once per process and handed out again while what
+/// gix keeps of it is unchanged (see [`Key`]; loose references and objects
+/// are read from disk at each use).
 ///
 /// # Ambient authority
 /// `path` is a host path, used as given.
@@ -61,25 +67,46 @@ pub fn open_source(path: &Path) -> gix::Result<gix::Repository> {
     Ok(repo)
 }
 
-/// What `path`'s repository is known by: its configuration file (`.git/config`
-/// of a work tree, `config` of a bare repository); `None` without one.
+/// What `path`'s repository is known by (see [`Key`]); `None` without a
+/// configuration file of its own (`.git/config` of a work tree, `config` of
+/// a bare repository; a `.git` file naming a directory elsewhere is not
+/// kept).
 fn key(path: &Path) -> Option<Key> {
     use std::os::unix::fs::MetadataExt;
-    let meta = [path.join(".git").join("config"), path.join("config")]
-        .into_iter()
-        .find_map(|file| std::fs::symlink_metadata(file).ok())
-        .filter(std::fs::Metadata::is_file)?;
+    let dot_git = path.join(".git");
+    let git_dir = match std::fs::symlink_metadata(&dot_git) {
+        Ok(meta) if meta.is_dir() => dot_git,
+        Ok(_) => return None,
+        Err(_) => path.to_path_buf(),
+    };
+    let identity = |file: &Path| {
+        std::fs::symlink_metadata(file).ok().map(|meta| {
+            (
+                meta.dev(),
+                meta.ino(),
+                meta.size(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ctime(),
+                meta.ctime_nsec(),
+            )
+        })
+    };
+    let config = git_dir.join("config");
+    if !std::fs::symlink_metadata(&config).is_ok_and(|meta| meta.is_file()) {
+        return None;
+    }
     Some(Key {
         path: path.to_path_buf(),
-        config: (
-            meta.dev(),
-            meta.ino(),
-            meta.size(),
-            meta.mtime(),
-            meta.mtime_nsec(),
-            meta.ctime(),
-            meta.ctime_nsec(),
-        ),
+        files: [
+            config,
+            git_dir.join("index"),
+            git_dir.join("packed-refs"),
+            git_dir.join("objects").join("pack"),
+        ]
+        .iter()
+        .map(|file| identity(file))
+        .collect(),
     })
 }
 
@@ -120,6 +147,19 @@ mod tests {
         let repo = open_source(&path).unwrap();
         let id = gix::ObjectId::from_hex(second.as_bytes()).unwrap();
         assert!(repo.find_object(id).is_ok());
+        git(&path, &["config", "aw.kept", "changed"]);
+        let config = open_source(&path)
+            .unwrap()
+            .config_snapshot()
+            .string("aw.kept");
+        assert_eq!(
+            config.map(|v| v.to_string()).as_deref(),
+            Some("changed"),
+            "a configuration changed after the first open"
+        );
+        git(&path, &["pack-refs", "--all"]);
+        git(&path, &["gc", "-q"]);
+        assert_eq!(head(&path), second, "references packed, objects repacked");
 
         std::fs::remove_dir_all(&path).unwrap();
         std::fs::create_dir(&path).unwrap();

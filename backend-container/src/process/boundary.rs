@@ -223,15 +223,23 @@ impl ProcessBoundary for ContainerProcess {
             };
             // After the mkdirs above, which the lock's switch would hold up;
             // kept until the process runs.
-            let ready = live.cgroups.keep_migration_ready();
+            let ready = super::migration_lock::keep_ready();
             let started = live.template.start(
                 &runtime,
                 (&name, &cgroup.procs_file()),
                 (spec.argv.clone(), &cwd),
                 write_ends,
-                // While the runtime starts this one: the next command's.
+                // Once this one runs: the next command's.
                 || live.make_ahead(n + 1),
-            )?;
+            );
+            let started = match started {
+                Ok(started) => started,
+                Err(e) => {
+                    // Whatever the runtime left of it.
+                    let _ = cgroup.kill_all();
+                    return Err(e);
+                }
+            };
             drop(ready);
             tracing::info!(container = %live.id, pid = ?started.pid, cgroup = %name,
                 argv = ?spec.argv, "command started in the container");
@@ -256,11 +264,14 @@ impl ProcessBoundary for ContainerProcess {
 
     async fn teardown(&self, run: &RunContext) -> Result<LeakReport, BoundaryError> {
         const OP: &str = "teardown";
-        self.runs().remove(&run.run_id);
+        let live = self.runs().remove(&run.run_id);
         let (options, id) = (Arc::clone(&self.options), run.run_id.to_string());
         let cgroups_path = seal::cgroups_path(&self.options, run);
         let bundle = run.run_dir.join(seal::BUNDLE_DIR);
         let report = blocking("removing the container", move || {
+            if let Some(live) = live {
+                live.settle();
+            }
             remove(&options.runtime, &id, &cgroups_path, &bundle)
         })
         .await

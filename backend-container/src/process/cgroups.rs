@@ -84,15 +84,6 @@ impl ContainerCgroups {
         Ok(CommandCgroup { dirs })
     }
 
-    /// Keeps the kernel's process migrations ready while a runtime moves a
-    /// process into the container's cgroups, until the guard is dropped
-    /// ([`super::migration_lock`]).
-    pub(crate) fn keep_migration_ready(&self) -> Option<super::migration_lock::KeptReady> {
-        self.dirs
-            .first()
-            .map(|dir| super::migration_lock::keep_ready(dir))
-    }
-
     /// The command sub-cgroups (names), in the first hierarchy.
     pub(crate) fn children(&self) -> Vec<String> {
         let Some(first) = self.dirs.first() else {

@@ -33,10 +33,12 @@ use super::runtime_child::RuntimeChild;
 use crate::error::ContainerError;
 use crate::runtime::Runtime;
 
-/// What moves this side's descriptors 3, 4 and 5 to the standard streams and
-/// runs the program in its place (6, the runtime's own descriptor of the
-/// process file, is closed too, should a runtime pass it on).
-const STREAMS_WRAPPER: &str = "exec 0<&3 1>&4 2>&5 3<&- 4>&- 5>&- 6<&-; exec \"$@\"";
+/// What moves this side's descriptors 3, 4 and 5 to the standard streams,
+/// says it started (one byte on 6, which it then closes), and runs the
+/// program in its place (7 and 8, the runtime's own descriptors of the
+/// process file and its log, are closed too, should a runtime pass them on).
+const STREAMS_WRAPPER: &str =
+    "exec 0<&3 1>&4 2>&5 3<&- 4>&- 5>&-; printf . >&6; exec 6>&- 7<&- 8>&-; exec \"$@\"";
 /// `$0` of the wrapper shell.
 const WRAPPER_NAME: &str = "agent-workspace-command";
 /// How long the runtime may take to start a process.
@@ -144,9 +146,8 @@ impl ProcessTemplate {
     /// already; `procs` its `cgroup.procs` in one hierarchy), as `name` (a
     /// file-name-safe label: `cmd-3`, `probe`) in `cwd`. Its stdout and
     /// stderr go to `output` (files) when given, else to pipes. `meanwhile`
-    /// runs while the runtime starts it (milliseconds this thread would
-    /// otherwise wait). Returns once the process runs (it is in its cgroup,
-    /// no longer the runtime's), or has run and ended already. Blocking;
+    /// runs once it started, while it runs. Returns once the process runs
+    /// the program (the wrapper said so), or has run and ended already. Blocking;
     /// within a tokio runtime (the runtime's process is registered with it).
     pub(crate) fn start(
         &self,
@@ -170,6 +171,7 @@ impl ProcessTemplate {
         // memory too: it is read only when the runtime fails.
         let spec_file = process_file(&serde_json::to_vec(&process).unwrap_or_default())?;
         let log = memory_file(c"aw-runtime-log")?;
+        let (started_read, started_write) = pipe_pair("a process's start signal")?;
         let (stdin_read, stdin_write) = pipe_pair("a process's stdin")?;
         let (stdout_read, stdout_write, stderr_read, stderr_write) = match output {
             Some((stdout, stderr)) => (None, stdout, None, stderr),
@@ -195,7 +197,7 @@ impl ProcessTemplate {
             "--process".into(),
             format!("/proc/self/fd/{PROCESS_FD}").into(),
             "--preserve-fds".into(),
-            "3".into(),
+            "4".into(),
             self.container.as_str().into(),
         ]
         .into();
@@ -203,20 +205,26 @@ impl ProcessTemplate {
             (stdin_read.as_fd(), 3),
             (stdout_write.as_fd(), 4),
             (stderr_write.as_fd(), 5),
-            // Past the preserved three: the runtime's alone.
+            (started_write.as_fd(), STARTED_FD),
+            // Past the preserved four: the runtime's alone.
             (spec_file.as_fd(), PROCESS_FD),
             (log.as_fd(), LOG_FD),
         ];
         let spawned = RuntimeChild::spawn(runtime.program(), &args, &placed);
         // This side's copies of the process's ends go now.
-        drop((stdin_read, stdout_write, stderr_write, spec_file));
+        drop((
+            stdin_read,
+            stdout_write,
+            stderr_write,
+            spec_file,
+            started_write,
+        ));
         let mut child = spawned.map_err(|source| ContainerError::Spawn {
             runtime: runtime.name().to_owned(),
             step: "exec",
             source,
         })?;
-        meanwhile();
-        let pid = wait_for_process(&mut child, procs, runtime.name(), &log).map_err(|status| {
+        let pid = wait_for_start(&mut child, &started_read, procs).map_err(|status| {
             ContainerError::Runtime {
                 runtime: runtime.name().to_owned(),
                 step: "exec",
@@ -224,6 +232,7 @@ impl ProcessTemplate {
                 stderr: read_all(&log).trim().to_owned(),
             }
         })?;
+        meanwhile();
         Ok(Started {
             runtime: child,
             pid,
@@ -234,35 +243,36 @@ impl ProcessTemplate {
     }
 }
 
-/// The process in the cgroup whose `cgroup.procs` is `procs` once it runs
-/// the program (no longer the runtime's own init, named after the runtime);
-/// `None` when the runtime ended before one was seen there without a word
-/// in its `log` (the process ran and ended: its status is the runtime's);
-/// how the runtime ended when it failed (or did not start it in time).
-fn wait_for_process(
+/// Waits until the wrapper said it started (a byte on `started`, written
+/// just before it runs the program), then reads its pid from `procs` (its
+/// cgroup's `cgroup.procs`, where nothing else runs yet; `None` when it has
+/// already ended). How the runtime ended when it ended without a start (or
+/// did not start it in time).
+fn wait_for_start(
     child: &mut RuntimeChild,
+    started: &OwnedFd,
     procs: &Path,
-    runtime: &str,
-    log: &OwnedFd,
 ) -> Result<Option<u32>, String> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let deadline = std::time::Instant::now() + START_WAIT;
-    let ours = |comm: &str| comm.starts_with("runc:") || comm.split(':').next() == Some(runtime);
-    // The runtime takes a few milliseconds: look often at first, then every
-    // millisecond.
-    let mut pause = std::time::Duration::from_micros(50);
+    let said = |started: &OwnedFd| {
+        let mut byte = [0u8; 1];
+        let mut ready = [PollFd::new(started.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut ready, PollTimeout::ZERO), Ok(1))
+            && matches!(nix::unistd::read(started, &mut byte), Ok(1))
+    };
     loop {
-        let listed = std::fs::read_to_string(procs).unwrap_or_default();
-        for pid in listed.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if !comm.is_empty() && !ours(comm.trim()) {
-                return Ok(Some(pid));
-            }
+        // Woken by the byte, or every millisecond to see whether the runtime
+        // ended (it holds the pipe too: no end of file before it exits).
+        let mut ready = [PollFd::new(started.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut ready, PollTimeout::from(1u8));
+        if said(started) {
+            let listed = std::fs::read_to_string(procs).unwrap_or_default();
+            return Ok(listed.lines().find_map(|l| l.trim().parse::<u32>().ok()));
         }
         match child.try_wait() {
-            Ok(Some(status)) if read_all(log).trim().is_empty() => {
-                tracing::debug!(%status, "the process ended before it was seen");
-                return Ok(None);
-            }
+            // The byte may have come as the runtime ended.
+            Ok(Some(_)) if said(started) => return Ok(None),
             Ok(Some(status)) => return Err(status.to_string()),
             Ok(None) => {}
             Err(e) => return Err(e.to_string()),
@@ -271,8 +281,6 @@ fn wait_for_process(
             child.kill();
             return Err(format!("no process within {} s", START_WAIT.as_secs()));
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(std::time::Duration::from_millis(1));
     }
 }
 
@@ -291,9 +299,11 @@ fn read_all(file: &OwnedFd) -> String {
 }
 
 /// The descriptor the runtime reads the process file from.
-const PROCESS_FD: i32 = 6;
+const PROCESS_FD: i32 = 7;
 /// The descriptor the runtime logs to.
-const LOG_FD: i32 = 7;
+const LOG_FD: i32 = 8;
+/// The descriptor the wrapper says it started on (the last preserved one).
+const STARTED_FD: i32 = 6;
 
 /// `bytes` in a sealed memory file (no write, grow or shrink, no new seal):
 /// what the runtime reads at `/proc/self/fd/N` is what was written here.

@@ -44,7 +44,7 @@ pub(crate) fn probe(
     let deadline = Instant::now() + timeout;
     let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let cgroup = cgroups.create_child(PROBE_CGROUP)?;
-    let ready = cgroups.keep_migration_ready();
+    let ready = super::migration_lock::keep_ready();
     let started = template.start(
         runtime,
         (PROBE_CGROUP, &cgroup.procs_file()),

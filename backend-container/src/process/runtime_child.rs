@@ -8,8 +8,9 @@
 //!
 //! The runtime is waited for as tokio waits for its own children: woken by
 //! `SIGCHLD`, then reaped without blocking; no thread blocks in `waitpid`,
-//! and a wait dropped halfway loses nothing. Only this handle reaps it, so its
-//! pid names it (a zombie at worst) until then.
+//! and a wait dropped halfway loses nothing. Only this handle (or, once it is
+//! dropped, the task it leaves) reaps it, so its pid names it (a zombie at
+//! worst) until then.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -33,8 +34,9 @@ const PARKED_FROM: RawFd = 64;
 #[derive(Debug)]
 pub(crate) struct RuntimeChild {
     pid: Pid,
-    /// `SIGCHLD`s since it was started.
-    children_ended: SignalStream,
+    /// `SIGCHLD`s since it was started (given to the reaping task when the
+    /// handle is dropped unreaped).
+    children_ended: Option<SignalStream>,
     status: Option<ExitStatus>,
 }
 
@@ -92,7 +94,7 @@ impl RuntimeChild {
         drop(parked);
         Ok(Self {
             pid,
-            children_ended,
+            children_ended: Some(children_ended),
             status: None,
         })
     }
@@ -112,7 +114,12 @@ impl RuntimeChild {
                 return Ok(status);
             }
             // Any child's end wakes every listener; this one's is looked for.
-            self.children_ended.recv().await;
+            match self.children_ended.as_mut() {
+                Some(children_ended) => {
+                    children_ended.recv().await;
+                }
+                None => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+            }
         }
     }
 
@@ -130,8 +137,22 @@ impl Drop for RuntimeChild {
             return;
         }
         // Not waited for: it goes on (as an attached runtime of a command
-        // left running would), and a thread reaps it when it ends.
+        // left running would) and is reaped when it ends, by a task of the
+        // tokio runtime this was started in (else by a thread of its own).
         let pid = self.pid;
+        if let (Ok(tokio), Some(mut children_ended)) = (
+            tokio::runtime::Handle::try_current(),
+            self.children_ended.take(),
+        ) {
+            tokio.spawn(async move {
+                while matches!(reap(pid, WaitPidFlag::WNOHANG), Ok(None)) {
+                    if children_ended.recv().await.is_none() {
+                        break;
+                    }
+                }
+            });
+            return;
+        }
         let _ = std::thread::Builder::new()
             .name("aw-runtime-reap".into())
             .spawn(move || {

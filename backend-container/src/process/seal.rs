@@ -52,34 +52,52 @@ pub(crate) struct Live {
     pub(crate) wall_time_ms: Option<u64>,
     /// The number of the next command's cgroup (`cmd-<n>`).
     pub(crate) next_command: AtomicU32,
-    /// A command's cgroup made ahead, while the runtime started the command
-    /// before it (made in every hierarchy: tens of `mkdir`s), with its number.
-    pub(crate) made_ahead: std::sync::Mutex<Option<(u32, CommandCgroup)>>,
+    /// A command's cgroup being made ahead, by a thread of its own while
+    /// the command before it runs (tens of `mkdir`s, one per hierarchy), with
+    /// the command's number.
+    pub(crate) made_ahead: std::sync::Mutex<Option<(u32, MakingAhead)>>,
 }
+
+/// The thread making a command's cgroup ahead.
+pub(crate) type MakingAhead = std::thread::JoinHandle<Option<CommandCgroup>>;
 
 impl Live {
     /// The cgroup of command `n`: the one made ahead for it, else made now.
     pub(crate) fn command_cgroup(&self, n: u32) -> Result<CommandCgroup, ContainerError> {
-        let ahead = self
-            .made_ahead
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take_if(|(made, _)| *made == n);
-        match ahead {
-            Some((_, cgroup)) => Ok(cgroup),
-            None => self.cgroups.create_child(&command_cgroup_name(n)),
+        match self.settle() {
+            Some((made, Some(cgroup))) if made == n => Ok(cgroup),
+            _ => self.cgroups.create_child(&command_cgroup_name(n)),
         }
     }
 
-    /// Makes command `n`'s cgroup ahead of it (best effort: a failure is met
-    /// again, and reported, when the command starts).
+    /// Starts making command `n`'s cgroup ahead of it (best effort: a
+    /// failure is met again, and reported, when the command starts).
     pub(crate) fn make_ahead(&self, n: u32) {
-        if let Ok(cgroup) = self.cgroups.create_child(&command_cgroup_name(n)) {
-            *self
+        let cgroups = self.cgroups.clone();
+        let making = std::thread::Builder::new()
+            .name("aw-cgroup-ahead".into())
+            .spawn(move || cgroups.create_child(&command_cgroup_name(n)).ok());
+        if let Ok(making) = making {
+            let earlier = self
                 .made_ahead
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((n, cgroup));
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .replace((n, making));
+            if let Some((_, earlier)) = earlier {
+                let _ = earlier.join();
+            }
         }
+    }
+
+    /// Waits for the cgroup being made ahead, if one is: nothing makes a
+    /// cgroup of the container after this (teardown removes them all).
+    pub(crate) fn settle(&self) -> Option<(u32, Option<CommandCgroup>)> {
+        let making = self
+            .made_ahead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        Some((making.0, making.1.join().ok().flatten()))
     }
 }
 

@@ -90,7 +90,8 @@ enum Entry {
 /// Syncs every file `manifest` lists under `dir`, every directory holding one,
 /// `dir` itself and its parent (which holds the bundle's own entry), several at
 /// once (see [`SYNC_WORKERS`]): after this returns, all the manifest describes
-/// survives a crash of the host.
+/// survives a crash of the host. On a memory file system (tmpfs) nothing
+/// does, whatever is synced: nothing is.
 ///
 /// Files and directories go in one batch, in no order: durability is only
 /// claimed once every sync returned, when the manifest (written after this) says

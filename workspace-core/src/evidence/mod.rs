@@ -49,7 +49,8 @@
 //! sees a torn file). The bundle becomes durable once, when it is sealed: every
 //! file and directory is synced before the manifest is written (then synced
 //! itself), so a run pays for its evidence's durability at export, not on every
-//! record, and a host crash never leaves a sealed bundle short. Commands are recorded with a [`CommandRecorder`]: its
+//! record, and a host crash never leaves a sealed bundle short. (A bundle on a
+//! memory file system, tmpfs, is not synced: nothing there outlives the host.) Commands are recorded with a [`CommandRecorder`]: its
 //! `command.json` exists from the start, output goes straight to disk, and a
 //! recorder dropped without [`CommandRecorder::finish`] still leaves a valid record
 //! with [`ExitStatusRecord::Unknown`]. [`EvidenceWriter::seal`] writes

@@ -285,6 +285,7 @@ fn exit_status_is_tagged_in_json() {
     );
 }
 
+#[cfg(target_os = "linux")]
 /// The file system type `/proc/self/mountinfo` names for the mount holding
 /// `dir` (the longest mount point that is an ancestor of it).
 fn mount_type_of(dir: &Path) -> String {
@@ -307,6 +308,7 @@ fn mount_type_of(dir: &Path) -> String {
 /// A bundle on a memory file system is sealed without syncing (nothing there
 /// outlives the host) and verifies as one on a disk does; the file system is
 /// told apart as the mount table says.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_bundle_on_a_memory_file_system_seals_and_verifies() {
     let shm = Path::new("/dev/shm");
