@@ -38,8 +38,9 @@ type Identity = (u64, u64, u64, i64, i64, i64, i64);
 ///
 /// A run opens its source several times (checkout, export, promotion): the
 /// repository is opened once per process and handed out again while what
-/// gix keeps of it is unchanged (see [`Key`]; loose references and objects
-/// are read from disk at each use).
+/// gix keeps of it is unchanged (its configuration, index, packed references
+/// and pack directory are the same files; loose references and objects are
+/// read from disk at each use).
 ///
 /// # Ambient authority
 /// `path` is a host path, used as given.
