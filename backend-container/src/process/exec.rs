@@ -255,24 +255,23 @@ fn wait_for_start(
 ) -> Result<Option<u32>, String> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let deadline = std::time::Instant::now() + START_WAIT;
-    let said = |started: &OwnedFd| {
-        let mut byte = [0u8; 1];
+    // Whether the byte came within `wait`.
+    let said = |wait: PollTimeout| {
         let mut ready = [PollFd::new(started.as_fd(), PollFlags::POLLIN)];
-        matches!(poll(&mut ready, PollTimeout::ZERO), Ok(1))
+        let mut byte = [0u8; 1];
+        matches!(poll(&mut ready, wait), Ok(1))
             && matches!(nix::unistd::read(started, &mut byte), Ok(1))
     };
     loop {
         // Woken by the byte, or every millisecond to see whether the runtime
         // ended (it holds the pipe too: no end of file before it exits).
-        let mut ready = [PollFd::new(started.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(&mut ready, PollTimeout::from(1u8));
-        if said(started) {
+        if said(PollTimeout::from(1u8)) {
             let listed = std::fs::read_to_string(procs).unwrap_or_default();
             return Ok(listed.lines().find_map(|l| l.trim().parse::<u32>().ok()));
         }
         match child.try_wait() {
             // The byte may have come as the runtime ended.
-            Ok(Some(_)) if said(started) => return Ok(None),
+            Ok(Some(_)) if said(PollTimeout::ZERO) => return Ok(None),
             Ok(Some(status)) => return Err(status.to_string()),
             Ok(None) => {}
             Err(e) => return Err(e.to_string()),

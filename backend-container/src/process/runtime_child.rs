@@ -114,11 +114,9 @@ impl RuntimeChild {
                 return Ok(status);
             }
             // Any child's end wakes every listener; this one's is looked for.
-            match self.children_ended.as_mut() {
-                Some(children_ended) => {
-                    children_ended.recv().await;
-                }
-                None => tokio::time::sleep(std::time::Duration::from_millis(1)).await,
+            // (The listener is taken only when the handle is dropped.)
+            if let Some(children_ended) = self.children_ended.as_mut() {
+                children_ended.recv().await;
             }
         }
     }
