@@ -191,10 +191,24 @@ async fn a_layered_run_edits_tracked_files_and_only_its_upper_layer_changes() {
         "stat -c '%u:%g %n' README.md src/lib.txt . \
          && ./bin/hello.sh \
          && echo new > new.txt && echo more >> README.md && echo deep >> src/lib.txt \
-         && git status --porcelain",
+         && git status --porcelain \
+         && awk '$9 == \"overlay\" { print \"options\", $NF }' /proc/self/mountinfo",
     )
     .await;
     let lines: Vec<&str> = out.lines().collect();
+    // The layers are mounted volatile: the end of the sandbox syncs nothing
+    // (newer kernels show the option as `fsync=volatile`).
+    let options: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("options "))
+        .collect();
+    assert_eq!(options.len(), 1, "{out:?}");
+    assert!(
+        options[0]
+            .split(',')
+            .any(|o| o == "volatile" || o == "fsync=volatile"),
+        "{out:?}"
+    );
     // Inside, the tracked files are the run's own (the idmapped lower) ...
     for line in [
         "1000:1000 README.md",

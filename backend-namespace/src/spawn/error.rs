@@ -32,6 +32,22 @@ pub enum SpawnError {
         #[source]
         source: std::io::Error,
     },
+    /// An overlay's work directory still holds the marker of an earlier
+    /// volatile mount of the same layers, and it could not be removed.
+    #[error(
+        "process boundary: mount plan step {step} ({target}): cannot clear the earlier mount's marker in {path}"
+    )]
+    OverlayMarker {
+        /// Index of the step in the plan.
+        step: usize,
+        /// The step's target inside.
+        target: String,
+        /// The overlay's work directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The default seccomp filter could not be built (the request named no filter
     /// and did not set `danger_no_seccomp`).
     #[error("process boundary: building the default seccomp filter failed")]

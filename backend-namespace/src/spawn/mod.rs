@@ -114,6 +114,7 @@ mod init;
 mod join;
 mod join_child;
 mod mounts;
+mod overlay;
 mod prepared;
 mod protocol;
 

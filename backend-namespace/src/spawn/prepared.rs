@@ -17,6 +17,7 @@ use workspace_core::mount_plan::{MountAction, Reason};
 
 use super::error::SpawnError;
 use super::idmapped::{self, IdmappedLower};
+use super::overlay;
 use super::protocol::OLD_ROOT;
 use super::rlimits::Rlimit64;
 use super::{JoinRequest, Pid1, Sandbox, SpawnRequest};
@@ -636,7 +637,14 @@ fn prepare_steps(
                     }
                     data.push_str(&format!("{key}={OLD_ROOT}{text},"));
                 }
-                data.push_str("redirect_dir=nofollow,metacopy=off,userxattr");
+                data.push_str(overlay::OPTIONS);
+                // A workspace sealed again mounts the layers a second time.
+                overlay::clear_volatile_marker(work).map_err(|e| SpawnError::OverlayMarker {
+                    step: index,
+                    target: step.target.clone(),
+                    path: work.clone(),
+                    source: e,
+                })?;
                 let idmapped = idmapped::prepare(
                     lower,
                     (probed.dev, probed.ino),
