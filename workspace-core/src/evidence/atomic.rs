@@ -2,8 +2,9 @@
 //!
 //! Every file is replaced all-or-nothing (a temp file renamed onto its name), so a
 //! reader never sees a torn file. Durability is paid once, when the bundle is
-//! sealed ([`make_durable`]): every file and directory the manifest names is synced
-//! before the manifest itself is written with [`write_durable`]. Until then the
+//! sealed ([`seal_durably`]): every file and directory the manifest names is synced,
+//! together with the manifest's own temp file, before the manifest is renamed into
+//! place and its directory synced. Until then the
 //! bundle lives in the page cache, which outlives the runner's process (the case
 //! recovery handles); a host that loses power loses only unsealed bundles' latest
 //! writes, never a sealed bundle, and never the journal, which syncs each record
@@ -22,17 +23,34 @@ use super::manifest::Manifest;
 /// fresh) and the temp file is renamed onto `name`. Not synced: see
 /// [`make_durable`].
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), EvidenceError> {
-    replace(dir, name, bytes, false)
+    replace(dir, name, bytes, |_| Ok(()))
 }
 
-/// [`write_atomic`], then durable: the temp file is synced before the rename and
-/// the directory after it.
-pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), EvidenceError> {
-    replace(dir, name, bytes, true)?;
+/// Seals the bundle at `dir`: writes `name` (its manifest, `bytes`, which
+/// describes `manifest`) to a temp file, syncs it in one batch with every file
+/// and directory the manifest names ([`make_durable`]), and only then renames
+/// it onto `name` and syncs `dir`. So a manifest is never found before all it
+/// names is on disk, and the bundle costs the file system two rounds of
+/// syncs, not three (the manifest synced after the batch, then its entry).
+pub(crate) fn seal_durably(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    manifest: &Manifest,
+) -> Result<(), EvidenceError> {
+    replace(dir, name, bytes, |temp| make_durable(dir, manifest, temp))?;
     sync_dir(dir)
 }
 
-fn replace(dir: &Path, name: &str, bytes: &[u8], synced: bool) -> Result<(), EvidenceError> {
+/// Writes `bytes` to `dir/.name.tmp` (created fresh), runs `before_rename` on
+/// that path, and renames it onto `name`; the temp file is removed when a step
+/// fails.
+fn replace(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    before_rename: impl FnOnce(&Path) -> Result<(), EvidenceError>,
+) -> Result<(), EvidenceError> {
     let target = dir.join(name);
     let temp = dir.join(format!(".{name}.tmp"));
     // A temp file left by an earlier failed attempt is ours to replace.
@@ -41,13 +59,15 @@ fn replace(dir: &Path, name: &str, bytes: &[u8], synced: bool) -> Result<(), Evi
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(source) => return Err(EvidenceError::Write { path: temp, source }),
     }
-    let result = write_new(&temp, bytes, synced).and_then(|()| {
-        fs::rename(&temp, &target).map_err(|source| EvidenceError::Rename {
-            from: temp.clone(),
-            to: target.clone(),
-            source,
-        })
-    });
+    let result = write_new(&temp, bytes)
+        .and_then(|()| before_rename(&temp))
+        .and_then(|()| {
+            fs::rename(&temp, &target).map_err(|source| EvidenceError::Rename {
+                from: temp.clone(),
+                to: target.clone(),
+                source,
+            })
+        });
     if result.is_err() {
         // Best effort: do not leave a stray temp file in the bundle.
         let _ = fs::remove_file(&temp);
@@ -55,8 +75,8 @@ fn replace(dir: &Path, name: &str, bytes: &[u8], synced: bool) -> Result<(), Evi
     result
 }
 
-/// Creates `path` (which must not exist) and writes `bytes`, synced if asked.
-fn write_new(path: &Path, bytes: &[u8], synced: bool) -> Result<(), EvidenceError> {
+/// Creates `path` (which must not exist) and writes `bytes`.
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), EvidenceError> {
     let wrap = |source| EvidenceError::Write {
         path: path.to_path_buf(),
         source,
@@ -66,11 +86,7 @@ fn write_new(path: &Path, bytes: &[u8], synced: bool) -> Result<(), EvidenceErro
         .create_new(true)
         .open(path)
         .map_err(wrap)?;
-    file.write_all(bytes).map_err(wrap)?;
-    if synced {
-        file.sync_all().map_err(wrap)?;
-    }
-    Ok(())
+    file.write_all(bytes).map_err(wrap)
 }
 
 /// How many threads sync a bundle's entries at once. A journaling file system
@@ -88,15 +104,17 @@ enum Entry {
 }
 
 /// Syncs every file `manifest` lists under `dir`, every directory holding one,
-/// `dir` itself and its parent (which holds the bundle's own entry), several at
-/// once (see [`SYNC_WORKERS`]): after this returns, all the manifest describes
-/// survives a crash of the host. On a memory file system (tmpfs) nothing
-/// does, whatever is synced: nothing is.
+/// `dir` itself and its parent (which holds the bundle's own entry), and the
+/// manifest's own temp file `staged`, several at once (see [`SYNC_WORKERS`]):
+/// after this returns, all the manifest describes survives a crash of the
+/// host. On a memory file system (tmpfs) nothing does, whatever is synced:
+/// nothing is.
 ///
 /// Files and directories go in one batch, in no order: durability is only
-/// claimed once every sync returned, when the manifest (written after this) says
-/// so, and a batch that waits together shares the file system's commits.
-pub(crate) fn make_durable(dir: &Path, manifest: &Manifest) -> Result<(), EvidenceError> {
+/// claimed once every sync returned, when the manifest (renamed into place
+/// after this) says so, and a batch that waits together shares the file
+/// system's commits.
+fn make_durable(dir: &Path, manifest: &Manifest, staged: &Path) -> Result<(), EvidenceError> {
     if in_memory(dir) {
         // Nothing of it survives the host anyway; a sync there returns at once,
         // and the threads would be all the cost.
@@ -116,6 +134,7 @@ pub(crate) fn make_durable(dir: &Path, manifest: &Manifest) -> Result<(), Eviden
         .files
         .keys()
         .map(|rel| Entry::File(dir.join(rel)))
+        .chain(std::iter::once(Entry::File(staged.to_path_buf())))
         .chain(dirs.into_iter().map(Entry::Dir))
         .collect();
     let per_worker = entries.len().div_ceil(SYNC_WORKERS).max(1);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::Serialize;
 
 use super::EvidenceError;
-use super::atomic::{make_durable, to_pretty_json, write_atomic, write_durable};
+use super::atomic::{seal_durably, to_pretty_json, write_atomic};
 use super::command::{CommandRecorder, CommandStart, LATE_OUTPUT_PREFIX, WHOLE_OUTPUT_PREFIX};
 use super::layout::{self, COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 use super::manifest::Manifest;
@@ -256,10 +256,9 @@ impl EvidenceWriter {
             });
         }
         let manifest = Manifest::compute(&self.dir)?;
-        // What the manifest names is on disk before the manifest says it is.
-        make_durable(&self.dir, &manifest)?;
+        // What the manifest names is on disk before the manifest is found.
         let bytes = to_pretty_json(&manifest, &self.dir.join(MANIFEST_FILE))?;
-        write_durable(&self.dir, MANIFEST_FILE, &bytes)?;
+        seal_durably(&self.dir, MANIFEST_FILE, &bytes, &manifest)?;
         state.sealed = true;
         tracing::debug!(
             dir = %self.dir.display(),
