@@ -9,7 +9,9 @@
 //!   live namespace workspace; back to back, and spaced (each after an
 //!   untimed pause, as an agent's tool calls come: the kernel's cgroup
 //!   migration lock is back in its fast mode by then, which the first
-//!   `cgroup.procs` write pays an RCU grace period to leave);
+//!   `cgroup.procs` write pays an RCU grace period to leave); each of the
+//!   backend's execs is also followed by one raw `runc exec` into the same
+//!   container (paired: the same moments of a host whose speed drifts);
 //! * **lifecycle**: a whole one-command workspace on the container backend
 //!   (checkout, bundle, container start, probe, `true`, evidence, delete)
 //!   against `runc run --detach` + `runc exec true` + `runc delete --force`
@@ -55,6 +57,13 @@ const SPACED: [&str; 3] = [
     "spaced exec, container workspace",
     "spaced runc exec, same container",
     "spaced runc exec, bare container",
+];
+/// Raw runc's exec into the same container right after each of the
+/// backend's, back to back and spaced: the two compared over the same
+/// moments of a host whose speed drifts.
+const PAIRED: [&str; 2] = [
+    "runc exec, right after each exec",
+    "spaced runc exec, right after each",
 ];
 /// The pause before a spaced exec: longer than the kernel's RCU grace
 /// periods, whatever state a write to `cgroup.procs` left them in.
@@ -152,10 +161,24 @@ fn main() {
         // Raw runc into the container the backend made: the same seccomp
         // filter, user namespace and cgroups, without the backend.
         let same = live.run_id().to_string();
-        for (pause, names) in [(Duration::ZERO, BACK_TO_BACK), (PAUSE, SPACED)] {
+        for (pause, names, paired_name) in [
+            (Duration::ZERO, BACK_TO_BACK, PAIRED[0]),
+            (PAUSE, SPACED, PAIRED[1]),
+        ] {
             let [ours_name, runc_name, bare_name] = names;
             group.bench_function(ours_name, |b| {
-                b.iter_custom(|iters| record(ours_name, paced(iters, pause, || ours(&mut live))))
+                b.iter_custom(|iters| {
+                    let (batch, paired): (Vec<_>, Vec<_>) = (0..iters)
+                        .map(|_| {
+                            std::thread::sleep(pause);
+                            let took = ours(&mut live);
+                            std::thread::sleep(pause);
+                            (took, runc::exec_true_in(&state, &same))
+                        })
+                        .unzip();
+                    record(paired_name, paired);
+                    record(ours_name, batch)
+                })
             });
             group.bench_function(runc_name, |b| {
                 b.iter_custom(|iters| {
@@ -224,6 +247,7 @@ fn main() {
     let rows: Vec<_> = BACK_TO_BACK
         .into_iter()
         .chain(SPACED)
+        .chain(PAIRED)
         .chain([EXEC_NAMESPACE, LIFE_OURS, LIFE_RUNC])
         .map(|n| (n, n.to_owned()))
         .collect();
@@ -232,8 +256,10 @@ fn main() {
     println!("== ratios of medians ==");
     for (label, ours, theirs) in [
         ("exec / runc exec", BACK_TO_BACK[0], BACK_TO_BACK[1]),
+        ("exec / paired runc exec", BACK_TO_BACK[0], PAIRED[0]),
         ("exec / bare runc exec", BACK_TO_BACK[0], BACK_TO_BACK[2]),
         ("spaced exec / runc exec", SPACED[0], SPACED[1]),
+        ("spaced exec / paired runc exec", SPACED[0], PAIRED[1]),
         ("spaced exec / bare runc exec", SPACED[0], SPACED[2]),
         (
             "namespace exec / runc exec",
