@@ -97,9 +97,6 @@ pub struct Journal<E> {
     run_id: RunId,
     next_seq: u64,
     poisoned: bool,
-    /// Whether the file's own entry in its directory is durable: not yet for
-    /// a journal just created, until its first synced record.
-    entry_durable: bool,
     _event: PhantomData<fn(&E)>,
 }
 
@@ -142,10 +139,8 @@ impl<E: Serialize> Journal<E> {
     /// Creates the journal of `run_id` at `path` and takes its lock.
     ///
     /// The file must not exist yet. After creating it, this takes the exclusive lock
-    /// (held until the journal is dropped). The new file's entry is made durable
-    /// (its parent directory synced) with its first synced record: until then
-    /// nothing it holds is meant to survive a crash, and the file system commits
-    /// both in one round.
+    /// (held until the journal is dropped) and syncs the parent directory so the new
+    /// file survives a crash.
     ///
     /// Between the creation of the file and the lock there is a short window in which
     /// the file exists unlocked. If a recoverer takes the lock in that window, this
@@ -168,6 +163,7 @@ impl<E: Serialize> Journal<E> {
                 source,
             })?;
         lock(&file, &path)?;
+        sync_parent_dir(&path)?;
         tracing::debug!(run_id = %run_id, path = %path.display(), "journal created");
         Ok(Self {
             path,
@@ -175,7 +171,6 @@ impl<E: Serialize> Journal<E> {
             run_id,
             next_seq: 0,
             poisoned: false,
-            entry_durable: false,
             _event: PhantomData,
         })
     }
@@ -234,10 +229,6 @@ impl<E: Serialize> Journal<E> {
                 path: self.path.clone(),
                 source,
             })?;
-        if synced && !self.entry_durable {
-            sync_parent_dir(&self.path)?;
-            self.entry_durable = true;
-        }
         self.poisoned = false;
         self.next_seq += 1;
         tracing::debug!(run_id = %self.run_id, seq, synced, path = %self.path.display(), "journal record appended");
@@ -323,7 +314,6 @@ impl<E: Serialize + DeserializeOwned> Journal<E> {
             run_id,
             next_seq: read.next_seq(),
             poisoned: false,
-            entry_durable: true,
             _event: PhantomData,
         };
         Ok((journal, read))
