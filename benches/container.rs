@@ -10,8 +10,9 @@
 //!   untimed pause, as an agent's tool calls come: the kernel's cgroup
 //!   migration lock is back in its fast mode by then, which the first
 //!   `cgroup.procs` write pays an RCU grace period to leave); each of the
-//!   backend's execs is also followed by one raw `runc exec` into the same
-//!   container (paired: the same moments of a host whose speed drifts);
+//!   backend's execs also has one raw `runc exec` into the same container
+//!   right before or right after it, in turn (paired: the same moments of a
+//!   host whose speed drifts);
 //! * **lifecycle**: a whole one-command workspace on the container backend
 //!   (checkout, bundle, container start, probe, `true`, evidence, delete)
 //!   against `runc run --detach` + `runc exec true` + `runc delete --force`
@@ -44,8 +45,9 @@ use criterion::{Criterion, SamplingMode};
 use runc::Container;
 use timings::{SAMPLES, print_medians, record};
 
-/// Execs one right after another: the backend's exec, raw runc's into the
-/// same container, raw runc's into a bare one.
+/// Execs one right after another: the backend's exec (each beside one raw
+/// runc exec, see [`PAIRED`]), raw runc's into the same container, raw
+/// runc's into a bare one.
 const BACK_TO_BACK: [&str; 3] = [
     "exec, container workspace",
     "runc exec, same container",
@@ -58,12 +60,12 @@ const SPACED: [&str; 3] = [
     "spaced runc exec, same container",
     "spaced runc exec, bare container",
 ];
-/// Raw runc's exec into the same container right after each of the
-/// backend's, back to back and spaced: the two compared over the same
-/// moments of a host whose speed drifts.
+/// Raw runc's exec into the same container beside each of the backend's
+/// (right before it or right after it, in turn), back to back and spaced: the
+/// two compared over the same moments of a host whose speed drifts.
 const PAIRED: [&str; 2] = [
-    "runc exec, right after each exec",
-    "spaced runc exec, right after each",
+    "runc exec, beside each exec",
+    "spaced runc exec, beside each",
 ];
 /// The pause before a spaced exec: longer than the kernel's RCU grace
 /// periods, whatever state a write to `cgroup.procs` left them in.
@@ -169,11 +171,17 @@ fn main() {
             group.bench_function(ours_name, |b| {
                 b.iter_custom(|iters| {
                     let (batch, paired): (Vec<_>, Vec<_>) = (0..iters)
-                        .map(|_| {
+                        .map(|i| {
+                            // Each goes first every other time (ABBA), so
+                            // neither always comes after the other's work.
+                            let mut theirs = || {
+                                std::thread::sleep(pause);
+                                runc::exec_true_in(&state, &same)
+                            };
+                            let before = (i % 2 == 1).then(&mut theirs);
                             std::thread::sleep(pause);
                             let took = ours(&mut live);
-                            std::thread::sleep(pause);
-                            (took, runc::exec_true_in(&state, &same))
+                            (took, before.unwrap_or_else(theirs))
                         })
                         .unzip();
                     record(paired_name, paired);

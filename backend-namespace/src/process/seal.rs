@@ -272,6 +272,7 @@ pub(crate) fn prepare(
             workdir: spec.workdir.clone(),
             mount_plan_sha256: mount_plan_sha256.clone(),
             previews: previews.clone(),
+            boot_id: state::boot_id(),
         },
     )?;
     tracing::info!(run_id = %run.run_id, pid = holder.pid(), "sandbox started");
@@ -342,6 +343,14 @@ pub(crate) fn adopt(
     let Some(saved) = state::read(&run.run_dir)? else {
         return Ok(Err("no sandbox was recorded for the run".into()));
     };
+    if saved.boot_id.is_some() && saved.boot_id != state::boot_id() {
+        return Ok(Err(
+            "the host restarted since the sandbox started: what the run \
+             wrote before an unclean restart may be missing from its checkout, whose \
+             layer is mounted without syncs"
+                .into(),
+        ));
+    }
     let sandbox = match Sandbox::open(saved.pid, None) {
         Ok(sandbox) => sandbox,
         Err(e) => {

@@ -32,6 +32,18 @@ pub(crate) struct SandboxState {
     /// The published ports' host ends (held by pid 1).
     #[serde(default)]
     pub previews: Vec<PreviewEndpoint>,
+    /// The kernel's id of the boot the sandbox started in: a different one
+    /// now means the host restarted since (and its writable layer, mounted
+    /// without syncs, may miss writes made before an unclean restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+}
+
+/// The kernel's id of this boot (`None` where it cannot be read).
+pub(crate) fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|id| id.trim().to_owned())
 }
 
 fn path(run_dir: &Path) -> PathBuf {

@@ -52,13 +52,7 @@ fn replace(
     before_rename: impl FnOnce(&Path) -> Result<(), EvidenceError>,
 ) -> Result<(), EvidenceError> {
     let target = dir.join(name);
-    let temp = dir.join(format!(".{name}.tmp"));
-    // A temp file left by an earlier failed attempt is ours to replace.
-    match fs::remove_file(&temp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(source) => return Err(EvidenceError::Write { path: temp, source }),
-    }
+    let temp = discard_stale_temp(dir, name)?;
     let result = write_new(&temp, bytes)
         .and_then(|()| before_rename(&temp))
         .and_then(|()| {
@@ -73,6 +67,18 @@ fn replace(
         let _ = fs::remove_file(&temp);
     }
     result
+}
+
+/// Removes the temp file of `dir/name` an earlier attempt left (a runner
+/// killed while it wrote or synced it): it is ours to replace, and no part of
+/// what a manifest describes. Returns its path.
+pub(crate) fn discard_stale_temp(dir: &Path, name: &str) -> Result<PathBuf, EvidenceError> {
+    let temp = dir.join(format!(".{name}.tmp"));
+    match fs::remove_file(&temp) {
+        Ok(()) => Ok(temp),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(temp),
+        Err(source) => Err(EvidenceError::Write { path: temp, source }),
+    }
 }
 
 /// Creates `path` (which must not exist) and writes `bytes`.

@@ -215,7 +215,9 @@ pub(super) async fn make(
 }
 
 /// Keeps what the run made in its layer as the template `layer.key`: copied
-/// into the store beside its final name, then renamed into place. When another
+/// into the store beside its final name, synced, then renamed into place (the
+/// run's layer is mounted without syncs, and every later run of the host
+/// starts from the template: it is on disk before it is found). When another
 /// run published the same template first, its copy is kept and this one
 /// dropped.
 fn publish(runtime_dir: &Path, layer: &TemplateLayer, run_id: &RunId) -> Result<(), RunErrorKind> {
@@ -225,7 +227,9 @@ fn publish(runtime_dir: &Path, layer: &TemplateLayer, run_id: &RunId) -> Result<
     std::fs::create_dir_all(&store).map_err(|source| io_error(&store, source))?;
     copy_tree(&layer.upper, &staging).map_err(|source| io_error(&staging, source))?;
     match std::fs::rename(&staging, &target) {
-        Ok(()) => Ok(()),
+        Ok(()) => std::fs::File::open(&store)
+            .and_then(|dir| dir.sync_all())
+            .map_err(|source| io_error(&store, source)),
         Err(_) if target.is_dir() => {
             std::fs::remove_dir_all(&staging).map_err(|source| io_error(&staging, source))
         }
@@ -234,32 +238,43 @@ fn publish(runtime_dir: &Path, layer: &TemplateLayer, run_id: &RunId) -> Result<
 }
 
 /// Copies the directory tree `from` to `to` (which must not exist), keeping
-/// each entry's owner and permissions; directories, regular files and
-/// symbolic links only (anything else cannot be part of a template).
+/// each entry's owner and permissions, and syncs what it made (a symbolic
+/// link's entry with its directory); directories, regular files and symbolic
+/// links only (anything else cannot be part of a template).
 fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     let meta = std::fs::symlink_metadata(from)?;
     let kind = meta.file_type();
-    if kind.is_symlink() {
+    // Held open from before the owner and mode change (which may take this
+    // process's own access away), for the sync after them.
+    let made = if kind.is_symlink() {
         std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
+        None
     } else if kind.is_dir() {
         std::fs::create_dir(to)?;
+        let dir = std::fs::File::open(to)?;
         for entry in std::fs::read_dir(from)? {
             let entry = entry?;
             copy_tree(&entry.path(), &to.join(entry.file_name()))?;
         }
+        Some(dir)
     } else if kind.is_file() {
-        std::fs::copy(from, to)?;
+        let mut file = std::fs::File::create_new(to)?;
+        io::copy(&mut std::fs::File::open(from)?, &mut file)?;
+        Some(file)
     } else {
         return Err(io::Error::other(format!(
             "{} is neither a directory, a file nor a symbolic link",
             from.display()
         )));
-    }
+    };
     std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()))?;
-    if !kind.is_symlink() {
-        std::fs::set_permissions(to, std::fs::Permissions::from_mode(meta.mode()))?;
+    match made {
+        Some(made) => {
+            std::fs::set_permissions(to, std::fs::Permissions::from_mode(meta.mode()))?;
+            made.sync_all()
+        }
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Removes the run's template layers and their record from the run directory

@@ -201,6 +201,27 @@ fn writes_after_seal_are_refused() {
     assert!(verify(writer.dir()).unwrap().is_intact());
 }
 
+/// A runner killed while it sealed leaves the manifest's temp file: the next
+/// seal (recovery's) neither describes it nor leaves it.
+#[test]
+fn a_seal_after_one_killed_midway_describes_only_the_bundle() {
+    let root = TempDir::new().unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    writer.write_json(EvidenceFile::Checks, &json!([])).unwrap();
+    let stale = writer.dir().join(".manifest.json.tmp");
+    fs::write(&stale, b"{\"torn").unwrap();
+
+    let manifest = writer.seal().unwrap();
+
+    assert!(
+        manifest.files.keys().all(|name| !name.ends_with(".tmp")),
+        "{:?}",
+        manifest.files.keys()
+    );
+    assert!(!stale.exists());
+    assert!(verify(writer.dir()).unwrap().is_intact());
+}
+
 #[test]
 fn seal_waits_for_open_recorders_and_streams() {
     let root = TempDir::new().unwrap();
