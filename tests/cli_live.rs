@@ -378,6 +378,70 @@ fn a_workspace_whose_sandbox_died_is_sealed_again_and_its_services_start_again()
     );
 }
 
+/// A sandbox recorded in another boot of the host is not taken for live (its
+/// pid may be anyone's now): the run is sealed again, and the evidence says
+/// the host restarted, since the run's writable layer is mounted without
+/// syncs.
+#[test]
+fn a_workspace_from_before_a_restart_of_the_host_is_sealed_again_and_says_so() {
+    let fixture = CliFixture::new("live-reboot");
+    let run = create(&fixture);
+    let record = fixture
+        .runtime()
+        .join("runs")
+        .join(&run)
+        .join("sandbox.json");
+    let mut sandbox: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(sandbox["boot_id"].as_str(), Some(boot.trim()));
+    // As if the host had restarted since (and, here, the old pid 1 lived on:
+    // the teardown before the new seal ends it).
+    sandbox["boot_id"] = serde_json::json!("00000000-0000-0000-0000-000000000000");
+    std::fs::write(&record, serde_json::to_vec(&sandbox).unwrap()).unwrap();
+
+    let out = exec(&fixture, &run, &["sh", "-c", "echo alive"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "alive\n");
+    let resealed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert_ne!(resealed["pid"], sandbox["pid"], "a new sandbox");
+    // The old pid 1 was ended before the new seal: dead, or dying (a pid 1
+    // waits for the rest of its pid namespace), never left running.
+    let old = sandbox["pid"].as_u64().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{old}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if matches!(state, None | Some("Z" | "X")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old pid 1 lives on: {stat}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let evidence = fixture
+        .state_home()
+        .join("agent-workspace/evidence")
+        .join(&run);
+    let source: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("source.json")).unwrap()).unwrap();
+    let notes: Vec<&str> = source["resumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["note"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(notes.len(), 1, "{source}");
+    assert!(notes[0].contains("the host restarted"), "{}", notes[0]);
+}
+
 #[test]
 fn ls_shows_a_live_workspaces_capped_disk_and_what_it_holds() {
     let fixture = CliFixture::new("live-disk");
