@@ -4,9 +4,11 @@
 //! go on writing to the stdout and stderr they inherited. Each command therefore
 //! writes to two files of the run (`<run dir>/command-output/NNNN.stdout`,
 //! `.stderr`) that its streams follow until the command itself ended; the
-//! runner records how much of each it streamed into the evidence then
-//! (`NNNN.streamed`, a file of its own because a later process may conclude
-//! the run). When the run drains, once every process has ended, the rest of
+//! runner records how much of each it streamed into the evidence then (a
+//! line of `streamed.jsonl` beside them, appended with one write, because a
+//! later process may conclude the run; one file for all the commands, so a
+//! command adds no file of its own to the disk for it). When the run drains,
+//! once every process has ended, the rest of
 //! each file goes, scrubbed, to `commands/NNNN/late.stdout` and `late.stderr`.
 //! A command without that record (its runner died while it ran, so its stream
 //! may have stopped short) gets the whole file, scrubbed, beside them as
@@ -17,7 +19,7 @@
 //! the stream leaves out what its scrubber held back (a strict prefix of a
 //! value), and the late part is scrubbed from where those bytes begin.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -25,15 +27,16 @@ use serde::{Deserialize, Serialize};
 
 use super::error::RunErrorKind;
 use super::scrub::Scrubber;
-use super::state_files::{create_dir, read_state, remove_if_present, write_state};
+use super::state_files::{create_dir, remove_if_present};
 use crate::boundary::CommandOutput;
 use crate::evidence::EvidenceWriter;
 use crate::step::{RunnerStep, StepError, StepErrors};
 
 /// The directory of the commands' output files in a run directory.
 const COMMAND_OUTPUT_DIR: &str = "command-output";
-/// The extension of the record of how much of a command's output was streamed.
-const STREAMED_EXTENSION: &str = "streamed";
+/// The record of how much of each command's output was streamed: one JSON
+/// line per command.
+const STREAMED_FILE: &str = "streamed.jsonl";
 /// The most of one stream's late output kept in the evidence; the rest is
 /// counted in [`LateOutput`], not kept.
 const LATE_OUTPUT_LIMIT: u64 = 16 << 20;
@@ -81,13 +84,53 @@ pub(super) fn files(run_dir: &Path, seq: u32) -> Result<CommandOutput, RunErrorK
     })
 }
 
-/// Records how much of command `seq`'s output was streamed.
+/// One line of [`STREAMED_FILE`].
+#[derive(Serialize, Deserialize)]
+struct StreamedLine {
+    seq: u32,
+    #[serde(flatten)]
+    streamed: Streamed,
+}
+
+/// Records how much of command `seq`'s output was streamed: one line
+/// appended with a single write (a line cut short by a crash reads as no
+/// record, so that command's output is exported whole).
 pub(super) fn record_streamed(
     run_dir: &Path,
     seq: u32,
     streamed: Streamed,
 ) -> Result<(), RunErrorKind> {
-    write_state(&streamed_path(run_dir, seq), &streamed)
+    use std::io::Write;
+    let path = streamed_path(run_dir);
+    let io = |source| RunErrorKind::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut line = serde_json::to_vec(&StreamedLine { seq, streamed })
+        .map_err(|e| io(std::io::Error::other(e)))?;
+    line.push(b'\n');
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(&line))
+        .map_err(io)
+}
+
+/// Every command's record of what it streamed (the last one of a command
+/// that has several); what does not parse is no record.
+fn read_streamed(run_dir: &Path) -> Result<BTreeMap<u32, Streamed>, RunErrorKind> {
+    let path = streamed_path(run_dir);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(source) => return Err(RunErrorKind::Io { path, source }),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<StreamedLine>(line).ok())
+        .map(|line| (line.seq, line.streamed))
+        .collect())
 }
 
 /// Copies every command's late output into the evidence, scrubbed; call once
@@ -110,16 +153,29 @@ pub(super) fn export(
             path.file_stem()?.to_str()?.parse().ok()
         })
         .collect();
+    let records = match read_streamed(run_dir) {
+        Ok(records) => records,
+        Err(e) => {
+            errors.push(
+                RunnerStep::ExportLateOutput,
+                StepError::new(
+                    RunnerStep::WriteEvidence {
+                        file: "late output (the record of what was streamed)".into(),
+                    },
+                    e,
+                ),
+            );
+            return Vec::new();
+        }
+    };
     let mut late = Vec::new();
     for seq in seqs {
-        let exported = read_state::<Streamed>(&streamed_path(run_dir, seq)).and_then(|streamed| {
-            // Without a record, from the start: all of it.
-            let (whole, from) = match streamed {
-                Some(streamed) => (false, streamed),
-                None => (true, Streamed::default()),
-            };
-            export_one(run_dir, seq, (whole, from), evidence, scrubber)
-        });
+        // Without a record, from the start: all of it.
+        let (whole, from) = match records.get(&seq) {
+            Some(streamed) => (false, *streamed),
+            None => (true, Streamed::default()),
+        };
+        let exported = export_one(run_dir, seq, (whole, from), evidence, scrubber);
         match exported {
             Ok(Some(record)) => late.push(record),
             Ok(None) => {}
@@ -212,10 +268,8 @@ pub(super) fn remove_files(run_dir: &Path, errors: &mut StepErrors) {
     remove_if_present(&run_dir.join(COMMAND_OUTPUT_DIR), errors);
 }
 
-fn streamed_path(run_dir: &Path, seq: u32) -> PathBuf {
-    run_dir
-        .join(COMMAND_OUTPUT_DIR)
-        .join(format!("{seq:04}.{STREAMED_EXTENSION}"))
+fn streamed_path(run_dir: &Path) -> PathBuf {
+    run_dir.join(COMMAND_OUTPUT_DIR).join(STREAMED_FILE)
 }
 
 #[cfg(test)]
@@ -321,6 +375,37 @@ mod tests {
         );
         // What was streamed stays as it was.
         assert_eq!(read(&evidence, "stdout"), "");
+    }
+
+    /// Every command's record is a line of one file; a line a crash cut
+    /// short is no record (that command's output goes whole), and the lines
+    /// of the others still count.
+    #[test]
+    fn one_file_holds_every_commands_record_and_a_torn_line_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        files(dir.path(), 1).unwrap();
+        let streamed = |stdout| Streamed { stdout, stderr: 0 };
+        record_streamed(dir.path(), 1, streamed(3)).unwrap();
+        record_streamed(dir.path(), 2, streamed(5)).unwrap();
+        let path = streamed_path(dir.path());
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"seq\":3,\"stdo");
+        std::fs::write(&path, text).unwrap();
+
+        let records = read_streamed(dir.path()).unwrap();
+
+        assert_eq!(
+            records.into_iter().collect::<Vec<_>>(),
+            [(1, streamed(3)), (2, streamed(5))]
+        );
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            names.iter().all(|n| n != "0001.streamed"),
+            "no file of its own: {names:?}"
+        );
     }
 
     #[test]
