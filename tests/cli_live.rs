@@ -44,6 +44,23 @@ fn exec(fixture: &CliFixture, run: &str, argv: &[&str]) -> std::process::Output 
     fixture.agent_workspace(&args)
 }
 
+/// Waits (at most 10 s, else fails with `what`) until `pid` is dead or a
+/// zombie: a pid 1 ends the rest of its pid namespace before it is.
+fn wait_until_dead(pid: u64, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if matches!(state, None | Some("Z" | "X")) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {stat}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn a_server_started_by_one_exec_answers_the_next_and_ends_with_destroy() {
     assert!(
@@ -326,21 +343,7 @@ fn a_workspace_whose_sandbox_died_is_sealed_again_and_its_services_start_again()
         .unwrap();
     assert!(killed.success());
     // Dead, not dying: the kernel ends the rest of its pid namespace first.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid1}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        if matches!(state, None | Some("Z" | "X")) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "pid 1 did not die: {stat}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_dead(u64::try_from(pid1).unwrap(), "pid 1 did not die");
 
     let out = exec(&fixture, &run, &["sh", "-c", "echo alive"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -408,22 +411,7 @@ fn a_workspace_from_before_a_restart_of_the_host_is_sealed_again_and_says_so() {
     assert_ne!(resealed["pid"], sandbox["pid"], "a new sandbox");
     // The old pid 1 was ended before the new seal: dead, or dying (a pid 1
     // waits for the rest of its pid namespace), never left running.
-    let old = sandbox["pid"].as_u64().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{old}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        if matches!(state, None | Some("Z" | "X")) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the old pid 1 lives on: {stat}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_dead(sandbox["pid"].as_u64().unwrap(), "the old pid 1 lives on");
     let out = fixture.agent_workspace(&["destroy", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let evidence = fixture
