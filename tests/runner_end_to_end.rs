@@ -263,45 +263,6 @@ async fn what_a_background_process_writes_after_its_command_ended_is_kept_as_lat
     );
 }
 
-/// A command's record is made while the command starts; when it cannot be
-/// made (here its directory is taken), the command is ended before the error
-/// (naming the record's path) is returned: nothing runs unrecorded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_command_whose_record_cannot_be_made_is_ended_and_the_path_named() {
-    let fx = Fixture::new("record-fails");
-    let mark = marker("record-fails");
-    let mut ws = fx
-        .runner()
-        .create(fx.contract(), CreateOptions::default())
-        .await
-        .unwrap();
-    let taken = ws.evidence_dir().join("commands/0001");
-    std::fs::create_dir_all(&taken).unwrap();
-
-    let error = ws
-        .exec(&shell("sleep 3170 & wait", &mark), CommandIo::captured())
-        .await
-        .unwrap_err();
-
-    assert!(
-        format!("{error:?}").contains("commands/0001"),
-        "the error names the record: {error:?}"
-    );
-    // Nothing of it still runs: no `sleep 3170` on the host (the test's own
-    // number; a zombie's command line is empty).
-    let running: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
-        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
-        .filter(|cmdline| cmdline.trim() == "sleep 3170")
-        .collect();
-    assert_eq!(running, Vec::<String>::new());
-    std::fs::remove_dir(&taken).unwrap();
-    let report = ws.finish().await.unwrap();
-    assert!(report.cleaned, "{:?}", report.cleanup_errors);
-}
-
 /// Runs `sleep 30` in a run created with a cancel token, cancels the token
 /// `delay` after the command is seen running, and concludes the run.
 async fn cancel_a_running_command(

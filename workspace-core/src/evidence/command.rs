@@ -144,42 +144,6 @@ pub struct CommandRecord {
     pub usage: ResourceUsage,
 }
 
-/// A command numbered by [`EvidenceWriter::begin_command`](super::EvidenceWriter::begin_command)
-/// whose record is not made yet: [`create`](Self::create) makes it, and may
-/// do so on another thread (the files it makes are blocking work, which can
-/// overlap the start of the command itself). Until it is made or dropped the
-/// bundle cannot be sealed.
-#[derive(Debug)]
-#[must_use = "the command's number is taken: create its record"]
-pub struct PendingCommand {
-    commands_dir: PathBuf,
-    seq: u32,
-    start: CommandStart,
-    open: Arc<()>,
-}
-
-impl PendingCommand {
-    pub(crate) fn new(commands_dir: PathBuf, seq: u32, start: CommandStart, open: Arc<()>) -> Self {
-        Self {
-            commands_dir,
-            seq,
-            start,
-            open,
-        }
-    }
-
-    /// The command's sequence number (1-based, in start order).
-    pub fn seq(&self) -> u32 {
-        self.seq
-    }
-
-    /// Creates `commands/NNNN/`, writes its `command.json` and opens its
-    /// `stdout` and `stderr` files for streaming.
-    pub fn create(self) -> Result<CommandRecorder, EvidenceError> {
-        CommandRecorder::start(&self.commands_dir, self.seq, self.start, self.open)
-    }
-}
-
 /// Records one command into its own directory `commands/NNNN/`.
 ///
 /// `command.json` is written as soon as the recorder exists; `stdout` and `stderr`

@@ -92,8 +92,7 @@ mod tests;
 
 pub use command::{
     COMMAND_FILE, CommandEnd, CommandRecord, CommandRecorder, CommandStart, ExitStatusRecord,
-    LATE_OUTPUT_PREFIX, OutputStream, PendingCommand, STDERR_FILE, STDOUT_FILE,
-    WHOLE_OUTPUT_PREFIX,
+    LATE_OUTPUT_PREFIX, OutputStream, STDERR_FILE, STDOUT_FILE, WHOLE_OUTPUT_PREFIX,
 };
 pub use error::EvidenceError;
 pub use fingerprint::{FINGERPRINT_KEY_FILE, FingerprintKey, FingerprintKeyError};

@@ -9,9 +9,7 @@ use serde::Serialize;
 
 use super::EvidenceError;
 use super::atomic::{discard_stale_temp, seal_durably, to_pretty_json, write_atomic};
-use super::command::{
-    CommandRecorder, CommandStart, LATE_OUTPUT_PREFIX, PendingCommand, WHOLE_OUTPUT_PREFIX,
-};
+use super::command::{CommandRecorder, CommandStart, LATE_OUTPUT_PREFIX, WHOLE_OUTPUT_PREFIX};
 use super::layout::{self, COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 use super::manifest::Manifest;
 use crate::RunId;
@@ -221,13 +219,6 @@ impl EvidenceWriter {
     /// number in start order, from `0001`), writes its `command.json` at once and
     /// opens its `stdout` and `stderr` files for streaming.
     pub fn start_command(&self, start: CommandStart) -> Result<CommandRecorder, EvidenceError> {
-        self.begin_command(start)?.create()
-    }
-
-    /// Numbers a command, leaving its record to be made
-    /// ([`PendingCommand::create`], possibly on another thread, while the
-    /// command starts).
-    pub fn begin_command(&self, start: CommandStart) -> Result<PendingCommand, EvidenceError> {
         let mut state = self.unsealed()?;
         let commands = self.dir.join(COMMANDS_DIR);
         match fs::create_dir(&commands) {
@@ -244,12 +235,7 @@ impl EvidenceWriter {
         // is never retried.
         let seq = state.next_seq;
         state.next_seq = seq.saturating_add(1);
-        Ok(PendingCommand::new(
-            commands,
-            seq,
-            start,
-            Arc::clone(&self.open),
-        ))
+        CommandRecorder::start(&commands, seq, start, Arc::clone(&self.open))
     }
 
     /// Seals the bundle: hashes every regular file (never following links; a

@@ -84,8 +84,8 @@ pub(super) async fn execute(
 ) -> Result<CommandOutcome, RunErrorKind> {
     // The command line is a record too: a credential in it is redacted there.
     let argv: Vec<String> = spec.argv.iter().map(|a| scrubber.redact(a)).collect();
-    let pending = evidence.begin_command(CommandStart::now(argv.clone(), &spec.cwd))?;
-    let seq = pending.seq();
+    let mut recorder = evidence.start_command(CommandStart::now(argv.clone(), &spec.cwd))?;
+    let seq = recorder.seq();
     let mut spec = spec.clone();
     let followed = !spec.tty && spec.output.is_none() && process.capabilities().output_files;
     if followed {
@@ -102,32 +102,9 @@ pub(super) async fn execute(
         check: None,
         not_run: None,
     };
-    // The command's record is made while the process boundary starts it:
-    // both wait on the disk (and the boundary on its runtime), and nothing
-    // the command writes reaches the record before its streams are pumped.
-    let recording = tokio::task::spawn_blocking(move || pending.create());
     let spawned = tokio::select! {
         spawned = process.spawn(run, spec) => Some(spawned),
         () = cancel.cancelled() => None,
-    };
-    let recorded = match recording.await {
-        Ok(recorded) => recorded.map_err(RunErrorKind::from),
-        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-        Err(join) => Err(RunErrorKind::Io {
-            path: recorder_path(evidence, seq),
-            source: std::io::Error::other(join),
-        }),
-    };
-    let mut recorder = match recorded {
-        Ok(recorder) => recorder,
-        Err(e) => {
-            // Never run unrecorded: what started is ended before the run fails.
-            if let Some(Ok(mut execution)) = spawned {
-                let _ = execution.kill(KillCause::Teardown).await;
-                let _ = execution.wait().await;
-            }
-            return Err(e);
-        }
     };
     let mut execution = match spawned {
         Some(Ok(execution)) => execution,
