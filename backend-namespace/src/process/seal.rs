@@ -343,7 +343,10 @@ pub(crate) fn adopt(
     let Some(saved) = state::read(&run.run_dir)? else {
         return Ok(Err("no sandbox was recorded for the run".into()));
     };
-    if saved.boot_id.is_some() && saved.boot_id != state::boot_id() {
+    // Only two ids read tell a restart; one that cannot be read now is not one.
+    if let (Some(then), Some(now)) = (&saved.boot_id, state::boot_id())
+        && *then != now
+    {
         return Ok(Err(
             "the host restarted since the sandbox started: what the run \
              wrote before an unclean restart may be missing from its checkout, whose \

@@ -93,8 +93,10 @@ struct StreamedLine {
 }
 
 /// Records how much of command `seq`'s output was streamed: one line
-/// appended with a single write (a line cut short by a crash reads as no
-/// record, so that command's output is exported whole).
+/// appended, after a line break of its own so that a line an earlier write
+/// left cut short (a full disk, a crash) ends there and takes no later line
+/// with it; a cut line reads as no record, and that command's output is
+/// exported whole.
 pub(super) fn record_streamed(
     run_dir: &Path,
     seq: u32,
@@ -106,7 +108,8 @@ pub(super) fn record_streamed(
         path: path.clone(),
         source,
     };
-    let mut line = serde_json::to_vec(&StreamedLine { seq, streamed })
+    let mut line = vec![b'\n'];
+    serde_json::to_writer(&mut line, &StreamedLine { seq, streamed })
         .map_err(|e| io(std::io::Error::other(e)))?;
     line.push(b'\n');
     std::fs::OpenOptions::new()
@@ -118,17 +121,17 @@ pub(super) fn record_streamed(
 }
 
 /// Every command's record of what it streamed (the last one of a command
-/// that has several); what does not parse is no record.
+/// that has several); a line that does not parse is no record.
 fn read_streamed(run_dir: &Path) -> Result<BTreeMap<u32, Streamed>, RunErrorKind> {
     let path = streamed_path(run_dir);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
         Err(source) => return Err(RunErrorKind::Io { path, source }),
     };
-    Ok(text
-        .lines()
-        .filter_map(|line| serde_json::from_str::<StreamedLine>(line).ok())
+    Ok(bytes
+        .split(|b| *b == b'\n')
+        .filter_map(|line| serde_json::from_slice::<StreamedLine>(line).ok())
         .map(|line| (line.seq, line.streamed))
         .collect())
 }
@@ -153,21 +156,20 @@ pub(super) fn export(
             path.file_stem()?.to_str()?.parse().ok()
         })
         .collect();
-    let records = match read_streamed(run_dir) {
-        Ok(records) => records,
-        Err(e) => {
-            errors.push(
-                RunnerStep::ExportLateOutput,
-                StepError::new(
-                    RunnerStep::WriteEvidence {
-                        file: "late output (the record of what was streamed)".into(),
-                    },
-                    e,
-                ),
-            );
-            return Vec::new();
-        }
-    };
+    // Unreadable, the record is none: every command's output goes whole
+    // (what was streamed twice, rather than anything lost).
+    let records = read_streamed(run_dir).unwrap_or_else(|e| {
+        errors.push(
+            RunnerStep::ExportLateOutput,
+            StepError::new(
+                RunnerStep::WriteEvidence {
+                    file: "late output (the record of what was streamed)".into(),
+                },
+                e,
+            ),
+        );
+        BTreeMap::new()
+    });
     let mut late = Vec::new();
     for seq in seqs {
         // Without a record, from the start: all of it.
@@ -379,24 +381,26 @@ mod tests {
 
     /// Every command's record is a line of one file; a line a crash cut
     /// short is no record (that command's output goes whole), and the lines
-    /// of the others still count.
+    /// of the others, the next one included, still count.
     #[test]
-    fn one_file_holds_every_commands_record_and_a_torn_line_is_none() {
+    fn one_file_holds_every_commands_record_and_a_torn_line_is_none_of_them() {
         let dir = tempfile::tempdir().unwrap();
         files(dir.path(), 1).unwrap();
         let streamed = |stdout| Streamed { stdout, stderr: 0 };
         record_streamed(dir.path(), 1, streamed(3)).unwrap();
         record_streamed(dir.path(), 2, streamed(5)).unwrap();
         let path = streamed_path(dir.path());
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        text.push_str("{\"seq\":3,\"stdo");
-        std::fs::write(&path, text).unwrap();
+        // A write cut short (and a byte that is no text), then the next one.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"{\"seq\":3,\"stdo\xff");
+        std::fs::write(&path, bytes).unwrap();
+        record_streamed(dir.path(), 4, streamed(7)).unwrap();
 
         let records = read_streamed(dir.path()).unwrap();
 
         assert_eq!(
             records.into_iter().collect::<Vec<_>>(),
-            [(1, streamed(3)), (2, streamed(5))]
+            [(1, streamed(3)), (2, streamed(5)), (4, streamed(7))]
         );
         let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
             .unwrap()

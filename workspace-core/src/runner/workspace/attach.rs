@@ -167,12 +167,12 @@ impl Workspace {
                 self.capacity_to_seal_again(&environment).await?;
                 self.services
                     .lost("its sandbox was gone when the run was attached again");
+                self.life.resume()?;
+                self.verify_source(&provisioned).await?;
                 self.record_resume(
                     None,
                     format!("attached without its processes ({reason}); sealed again, services started again"),
                 )?;
-                self.life.resume()?;
-                self.verify_source(&provisioned).await?;
                 self.seal(provisioned, environment).await
             }
         }
