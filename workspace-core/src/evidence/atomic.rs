@@ -81,6 +81,26 @@ pub(crate) fn discard_stale_temp(dir: &Path, name: &str) -> Result<PathBuf, Evid
     }
 }
 
+/// Removes every temp file (`.NAME.tmp`, a regular file) that writes killed
+/// midway left anywhere in the bundle at `dir`: no bundle file is named so,
+/// and none of them is part of what a manifest describes.
+pub(crate) fn discard_stale_temps(dir: &Path) -> Result<(), EvidenceError> {
+    for entry in super::layout::walk(dir)? {
+        let temp = entry
+            .path
+            .file_name()
+            .and_then(|name| name.to_str()?.strip_prefix('.')?.strip_suffix(".tmp"))
+            .is_some_and(|of| !of.is_empty());
+        if temp && entry.kind == super::layout::EntryKind::Regular {
+            fs::remove_file(&entry.path).map_err(|source| EvidenceError::Write {
+                path: entry.path.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Creates `path` (which must not exist) and writes `bytes`.
 fn write_new(path: &Path, bytes: &[u8]) -> Result<(), EvidenceError> {
     let wrap = |source| EvidenceError::Write {

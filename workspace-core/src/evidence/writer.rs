@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::Serialize;
 
 use super::EvidenceError;
-use super::atomic::{discard_stale_temp, seal_durably, to_pretty_json, write_atomic};
+use super::atomic::{discard_stale_temps, seal_durably, to_pretty_json, write_atomic};
 use super::command::{CommandRecorder, CommandStart, LATE_OUTPUT_PREFIX, WHOLE_OUTPUT_PREFIX};
 use super::layout::{self, COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 use super::manifest::Manifest;
@@ -242,8 +242,8 @@ impl EvidenceWriter {
     /// symlink or other non-regular file anywhere in the bundle is an error naming
     /// it), syncs every file and directory of the bundle to disk together with
     /// the manifest's temp file, then renames it to `manifest.json`, syncs its
-    /// directory, and refuses every later write. A temp manifest that a seal
-    /// killed midway left is discarded first.
+    /// directory, and refuses every later write. Temp files that writes
+    /// killed midway left (`.NAME.tmp`) are discarded first.
     ///
     /// Fails with [`EvidenceError::CommandsStillOpen`] while a [`CommandRecorder`]
     /// or an output stream is alive (finish or drop them first). A failed seal
@@ -257,8 +257,9 @@ impl EvidenceWriter {
                 open,
             });
         }
-        // Not a file of the bundle: what a seal killed midway left.
-        discard_stale_temp(&self.dir, MANIFEST_FILE)?;
+        // Not files of the bundle: what writes killed midway left (a seal's
+        // own temp manifest among them).
+        discard_stale_temps(&self.dir)?;
         let manifest = Manifest::compute(&self.dir)?;
         // What the manifest names is on disk before the manifest is found.
         let bytes = to_pretty_json(&manifest, &self.dir.join(MANIFEST_FILE))?;

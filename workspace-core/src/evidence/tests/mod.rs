@@ -201,15 +201,23 @@ fn writes_after_seal_are_refused() {
     assert!(verify(writer.dir()).unwrap().is_intact());
 }
 
-/// A runner killed while it sealed leaves the manifest's temp file: the next
-/// seal (recovery's) neither describes it nor leaves it.
+/// A runner killed while it wrote or sealed leaves temp files: the next seal
+/// (recovery's) neither describes them nor leaves them.
 #[test]
 fn a_seal_after_one_killed_midway_describes_only_the_bundle() {
     let root = TempDir::new().unwrap();
     let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
     writer.write_json(EvidenceFile::Checks, &json!([])).unwrap();
-    let stale = writer.dir().join(".manifest.json.tmp");
-    fs::write(&stale, b"{\"torn").unwrap();
+    let recorder = writer.start_command(start(&["true"])).unwrap();
+    drop(recorder);
+    let stale = [
+        writer.dir().join(".manifest.json.tmp"),
+        writer.dir().join(".outcome.json.tmp"),
+        writer.dir().join("commands/0001/.command.json.tmp"),
+    ];
+    for path in &stale {
+        fs::write(path, b"{\"torn").unwrap();
+    }
 
     let manifest = writer.seal().unwrap();
 
@@ -218,7 +226,7 @@ fn a_seal_after_one_killed_midway_describes_only_the_bundle() {
         "{:?}",
         manifest.files.keys()
     );
-    assert!(!stale.exists());
+    assert!(stale.iter().all(|path| !path.exists()));
     assert!(verify(writer.dir()).unwrap().is_intact());
 }
 
