@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use support::cli::{CliFixture, text};
-use support::{WAIT_FOR_PORT_8000, marker, processes_with, wait_until_gone};
+use support::{WAIT_FOR_PORT_8000, marker, processes_with, read_json, wait_until_gone};
 
 /// A contract that publishes port 8000 and runs one service that logs a line.
 const CONTRACT: &str = r#"
@@ -42,6 +42,16 @@ fn exec(fixture: &CliFixture, run: &str, argv: &[&str]) -> std::process::Output 
     let mut args = vec!["exec", run, "--"];
     args.extend_from_slice(argv);
     fixture.agent_workspace(&args)
+}
+
+/// Destroys `run` (which must succeed); its evidence bundle.
+fn destroy(fixture: &CliFixture, run: &str) -> std::path::PathBuf {
+    let out = fixture.agent_workspace(&["destroy", run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    fixture
+        .state_home()
+        .join("agent-workspace/evidence")
+        .join(run)
 }
 
 /// Waits (at most 10 s, else fails with `what`) until `pid` is dead or a
@@ -320,17 +330,7 @@ fn suspend_freezes_a_counter_in_place_and_resume_from_another_process_thaws_it()
 fn a_workspace_whose_sandbox_died_is_sealed_again_and_its_services_start_again() {
     let fixture = CliFixture::new("live-lost");
     let run = create(&fixture);
-    let sandbox: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(
-            fixture
-                .runtime()
-                .join("runs")
-                .join(&run)
-                .join("sandbox.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let sandbox = read_json(&fixture.runtime().join("runs").join(&run), "sandbox.json");
     let pid1 = i32::try_from(sandbox["pid"].as_u64().unwrap()).unwrap();
     // The test's own sandbox: its pid 1 (checked by its name) dies as if the
     // host had killed it; everything in its pid namespace dies with it.
@@ -354,14 +354,7 @@ fn a_workspace_whose_sandbox_died_is_sealed_again_and_its_services_start_again()
         "tick\ntick\n",
         "the service started again, in the same log"
     );
-    let out = fixture.agent_workspace(&["destroy", &run]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let evidence = fixture
-        .state_home()
-        .join("agent-workspace/evidence")
-        .join(&run);
-    let services: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(evidence.join("services.json")).unwrap()).unwrap();
+    let services = read_json(&destroy(&fixture, &run), "services.json");
     let ended: Vec<&str> = services
         .as_array()
         .unwrap()
@@ -389,13 +382,9 @@ fn a_workspace_whose_sandbox_died_is_sealed_again_and_its_services_start_again()
 fn a_workspace_from_before_a_restart_of_the_host_is_sealed_again_and_says_so() {
     let fixture = CliFixture::new("live-reboot");
     let run = create(&fixture);
-    let record = fixture
-        .runtime()
-        .join("runs")
-        .join(&run)
-        .join("sandbox.json");
-    let mut sandbox: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let run_dir = fixture.runtime().join("runs").join(&run);
+    let record = run_dir.join("sandbox.json");
+    let mut sandbox = read_json(&run_dir, "sandbox.json");
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     assert_eq!(sandbox["boot_id"].as_str(), Some(boot.trim()));
     // As if the host had restarted since (and, here, the old pid 1 lived on:
@@ -406,20 +395,12 @@ fn a_workspace_from_before_a_restart_of_the_host_is_sealed_again_and_says_so() {
     let out = exec(&fixture, &run, &["sh", "-c", "echo alive"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "alive\n");
-    let resealed: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let resealed = read_json(&run_dir, "sandbox.json");
     assert_ne!(resealed["pid"], sandbox["pid"], "a new sandbox");
     // The old pid 1 was ended before the new seal: dead, or dying (a pid 1
     // waits for the rest of its pid namespace), never left running.
     wait_until_dead(sandbox["pid"].as_u64().unwrap(), "the old pid 1 lives on");
-    let out = fixture.agent_workspace(&["destroy", &run]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let evidence = fixture
-        .state_home()
-        .join("agent-workspace/evidence")
-        .join(&run);
-    let source: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(evidence.join("source.json")).unwrap()).unwrap();
+    let source = read_json(&destroy(&fixture, &run), "source.json");
     let notes: Vec<&str> = source["resumes"]
         .as_array()
         .unwrap()

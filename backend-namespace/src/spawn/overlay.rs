@@ -84,7 +84,7 @@ fn open_dir(dir: impl AsFd, name: &OsStr) -> io::Result<Option<OwnedFd>> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let open = || openat(dir.as_fd(), name, flags, Mode::empty());
     let opened = match open() {
-        // A link is refused above (`ELOOP`), never made enterable here.
+        // A link fails the open with `ELOOP`: only a directory gets here.
         Err(Errno::EACCES) => fchmodat(
             dir.as_fd(),
             name,

@@ -72,7 +72,7 @@ fn replace(
 /// Removes the temp file of `dir/name` an earlier attempt left (a runner
 /// killed while it wrote or synced it): it is ours to replace, and no part of
 /// what a manifest describes. Returns its path.
-pub(crate) fn discard_stale_temp(dir: &Path, name: &str) -> Result<PathBuf, EvidenceError> {
+fn discard_stale_temp(dir: &Path, name: &str) -> Result<PathBuf, EvidenceError> {
     let temp = dir.join(format!(".{name}.tmp"));
     match fs::remove_file(&temp) {
         Ok(()) => Ok(temp),

@@ -5,9 +5,9 @@
 //! writes to two files of the run (`<run dir>/command-output/NNNN.stdout`,
 //! `.stderr`) that its streams follow until the command itself ended; the
 //! runner records how much of each it streamed into the evidence then (a
-//! line of `streamed.jsonl` beside them, appended with one write, because a
-//! later process may conclude the run; one file for all the commands, so a
-//! command adds no file of its own to the disk for it). When the run drains,
+//! line appended to `streamed.jsonl` beside them, because a later process may
+//! conclude the run; one file for all the commands, so a command adds no file
+//! of its own to the disk for it). When the run drains,
 //! once every process has ended, the rest of
 //! each file goes, scrubbed, to `commands/NNNN/late.stdout` and `late.stderr`.
 //! A command without that record (its runner died while it ran, so its stream
