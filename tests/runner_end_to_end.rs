@@ -724,7 +724,12 @@ async fn an_empty_run_exports_an_empty_patch() {
         .await
         .unwrap();
     let run_id = ws.run_id().clone();
-    assert!(fx.paths(&run_id).run_dir.is_dir());
+    let run_dir = fx.paths(&run_id).run_dir;
+    assert!(run_dir.is_dir());
+    // Nothing leased, no service: no record of either is written.
+    for none in ["leases.json", "services.json"] {
+        assert!(!run_dir.join(none).exists(), "{none} written for nothing");
+    }
     let report = ws.finish().await.unwrap();
     assert_concluded(&fx, &report, &[&mark]);
     assert!(report.outcome.commands.is_empty());

@@ -20,9 +20,9 @@
 //! # Files
 //! - `pool.lock`: the pool lock. Taking a ticket, deciding an admission, removing
 //!   stale tickets and taking a snapshot all happen under it, so they never interleave.
-//! - `next_ticket`: the next sequence number, replaced atomically (write, rename)
-//!   under the pool lock. If it is lost, numbering continues after the highest ticket
-//!   file present, so order is never reversed among live tickets.
+//! - `next_ticket`: the next sequence number, written over in place under the
+//!   pool lock. If it is lost or cut short, numbering continues after the highest
+//!   ticket file present, so order is never reversed among live tickets.
 //! - `<seq>.ticket`: one per request, created and locked by its owner
 //!   ([`crate::lease`]'s lock file: `flock` on Unix, `LockFileEx` on Windows) and kept
 //!   locked while it waits and while it holds, with `{label, pid, resources,
@@ -185,7 +185,7 @@ impl HostPool {
             .max()
             .unwrap_or(0);
         let seq = stored.max(after_files);
-        write_atomically(&counter, &self.dir.join(format!("{COUNTER}.tmp")), seq + 1)?;
+        write_in_place(&counter, seq + 1)?;
         let record = TicketRecord {
             label: label.to_owned(),
             pid: std::process::id(),
@@ -256,12 +256,20 @@ impl AdmissionControl for HostPool {
 
 /// Replaces `path` with `value` through `tmp` and a rename, so a crash never leaves
 /// half a number.
-fn write_atomically(path: &Path, tmp: &Path, value: u64) -> Result<(), CapacityError> {
+/// Writes `value` over `path`'s contents, in place: the file and its inode
+/// stay (a replacing rename would make and free one per admission). A write
+/// cut short by a crash leaves a number that does not parse, or a smaller
+/// one, and numbering then goes on after the highest ticket file present.
+fn write_in_place(path: &Path, value: u64) -> Result<(), CapacityError> {
     let write = || -> io::Result<()> {
-        let mut file = std::fs::File::create(tmp)?;
-        writeln!(file, "{value}")?;
-        file.flush()?;
-        std::fs::rename(tmp, path)
+        let text = format!("{value}\n");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        file.write_all(text.as_bytes())?;
+        file.set_len(text.len() as u64)
     };
     write().map_err(|source| CapacityError::HostPool {
         action: "writing",

@@ -172,6 +172,35 @@ async fn ticket_numbers_keep_increasing() {
     }
 }
 
+#[tokio::test]
+async fn the_counter_is_written_in_place_and_one_cut_short_never_reorders_live_tickets() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let pool = HostPool::open(dir.path(), slots(2));
+    let first = pool.admit("first", one()).await.unwrap();
+    let counter = dir.path().join("next_ticket");
+    let inode = std::fs::metadata(&counter).unwrap().ino();
+    drop(first);
+    let held = pool.admit("held", one()).await.unwrap();
+    assert_eq!(std::fs::metadata(&counter).unwrap().ino(), inode);
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "2\n");
+    // A crash cut the counter's last write short: a smaller number, or none.
+    for cut in ["0\n", "", "garbage"] {
+        std::fs::write(&counter, cut).unwrap();
+        let next = pool.admit("next", one()).await.unwrap();
+        let ids: Vec<u64> = pool
+            .snapshot()
+            .unwrap()
+            .holders
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(ids, [1, 2], "after a counter of {cut:?}");
+        drop(next);
+    }
+    drop(held);
+}
+
 async fn wait_for(mut condition: impl FnMut() -> bool) {
     for _ in 0..400 {
         if condition() {

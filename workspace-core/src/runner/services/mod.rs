@@ -418,7 +418,12 @@ impl Services {
         remove_if_present(&run_dir.join(SERVICES_STATE_FILE), errors);
     }
 
+    /// Writes `services.json`; a run without services has none (records are
+    /// only ever added, and a missing file reads as no services).
     fn save(&self, run_dir: &Path) -> Result<(), RunErrorKind> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
         write_state(&run_dir.join(SERVICES_STATE_FILE), &self.records)
     }
 }

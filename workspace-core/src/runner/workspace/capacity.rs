@@ -98,7 +98,8 @@ impl Workspace {
     }
 
     /// Leases the run's cache prefix, schema name and (without a private network)
-    /// ports, and records the names for a later resume.
+    /// ports, and records the names for a later resume (a run that leases
+    /// nothing records nothing: a missing `leases.json` reads as no names).
     pub(super) fn lease(&mut self, previous: Option<LeasedNames>) -> Result<(), RunErrorKind> {
         let private_network = self.stack.process.capabilities().private_network;
         self.leases = RunLeases::acquire(
@@ -108,6 +109,9 @@ impl Workspace {
             private_network,
             previous.as_ref(),
         )?;
+        if self.leases.names == LeasedNames::default() {
+            return Ok(());
+        }
         write_state(
             &self.paths.run_dir.join(LEASES_STATE_FILE),
             &self.leases.names,
