@@ -84,12 +84,15 @@ fn open_dir(dir: impl AsFd, name: &OsStr) -> io::Result<Option<OwnedFd>> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let open = || openat(dir.as_fd(), name, flags, Mode::empty());
     let opened = match open() {
-        // A link fails the open with `ELOOP`: only a directory gets here.
+        // A link fails the open with `ELOOP`: only a directory gets here. It
+        // is changed without following a link all the same (one swapped in
+        // since is refused, `EOPNOTSUPP`): the C library opens it `O_PATH`,
+        // checks what it is and changes that very inode through /proc.
         Err(Errno::EACCES) => fchmodat(
             dir.as_fd(),
             name,
             Mode::S_IRWXU,
-            FchmodatFlags::FollowSymlink,
+            FchmodatFlags::NoFollowSymlink,
         )
         .and_then(|()| open()),
         other => other,

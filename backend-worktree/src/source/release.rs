@@ -84,13 +84,34 @@ fn open_dir_at(dir: impl AsFd, name: &OsStr, path: &Path) -> Result<OwnedFd, Sou
         // when it is this process's own: an ordinary user has no
         // `CAP_DAC_OVERRIDE` to read past it. Nothing of the run runs any more,
         // and the caller checks that what it opened is what it inspected.
-        Err(rustix::io::Errno::ACCESS) => {
-            rustix::fs::chmodat(dir.as_fd(), name, Mode::RWXU, AtFlags::empty())
-                .and_then(|()| open(&dir))
-        }
+        Err(rustix::io::Errno::ACCESS) => make_readable(&dir, name),
         other => other,
     };
     opened.map_err(|e| SourceError::io("open a directory of the checkout", path, e.into()))
+}
+
+/// Makes the directory `name` below `dir` its owner's to read and opens it,
+/// through a handle on that very directory (`O_PATH`, which needs no read
+/// permission): a link swapped in for it since it was found is neither
+/// followed by the change of mode nor opened.
+fn make_readable(dir: impl AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let handle = rustix::fs::openat(
+        dir.as_fd(),
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    // A handle opened `O_PATH` takes no `fchmod`; its /proc link names the
+    // inode itself, not a path that could be swapped.
+    let by_handle = format!("/proc/self/fd/{}", handle.as_raw_fd());
+    rustix::fs::chmod(by_handle.as_str(), Mode::RWXU)?;
+    rustix::fs::openat(
+        &handle,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
 }
 
 /// `path` split into an open handle on its parent directory and its last name.

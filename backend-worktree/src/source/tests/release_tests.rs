@@ -182,3 +182,71 @@ fn source_remove_tree_unlinks_links_as_links() {
     // Missing: fine.
     remove_tree(&link).unwrap();
 }
+
+/// Set only in the child that runs [`ordinary_user_child`] as `nobody`.
+const ORDINARY_CHILD_ENV: &str = "AGENT_WORKSPACE_TEST_RELEASE_ORDINARY_CHILD";
+
+/// An ordinary user (no `CAP_DAC_OVERRIDE`) removes directories of its own it
+/// may not read (overlayfs makes `work/work` mode 0), and a link to a
+/// directory of mode 0 is removed as a link: the directory it names keeps its
+/// mode and its file.
+#[test]
+fn an_ordinary_user_removes_its_own_directories_of_mode_0() {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&exe)
+        .args([
+            "source::tests::release_tests::ordinary_user_child",
+            "--ignored",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(ORDINARY_CHILD_ENV, "1")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{e}: this test needs setpriv (Debian package util-linux) and root")
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The body of [`an_ordinary_user_removes_its_own_directories_of_mode_0`].
+#[test]
+#[ignore = "the body of a re-executed child: run (with --ignored) by the test that spawns it"]
+fn ordinary_user_child() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        std::env::var_os(ORDINARY_CHILD_ENV).is_some(),
+        "runs only in the child of an_ordinary_user_removes_its_own_directories_of_mode_0"
+    );
+    assert!(!rustix::process::geteuid().is_root(), "not root");
+    let tmp = TempDir::new().unwrap();
+    let kept = tmp.path().join("kept");
+    write(&kept.join("file"), "kept\n");
+    super::fixture::set_mode(&kept, 0o000);
+    let checkout = tmp.path().join("checkout");
+    write(&checkout.join("work/work/inside"), "x\n");
+    for dir in ["work/work", "work"] {
+        super::fixture::set_mode(&checkout.join(dir), 0o000);
+    }
+    std::os::unix::fs::symlink(&kept, checkout.join("link")).unwrap();
+    assert_eq!(
+        fs::read_dir(checkout.join("work")).unwrap_err().kind(),
+        std::io::ErrorKind::PermissionDenied,
+        "mode 0 keeps this user out"
+    );
+
+    remove_tree(&checkout).unwrap();
+
+    assert!(!checkout.exists());
+    let mode = fs::symlink_metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0, "the linked directory keeps its mode");
+    super::fixture::set_mode(&kept, 0o700);
+    assert_eq!(fs::read_to_string(kept.join("file")).unwrap(), "kept\n");
+}
