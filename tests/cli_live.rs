@@ -445,3 +445,24 @@ fn ls_shows_a_live_workspaces_capped_disk_and_what_it_holds() {
         text(&destroyed.stderr)
     );
 }
+
+/// A command started with `exec --detach` that ends on its own is never said
+/// to be running, nor to have been stopped: its end is seen only by the
+/// runner that started it, which let it go.
+#[test]
+fn a_detached_command_that_ended_by_itself_is_not_said_stopped() {
+    let fixture = CliFixture::new("live-detached-ended");
+    let run = fixture.create(None);
+    let out = fixture.agent_workspace(&["exec", "--detach", &run, "--", "sh", "-c", "exit 5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "exec-1\n");
+    let listing = text(&fixture.agent_workspace(&["ls"]).stdout);
+    assert!(listing.contains("exec-1 (started)"), "{listing}");
+
+    let services = read_json(&destroy(&fixture, &run), "services.json");
+    let ended = services[0]["ended"].as_str().unwrap_or_default();
+    assert!(
+        ended.starts_with("had ended before the run drained"),
+        "nothing of the run was left to stop: {services}"
+    );
+}

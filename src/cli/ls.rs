@@ -15,6 +15,7 @@ use workspace_core::capacity::{CapacitySnapshot, Resources};
 use workspace_core::journal::{self, JournalRead};
 use workspace_core::lifecycle::{FailureCause, State, StateName, Transition};
 use workspace_core::recovery::JOURNAL_DIR;
+use workspace_core::runner::BACKGROUND_PREFIX;
 use workspace_core::runner::RunPaths;
 
 use super::backend::Backend;
@@ -240,6 +241,9 @@ fn live_parts(row: &mut Row, runtime: &Path, evidence: &Path) {
         .map(|s| ServiceLine {
             status: match (&s.ended, s.ready_unix_ms) {
                 (Some(ended), _) => ended.clone(),
+                // A detached command's end is seen only by the runner that
+                // started it: it is said started, not that it still runs.
+                (None, Some(_)) if s.name.starts_with(BACKGROUND_PREFIX) => "started".into(),
                 (None, Some(_)) => "ready".into(),
                 (None, None) => "starting".into(),
             },

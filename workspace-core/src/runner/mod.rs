@@ -69,7 +69,7 @@ pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, Run
 pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
 pub use scrub::Scrubber;
-pub use services::{SERVICES_STATE_FILE, ServiceRecord, log_files};
+pub use services::{BACKGROUND_PREFIX, SERVICES_STATE_FILE, ServiceRecord, log_files};
 pub use templates::{TEMPLATES_STATE_FILE, TemplateRecord, prune_templates};
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 use workspace::{Opened, Provisioned};

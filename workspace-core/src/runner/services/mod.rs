@@ -363,10 +363,19 @@ impl Services {
                             grace.as_millis()
                         ),
                     };
-                    format!(
-                        "stopped with the run's other processes (SIGTERM to {}; {killed})",
-                        report.signalled
-                    )
+                    if report.signalled == 0 {
+                        // Nothing of the run was left to stop: it had ended,
+                        // and only the runner that started it saw how.
+                        "had ended before the run drained (its exit status went to the \
+                         runner that started it)"
+                            .to_owned()
+                    } else {
+                        format!(
+                            "stopped with the run's other processes, unless it had ended \
+                             before (SIGTERM to {}; {killed})",
+                            report.signalled
+                        )
+                    }
                 }
                 Err(e) => {
                     let ended = format!("left to teardown: {}", crate::error_chain(&e));
