@@ -296,9 +296,29 @@ fn suspend_freezes_a_counter_in_place_and_resume_from_another_process_thaws_it()
     assert_eq!(processes_with(&counter).len(), 1, "frozen, not killed");
     let listing = text(&fixture.agent_workspace(&["ls"]).stdout);
     assert!(listing.contains("suspended"), "{listing}");
+    // Suspended twice: said so, and never thawed in between.
+    let out = fixture.agent_workspace(&["suspend", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is suspended already"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        count(&checkout),
+        frozen,
+        "a second suspend does not thaw it"
+    );
 
     let out = fixture.agent_workspace(&["resume", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = fixture.agent_workspace(&["resume", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is not suspended: it is live"),
+        "a resume of a live run says so: {}",
+        text(&out.stderr)
+    );
     std::thread::sleep(Duration::from_millis(500));
     let after = count(&checkout);
     assert!(
@@ -460,6 +480,14 @@ fn a_detached_command_that_ended_by_itself_is_not_said_stopped() {
     assert!(listing.contains("exec-1 (started)"), "{listing}");
 
     let services = read_json(&destroy(&fixture, &run), "services.json");
+    // Its logs went to the evidence with the run: asking the run is refused.
+    let logs = fixture.agent_workspace(&["logs", &run]);
+    assert_eq!(logs.status.code(), Some(2), "{}", text(&logs.stderr));
+    assert!(
+        text(&logs.stderr).contains("has ended"),
+        "{}",
+        text(&logs.stderr)
+    );
     let ended = services[0]["ended"].as_str().unwrap_or_default();
     assert!(
         ended.starts_with("had ended before the run drained"),

@@ -580,6 +580,10 @@ fn an_interrupted_exec_exits_143_and_the_workspace_lives_on() {
     assert_eq!(status, Some(143), "{stderr}");
     assert!(stdout.contains("trapped"), "{stdout}");
     assert!(
+        stderr.contains("terminated; stopping the command (the workspace is kept)"),
+        "{stderr}"
+    );
+    assert!(
         support::processes_with(&mark).is_empty(),
         "the command outlived its exec"
     );

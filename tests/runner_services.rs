@@ -134,8 +134,10 @@ health = {{ tcp = 9999, interval = "50ms", timeout = "1s" }}
     let (error, name, message) = failed_by_a_service(&fx, contract, "echo never runs").await;
     assert_eq!(name, "stuck");
     assert!(message.contains("not ready after 1000 ms"), "{message}");
+    // Each line says its stream, stdout's first: the files do not say how
+    // the two interleaved.
     assert!(
-        message.contains("cannot bind") && message.contains("starting up"),
+        message.ends_with("the end of its log:\nstdout| starting up\nstderr| cannot bind"),
         "{message}"
     );
 

@@ -44,7 +44,9 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
         }
         let options = CreateOptions {
             run_id: None,
-            cancel: Some(cancel_on_signals()),
+            cancel: Some(cancel_on_signals(
+                "ending the run and exporting its evidence",
+            )),
             cancel_grace: Some(host.stop_grace()),
             observer: Some(super::waiting::observer(
                 host,

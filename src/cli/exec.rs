@@ -61,7 +61,9 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         let progress = Progress::on_terminal();
         let options = CreateOptions {
             run_id: None,
-            cancel: Some(cancel_on_signals()),
+            cancel: Some(cancel_on_signals(
+                "stopping the command (the workspace is kept)",
+            )),
             cancel_grace: Some(host.stop_grace()),
             observer: Some(super::waiting::observer(
                 host,

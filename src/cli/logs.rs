@@ -23,20 +23,18 @@ pub(crate) struct LogsArgs {
 /// scrubbed of credential values when the run ends.
 pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
+        // An ended run's logs are in its evidence: asking for them is refused.
+        let known: Vec<String> = match runner.services(&run_id) {
+            Ok(records) => records.into_iter().map(|r| r.name).collect(),
+            Err(error) => return report_run_error(&error),
+        };
         let names = match &args.service {
             Some(name) => vec![name.clone()],
-            None => match runner.services(&run_id) {
-                Ok(records) => records.into_iter().map(|r| r.name).collect(),
-                Err(error) => return report_run_error(&error),
-            },
+            None => known.clone(),
         };
         let prefix = args.service.is_none();
         for name in &names {
             let Some(logs) = runner.service_logs(&run_id, name) else {
-                let known: Vec<String> = runner
-                    .services(&run_id)
-                    .map(|records| records.into_iter().map(|r| r.name).collect())
-                    .unwrap_or_default();
                 let known = if known.is_empty() {
                     "it has none running (a finished run's logs are in its evidence, services/)"
                         .to_owned()

@@ -81,7 +81,7 @@ pub(crate) fn run(args: ProbeArgs, host: &HostArgs) -> ExitCode {
 }
 
 async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {
-    let cancel = cancel_on_signals();
+    let cancel = cancel_on_signals("ending the run and exporting its evidence");
     let options = CreateOptions {
         run_id: None,
         cancel: Some(cancel),

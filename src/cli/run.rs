@@ -75,7 +75,9 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         }
         let options = CreateOptions {
             run_id: None,
-            cancel: Some(cancel_on_signals()),
+            cancel: Some(cancel_on_signals(
+                "stopping the command and exporting the evidence",
+            )),
             cancel_grace: Some(host.stop_grace()),
             observer: Some(super::waiting::observer(
                 host,

@@ -112,8 +112,9 @@ pub(crate) fn interrupted_status() -> u8 {
 
 /// A token cancelled by Ctrl-C (`SIGINT`) or `SIGTERM` (what CI, systemd,
 /// `timeout` and `docker stop` send): the run's command gets `SIGTERM` and the
-/// grace of `--stop-grace`, then its tree is killed; the evidence is exported.
-pub(crate) fn cancel_on_signals() -> CancellationToken {
+/// grace of `--stop-grace`, then its tree is killed. `then` says what the
+/// subcommand does next, for the line printed when the signal comes.
+pub(crate) fn cancel_on_signals(then: &'static str) -> CancellationToken {
     use tokio::signal::unix::{SignalKind, signal};
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
@@ -130,7 +131,7 @@ pub(crate) fn cancel_on_signals() -> CancellationToken {
             _ = terminate.recv() => (libc_signal::SIGTERM, "terminated"),
         };
         INTERRUPTED_BY.store(signal, Ordering::Relaxed);
-        eprintln!("agent-workspace: {name}; stopping the command and exporting the evidence");
+        eprintln!("agent-workspace: {name}; {then}");
         on_signal.cancel();
     });
     cancel

@@ -4,8 +4,10 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use workspace_core::RunId;
 use workspace_core::boundary::Suspension;
-use workspace_core::runner::CreateOptions;
+use workspace_core::lifecycle::{StateName, Transition};
+use workspace_core::runner::{CreateOptions, Runner};
 
 use super::host::HostArgs;
 use super::session::{TheRun, on_run};
@@ -19,8 +21,20 @@ pub(crate) struct SuspendArgs {
 
 /// Freezes every process of the workspace where it is and gives its capacity
 /// back; `resume` thaws it.
+/// The state the run's journal last recorded (`None`: none readable).
+fn recorded_state(runner: &Runner, run_id: &RunId) -> Option<StateName> {
+    let path = workspace_core::recovery::journal_path(&runner.config().runtime_dir, run_id);
+    let read = workspace_core::journal::read::<Transition>(&path).ok()?;
+    read.records.last().map(|record| record.event.to.name())
+}
+
 pub(crate) fn suspend(args: SuspendArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
+        // Already frozen: thawing it to freeze it again would let it run.
+        if recorded_state(&runner, &run_id) == Some(StateName::Suspended) {
+            eprintln!("agent-workspace: run {run_id} is suspended already");
+            return ExitCode::SUCCESS;
+        }
         let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
             Ok(workspace) => workspace,
             Err(error) => return report_run_error(&error),
@@ -47,6 +61,10 @@ pub(crate) fn suspend(args: SuspendArgs, host: &HostArgs) -> ExitCode {
 /// again when they are gone, which it says), and leaves it live for `exec`.
 pub(crate) fn resume(args: SuspendArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
+        if recorded_state(&runner, &run_id) == Some(StateName::Detached) {
+            eprintln!("agent-workspace: run {run_id} is not suspended: it is live");
+            return ExitCode::SUCCESS;
+        }
         let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
             Ok(workspace) => workspace,
             Err(error) => return report_run_error(&error),

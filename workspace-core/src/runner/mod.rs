@@ -334,9 +334,18 @@ impl Runner {
     /// address that forwards to it, as its seal bound them (`observed.json`).
     /// Empty when the run publishes no port or is not sealed.
     pub fn previews(&self, run_id: &RunId) -> Result<Vec<PreviewEndpoint>, RunError> {
+        let paths = self.live_paths(run_id)?;
+        paths
+            .previews()
+            .map_err(|kind| RunError::refused(run_id, kind))
+    }
+
+    /// The paths of `run_id`, refused with [`RunErrorKind::Ended`] once the
+    /// run has ended: what its files say of its processes is history then
+    /// (its endpoints closed, its services stopped; the evidence keeps them).
+    fn live_paths(&self, run_id: &RunId) -> Result<RunPaths, RunError> {
         let config = &self.inner.config;
         let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
-        // An ended run's endpoints were closed with it: its record is history.
         let read = crate::journal::read::<crate::lifecycle::Transition>(&paths.journal);
         if let Some(state) = read
             .ok()
@@ -352,15 +361,14 @@ impl Runner {
         {
             return Err(RunError::refused(run_id, RunErrorKind::Ended { state }));
         }
-        paths
-            .previews()
-            .map_err(|kind| RunError::refused(run_id, kind))
+        Ok(paths)
     }
 
-    /// The services of a live run, as recorded so far (`services.json`).
+    /// The services of a live run, as recorded so far (`services.json`);
+    /// refused with [`RunErrorKind::Ended`] once the run has ended (its
+    /// evidence keeps them).
     pub fn services(&self, run_id: &RunId) -> Result<Vec<ServiceRecord>, RunError> {
-        let config = &self.inner.config;
-        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
+        let paths = self.live_paths(run_id)?;
         paths
             .services()
             .map_err(|kind| RunError::refused(run_id, kind))

@@ -459,7 +459,7 @@ fn failed(service: &Service, why: String, tail: &str) -> RunErrorKind {
     let message = if tail.is_empty() {
         why
     } else {
-        format!("{why}; its log ends with:\n{tail}")
+        format!("{why}; the end of its log:\n{tail}")
     };
     RunErrorKind::Failed(FailureCause::Service {
         name: service.name.clone(),
@@ -467,17 +467,21 @@ fn failed(service: &Service, why: String, tail: &str) -> RunErrorKind {
     })
 }
 
-/// The last [`LOG_TAIL_BYTES`] of the service's stderr and stdout.
+/// The last [`LOG_TAIL_BYTES`] of the service's stdout, then of its stderr,
+/// each line after the name of its stream (`stdout| `), so that the tail
+/// still says which stream each line came from when it is printed on one
+/// line (the two files do not say how their lines interleaved).
 fn log_tail(logs: &CommandOutput, scrubber: &Scrubber) -> String {
-    let mut tail = String::new();
-    for path in [&logs.stderr, &logs.stdout] {
+    let mut tail = Vec::new();
+    for (stream, path) in [("stdout", &logs.stdout), ("stderr", &logs.stderr)] {
         let bytes = scrubber.redact_bytes(&std::fs::read(path).unwrap_or_default());
         let start = bytes.len().saturating_sub(LOG_TAIL_BYTES);
         let text = String::from_utf8_lossy(&bytes[start..]);
-        tail.push_str(text.trim_end());
-        if !tail.is_empty() && !tail.ends_with('\n') {
-            tail.push('\n');
-        }
+        tail.extend(
+            text.lines()
+                .filter(|line| !line.trim().is_empty())
+                .map(|line| format!("{stream}| {}", line.trim_end())),
+        );
     }
-    tail.trim_end().to_owned()
+    tail.join("\n")
 }
