@@ -339,6 +339,25 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
     let check = world.agent_workspace(&["check-host"]);
     assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
 
+    // Runs in cgroups that are not the user's: refused, saying how root
+    // mends it.
+    let out = world.agent_workspace(&[
+        "run",
+        "--cgroup-parent",
+        "aw-test-not-delegated",
+        "--repo",
+        repo,
+        "--",
+        "true",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("this user has no cgroup subtree of its own")
+            && stderr.contains("check-host --fix --user NAME"),
+        "{stderr}"
+    );
+
     // The README's main job, as the user.
     let (stdout, evidence) = world.run_ok(&[
         "run",

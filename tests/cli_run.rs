@@ -959,3 +959,31 @@ fn with_i_the_command_reads_this_processs_input_with_and_without_a_terminal() {
     let out = with_input(&["--", "cat"], b"not passed");
     assert_eq!(out.stdout, b"");
 }
+
+/// A setting the chosen backend cannot keep is refused before anything is
+/// made, naming its field, and says where to learn what this host lacks.
+#[test]
+fn a_setting_the_backend_cannot_keep_is_refused_pointing_to_check_host() {
+    let fixture = CliFixture::new("unkept");
+    let file = fixture.path().join("image.toml");
+    std::fs::write(
+        &file,
+        "objective = \"unkept\"\nshape = \"narrow-fix\"\n[filesystem]\nwritable = [\".\"]\n\
+         [environment.runtime]\nimage = \"oci-layout:/nowhere@sha256:\
+         0000000000000000000000000000000000000000000000000000000000000000\"\n",
+    )
+    .unwrap();
+    let out = fixture.run(&["--contract", file.to_str().unwrap(), "--", "true"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "environment.runtime.image: backend-namespace process cannot enforce a pinned image"
+        ) && stderr.contains("`agent-workspace check-host` says what this host and user lack"),
+        "{stderr}"
+    );
+    assert!(
+        !fixture.evidence().exists() || std::fs::read_dir(fixture.evidence()).unwrap().count() == 0,
+        "nothing was created"
+    );
+}

@@ -136,10 +136,19 @@ impl ContractArgs {
                 }
                 Ok(())
             }
-            Err(RunErrorKind::InvalidContract(problems) | RunErrorKind::Unsupported(problems))
-                if self.names_a_flag(&problems) =>
-            {
+            Err(RunErrorKind::InvalidContract(problems)) if self.names_a_flag(&problems) => {
                 Err(BadInput(self.naming_flags(&problems)))
+            }
+            // What this host or user cannot give a run: check-host says why.
+            Err(RunErrorKind::Unsupported(problems)) => {
+                let refused = if self.names_a_flag(&problems) {
+                    self.naming_flags(&problems)
+                } else {
+                    one_line(&RunErrorKind::Unsupported(problems).to_string())
+                };
+                Err(BadInput(format!(
+                    "{refused}; `agent-workspace check-host` says what this host and user lack"
+                )))
             }
             Err(kind) => Err(BadInput(one_line(&kind.to_string()))),
         }
@@ -174,6 +183,9 @@ impl ContractArgs {
             "environment.limits.pids" if self.pids.is_some() => Some("--pids"),
             "environment.limits.cpus" if self.cpus.is_some() => Some("--cpus"),
             "environment.limits.wall_time" if self.timeout.is_some() => Some("--timeout"),
+            "environment.network.mode" if !self.allow.is_empty() => Some("--allow"),
+            "environment.network.mode" if !self.deny.is_empty() => Some("--deny"),
+            "environment.network.mode" if self.network.is_some() => Some("--network"),
             _ => None,
         }
     }

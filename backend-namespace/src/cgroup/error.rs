@@ -64,6 +64,16 @@ pub enum CgroupError {
         /// The name.
         name: String,
     },
+    /// A cgroup directory may not be made here: the cgroups the runs are made
+    /// in are not this user's.
+    #[error(
+        "cgroup: {path} cannot be made: this user has no cgroup subtree of its own \
+         (root delegates one with `agent-workspace check-host --fix --user NAME`)"
+    )]
+    NotDelegated {
+        /// The directory.
+        path: PathBuf,
+    },
     /// Creating a cgroup directory failed.
     #[error("cgroup: creating directory {path} failed")]
     CreateDir {

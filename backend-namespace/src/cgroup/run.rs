@@ -517,18 +517,26 @@ fn make_dir(path: &Path) -> Result<(), CgroupError> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(CgroupError::AlreadyExists {
             path: path.to_path_buf(),
         }),
-        Err(source) => Err(CgroupError::CreateDir {
-            path: path.to_path_buf(),
-            source,
-        }),
+        Err(source) => Err(not_made(path, source)),
     }
 }
 
 fn create_dir_all(path: &Path) -> Result<(), CgroupError> {
-    std::fs::create_dir_all(path).map_err(|source| CgroupError::CreateDir {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::create_dir_all(path).map_err(|source| not_made(path, source))
+}
+
+/// Why `path` could not be made: refused permission is a subtree that is not
+/// this user's, which `check-host --fix` mends.
+fn not_made(path: &Path, source: io::Error) -> CgroupError {
+    match source.kind() {
+        io::ErrorKind::PermissionDenied => CgroupError::NotDelegated {
+            path: path.to_path_buf(),
+        },
+        _ => CgroupError::CreateDir {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
 }
 
 /// Removes a cgroup directory and every sub-cgroup below it, deepest first.
