@@ -90,10 +90,26 @@ fn an_approved_patch_whose_check_passes_is_promoted_and_records_who_recorded_it(
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("--sha256"), "{stderr}");
 
-    let out = promote(&fixture, &run, &digest);
+    let out = fixture.agent_workspace(&[
+        "promote",
+        &run,
+        "--approved-by",
+        "reviewer",
+        "--sha256",
+        &digest,
+        "--json",
+    ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains(&format!("promoted {digest}")), "{stderr}");
+    // The summary says where the patch went, as promotion.json does.
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["promotion"]["result"], "promoted", "{summary}");
+    assert_eq!(
+        summary["promotion"]["record"]["patch_sha256"],
+        digest.as_str(),
+        "{summary}"
+    );
 
     let evidence = evidence_of(&fixture, &run);
     fixture.assert_verifies(&evidence);

@@ -208,6 +208,10 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
             if !rows.is_empty() {
                 println!();
             }
+            // The pool is the host's: a filtered list still shows all of it.
+            if args.backend.is_some() {
+                println!("the host's capacity, shared by every backend:");
+            }
             print!("{}", pool_table(pool, now));
         }
     }

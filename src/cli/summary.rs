@@ -52,6 +52,10 @@ pub(crate) struct Summary {
     /// Processes still running at the end, stopped with the workspace.
     #[serde(skip_serializing_if = "is_zero")]
     pub stopped: u32,
+    /// What promoting the patch came to (`promotion.json`: where it went),
+    /// when the run was promoted or refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<workspace_core::runner::PromotionOutcome>,
     /// The command the line is about (not printed in JSON).
     #[serde(skip)]
     pub command: Option<CommandOutcome>,
@@ -77,6 +81,7 @@ impl Summary {
             duration_ms: report.duration_ms,
             cleaned: report.cleaned,
             stopped: report.outcome.stopped,
+            promotion: report.promotion.clone(),
             command: command.cloned(),
         }
     }
