@@ -494,3 +494,50 @@ fn a_detached_command_that_ended_by_itself_is_not_said_stopped() {
         "nothing of the run was left to stop: {services}"
     );
 }
+
+/// A command's cgroup goes once nothing of it runs and its end was seen, so a
+/// long-lived workspace does not gather a group per command; one that left a
+/// process keeps it until the workspace ends.
+#[test]
+fn a_commands_group_goes_once_nothing_of_it_runs() {
+    let fixture = CliFixture::new("live-command-groups");
+    let run = fixture.create(None);
+    let names = || {
+        let mut names: Vec<String> = fixture
+            .command_cgroups(&run)
+            .iter()
+            .map(|dir| dir.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    let out = exec(&fixture, &run, &["sh", "-c", "sleep 1000 &"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let before = names();
+    let sleepers = before.last().expect("the sleeper's group").clone();
+    let out = exec(&fixture, &run, &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while names() != before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "groups stayed: {:?}",
+            names()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for group in fixture.command_cgroups(&run) {
+        if group.ends_with(&sleepers) {
+            let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap();
+            assert!(
+                !procs.trim().is_empty(),
+                "the sleeper's group: {}",
+                group.display()
+            );
+        }
+    }
+
+    destroy(&fixture, &run);
+    assert!(fixture.command_cgroups(&run).is_empty());
+}
