@@ -106,19 +106,10 @@ async fn a_timeout_kills_the_commands_whole_tree_and_the_container_lives_on() {
         })
         .filter(|dir| dir.is_dir())
         .collect::<Vec<_>>();
-    // Nothing of the command is left in its groups, which go once they are
-    // empty (off the exec's path).
+    assert!(!cgroups.is_empty(), "the command had cgroups of its own");
     for dir in &cgroups {
-        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
         assert!(procs.trim().is_empty(), "{}: {procs}", dir.display());
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while cgroups.iter().any(|dir| dir.exists()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command's groups stayed: {cgroups:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // The container itself goes on.
     let after = command(&["sh", "-c", "echo alive"], Some(20_000));

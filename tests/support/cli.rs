@@ -17,22 +17,6 @@ pub struct CliFixture {
 }
 
 impl CliFixture {
-    /// The commands' groups (`cmd-N`) of run `run` that exist, in every
-    /// hierarchy.
-    #[allow(dead_code)] // not every test binary looks at command groups
-    pub fn command_cgroups(&self, run: &str) -> Vec<std::path::PathBuf> {
-        let hierarchies = std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten();
-        hierarchies
-            .flatten()
-            .filter_map(|h| {
-                std::fs::read_dir(h.path().join(&self.fixture.cgroup_parent).join(run)).ok()
-            })
-            .flat_map(|groups| groups.flatten())
-            .filter(|group| group.file_name().to_string_lossy().starts_with("cmd-"))
-            .map(|group| group.path())
-            .collect()
-    }
-
     /// A fresh fixture for test `test`.
     pub fn new(test: &str) -> Self {
         Self {

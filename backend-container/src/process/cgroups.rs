@@ -212,16 +212,6 @@ impl CommandCgroup {
         Ok(())
     }
 
-    /// Removes its directories when nothing runs in them any more (what a
-    /// command left running keeps them until the container ends): a long-lived
-    /// workspace does not gather a group per command. Best effort.
-    pub(crate) fn remove_if_empty(&self) {
-        if self.pids().is_empty() {
-            // A busy or vanished directory stays as it is: teardown's.
-            let _ = self.remove();
-        }
-    }
-
     /// Removes its directories (empty by now); each failure named.
     fn remove(&self) -> Vec<ContainerError> {
         self.dirs

@@ -566,9 +566,6 @@ impl Execution for ContainerExecution {
         self.ended.send_replace(true);
         let exit = self.ended(status);
         self.exit = Some(exit.clone());
-        // Its group goes once its counters are read, off the exec's path.
-        let cgroup = Arc::clone(&self.cgroup);
-        tokio::task::spawn_blocking(move || cgroup.remove_if_empty());
         Ok(exit)
     }
 

@@ -389,17 +389,6 @@ impl RunCgroup {
         self.remove_dirs()
     }
 
-    /// Removes the groups' directories when nothing runs in them any more
-    /// (a command's group once it ended: what it left running keeps it until
-    /// the sandbox ends); a busy or vanished directory stays as it is.
-    pub fn remove_if_empty(&self) {
-        if self.pids().is_ok_and(|pids| pids.is_empty()) {
-            for dir in self.dirs.iter().rev() {
-                let _ = std::fs::remove_dir(&dir.path);
-            }
-        }
-    }
-
     /// Lets go of the groups without killing or removing anything: a live
     /// sandbox outlives the handle; [`RunCgroup::adopt`] finds the groups again.
     pub fn release(&self) {

@@ -297,10 +297,6 @@ impl Execution for NamespaceExecution {
         // Reaped: a hang-up reaches only what it left in its session.
         self.terminal = None;
         self.exit = Some(exit.clone());
-        // Its group goes once its counters are read, off the exec's path: a
-        // long-lived workspace does not gather a group per command.
-        let tree = Arc::clone(&self.tree);
-        tokio::task::spawn_blocking(move || tree.remove_if_empty());
         Ok(exit)
     }
 
