@@ -315,7 +315,7 @@ fn suspend_freezes_a_counter_in_place_and_resume_from_another_process_thaws_it()
     let out = fixture.agent_workspace(&["resume", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("is not suspended: it is live"),
+        text(&out.stderr).contains("was not suspended; it is live"),
         "a resume of a live run says so: {}",
         text(&out.stderr)
     );

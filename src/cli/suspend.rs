@@ -19,19 +19,25 @@ pub(crate) struct SuspendArgs {
     run: TheRun,
 }
 
-/// Freezes every process of the workspace where it is and gives its capacity
-/// back; `resume` thaws it.
-/// The state the run's journal last recorded (`None`: none readable).
-fn recorded_state(runner: &Runner, run_id: &RunId) -> Option<StateName> {
+/// The state the run's journal last recorded, when no process holds the run
+/// (`None`: held, or nothing readable; what another process does with it is
+/// then not known).
+fn settled_state(runner: &Runner, run_id: &RunId) -> Option<StateName> {
     let path = workspace_core::recovery::journal_path(&runner.config().runtime_dir, run_id);
+    if workspace_core::journal::is_held(&path).unwrap_or(true) {
+        return None;
+    }
     let read = workspace_core::journal::read::<Transition>(&path).ok()?;
     read.records.last().map(|record| record.event.to.name())
 }
 
+/// Freezes every process of the workspace where it is and gives its capacity
+/// back; `resume` thaws it.
 pub(crate) fn suspend(args: SuspendArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
-        // Already frozen: thawing it to freeze it again would let it run.
-        if recorded_state(&runner, &run_id) == Some(StateName::Suspended) {
+        // Already frozen: thawing it to freeze it again would let it run. (A
+        // run another process holds goes on to be refused as in use.)
+        if settled_state(&runner, &run_id) == Some(StateName::Suspended) {
             eprintln!("agent-workspace: run {run_id} is suspended already");
             return ExitCode::SUCCESS;
         }
@@ -61,17 +67,20 @@ pub(crate) fn suspend(args: SuspendArgs, host: &HostArgs) -> ExitCode {
 /// again when they are gone, which it says), and leaves it live for `exec`.
 pub(crate) fn resume(args: SuspendArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
-        if recorded_state(&runner, &run_id) == Some(StateName::Detached) {
-            eprintln!("agent-workspace: run {run_id} is not suspended: it is live");
-            return ExitCode::SUCCESS;
-        }
+        // A live run is attached all the same: a sandbox found gone is sealed
+        // again (and says so); only the line differs.
+        let live = settled_state(&runner, &run_id) == Some(StateName::Detached);
         let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
             Ok(workspace) => workspace,
             Err(error) => return report_run_error(&error),
         };
         match workspace.detach().await {
             Ok(_) => {
-                eprintln!("agent-workspace: run {run_id} resumed");
+                if live {
+                    eprintln!("agent-workspace: run {run_id} was not suspended; it is live");
+                } else {
+                    eprintln!("agent-workspace: run {run_id} resumed");
+                }
                 ExitCode::SUCCESS
             }
             Err(error) => report_run_error(&error),
