@@ -72,6 +72,8 @@ pub mod lease;
 pub mod lifecycle;
 pub mod mount_plan;
 pub mod observation;
+#[cfg(target_os = "linux")]
+pub mod own_dirs;
 pub mod recovery;
 mod run_id;
 pub mod runner;

@@ -25,13 +25,12 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::{AT_FDCWD, OFlag, openat};
-use nix::sys::stat::{FchmodatFlags, Mode, fchmodat};
+use nix::fcntl::AT_FDCWD;
 use nix::unistd::{UnlinkatFlags, unlinkat};
+use workspace_core::own_dirs::open_dir;
 
 /// overlayfs's own subdirectory of the work directory, where a volatile
 /// mount leaves its marker: `work/incompat/volatile/dirty`.
@@ -76,32 +75,6 @@ pub(crate) fn clear_volatile_marker(work: &Path) -> io::Result<()> {
         gone(unlinkat(parent, *name, UnlinkatFlags::RemoveDir))?;
     }
     Ok(())
-}
-
-/// The directory `name` below `dir`, opened without following a link;
-/// `None` when there is none.
-fn open_dir(dir: impl AsFd, name: &OsStr) -> io::Result<Option<OwnedFd>> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let open = || openat(dir.as_fd(), name, flags, Mode::empty());
-    let opened = match open() {
-        // A link fails the open with `ELOOP`: only a directory gets here. It
-        // is changed without following a link all the same (one swapped in
-        // since is refused, `EOPNOTSUPP`): the C library opens it `O_PATH`,
-        // checks what it is and changes that very inode through /proc.
-        Err(Errno::EACCES) => fchmodat(
-            dir.as_fd(),
-            name,
-            Mode::S_IRWXU,
-            FchmodatFlags::NoFollowSymlink,
-        )
-        .and_then(|()| open()),
-        other => other,
-    };
-    match opened {
-        Ok(fd) => Ok(Some(fd)),
-        Err(Errno::ENOENT) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
 }
 
 #[cfg(test)]

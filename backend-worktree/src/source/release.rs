@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Statx, StatxFlags};
+use rustix::fs::{AtFlags, FileType, Statx, StatxFlags};
 
 use super::SourceError;
 
@@ -69,49 +69,16 @@ fn is_dir(stat: &Statx) -> bool {
     FileType::from_raw_mode(u32::from(stat.stx_mode)) == FileType::Directory
 }
 
+/// The directory `name` below `dir`, opened without following a link. One
+/// this process may not read (overlayfs makes its `work/work` with mode 0; a
+/// run may `chmod 000` its own) is made its owner's first, through a handle on
+/// that very directory ([`workspace_core::own_dirs`]): an ordinary user has no
+/// `CAP_DAC_OVERRIDE` to read past it. Nothing of the run runs any more, and
+/// the caller checks that what it opened is what it inspected.
 fn open_dir_at(dir: impl AsFd, name: &OsStr, path: &Path) -> Result<OwnedFd, SourceError> {
-    let open = |dir: &dyn AsFd| {
-        rustix::fs::openat(
-            dir.as_fd(),
-            name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-    };
-    let opened = match open(&dir) {
-        // A directory this process may not read (overlayfs makes its `work/work`
-        // with mode 0; a run may `chmod 000` its own) is made readable first
-        // when it is this process's own: an ordinary user has no
-        // `CAP_DAC_OVERRIDE` to read past it. Nothing of the run runs any more,
-        // and the caller checks that what it opened is what it inspected.
-        Err(rustix::io::Errno::ACCESS) => make_readable(&dir, name),
-        other => other,
-    };
-    opened.map_err(|e| SourceError::io("open a directory of the checkout", path, e.into()))
-}
-
-/// Makes the directory `name` below `dir` its owner's to read and opens it,
-/// through a handle on that very directory (`O_PATH`, which needs no read
-/// permission): a link swapped in for it since it was found is neither
-/// followed by the change of mode nor opened.
-fn make_readable(dir: impl AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
-    use std::os::fd::AsRawFd;
-    let handle = rustix::fs::openat(
-        dir.as_fd(),
-        name,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    // A handle opened `O_PATH` takes no `fchmod`; its /proc link names the
-    // inode itself, not a path that could be swapped.
-    let by_handle = format!("/proc/self/fd/{}", handle.as_raw_fd());
-    rustix::fs::chmod(by_handle.as_str(), Mode::RWXU)?;
-    rustix::fs::openat(
-        &handle,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+    workspace_core::own_dirs::open_dir(dir, name)
+        .and_then(|opened| opened.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+        .map_err(|e| SourceError::io("open a directory of the checkout", path, e))
 }
 
 /// `path` split into an open handle on its parent directory and its last name.
