@@ -339,6 +339,17 @@ fn an_ordinary_user_runs_one_shot_and_live_workspaces_and_its_sandbox_holds() {
     let check = world.agent_workspace(&["check-host"]);
     assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
 
+    // What only root may give a run: refused before anything is made,
+    // naming the flag, and pointing to check-host.
+    let out = world.agent_workspace(&["run", "--disk", "100MiB", "--repo", repo, "--", "true"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--disk (environment.limits.disk)")
+            && stderr.contains("`agent-workspace check-host --backend namespace` says what"),
+        "{stderr}"
+    );
+
     // Runs in cgroups that are not the user's: refused, saying how root
     // mends it.
     let out = world.agent_workspace(&[

@@ -961,9 +961,9 @@ fn with_i_the_command_reads_this_processs_input_with_and_without_a_terminal() {
 }
 
 /// A setting the chosen backend cannot keep is refused before anything is
-/// made, naming its field, and says where to learn what this host lacks.
+/// made, naming its field and the backend that keeps it.
 #[test]
-fn a_setting_the_backend_cannot_keep_is_refused_pointing_to_check_host() {
+fn a_setting_the_backend_cannot_keep_is_refused_naming_its_field() {
     let fixture = CliFixture::new("unkept");
     let file = fixture.path().join("image.toml");
     std::fs::write(
@@ -979,7 +979,7 @@ fn a_setting_the_backend_cannot_keep_is_refused_pointing_to_check_host() {
     assert!(
         stderr.contains(
             "environment.runtime.image: backend-namespace process cannot enforce a pinned image"
-        ) && stderr.contains("`agent-workspace check-host` says what this host and user lack"),
+        ) && stderr.contains("`--backend container` runs images"),
         "{stderr}"
     );
     assert!(

@@ -139,16 +139,24 @@ impl ContractArgs {
             Err(RunErrorKind::InvalidContract(problems)) if self.names_a_flag(&problems) => {
                 Err(BadInput(self.naming_flags(&problems)))
             }
-            // What this host or user cannot give a run: check-host says why.
             Err(RunErrorKind::Unsupported(problems)) => {
                 let refused = if self.names_a_flag(&problems) {
                     self.naming_flags(&problems)
                 } else {
                     one_line(&RunErrorKind::Unsupported(problems).to_string())
                 };
-                Err(BadInput(format!(
-                    "{refused}; `agent-workspace check-host` says what this host and user lack"
-                )))
+                // For an ordinary user what is refused is most often what only
+                // root may give a run (a disk cap, an egress proxy): check-host
+                // says which.
+                let hint = if nix::unistd::geteuid().is_root() {
+                    String::new()
+                } else {
+                    format!(
+                        "; `agent-workspace check-host --backend {}` says what this user and host lack",
+                        self.backend.name()
+                    )
+                };
+                Err(BadInput(format!("{refused}{hint}")))
             }
             Err(kind) => Err(BadInput(one_line(&kind.to_string()))),
         }

@@ -73,6 +73,9 @@ pub enum CgroupError {
     NotDelegated {
         /// The directory.
         path: PathBuf,
+        /// The refusal.
+        #[source]
+        source: io::Error,
     },
     /// Creating a cgroup directory failed.
     #[error("cgroup: creating directory {path} failed")]

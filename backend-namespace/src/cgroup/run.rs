@@ -525,13 +525,16 @@ fn create_dir_all(path: &Path) -> Result<(), CgroupError> {
     std::fs::create_dir_all(path).map_err(|source| not_made(path, source))
 }
 
-/// Why `path` could not be made: refused permission is a subtree that is not
-/// this user's, which `check-host --fix` mends.
+/// Why `path` could not be made: refused permission, for an ordinary user,
+/// is a subtree that is not its own, which `check-host --fix` mends.
 fn not_made(path: &Path, source: io::Error) -> CgroupError {
     match source.kind() {
-        io::ErrorKind::PermissionDenied => CgroupError::NotDelegated {
-            path: path.to_path_buf(),
-        },
+        io::ErrorKind::PermissionDenied if !nix::unistd::geteuid().is_root() => {
+            CgroupError::NotDelegated {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
         _ => CgroupError::CreateDir {
             path: path.to_path_buf(),
             source,

@@ -254,12 +254,11 @@ impl AdmissionControl for HostPool {
     }
 }
 
-/// Replaces `path` with `value` through `tmp` and a rename, so a crash never leaves
-/// half a number.
 /// Writes `value` over `path`'s contents, in place: the file and its inode
 /// stay (a replacing rename would make and free one per admission). A write
-/// cut short by a crash leaves a number that does not parse, or a smaller
-/// one, and numbering then goes on after the highest ticket file present.
+/// cut short by a crash leaves any number, or none: a new ticket still takes
+/// the larger of it and the highest ticket file present plus one, under the
+/// pool lock, so live tickets keep their order and never share a number.
 fn write_in_place(path: &Path, value: u64) -> Result<(), CapacityError> {
     let write = || -> io::Result<()> {
         let text = format!("{value}\n");

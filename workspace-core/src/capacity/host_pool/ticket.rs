@@ -46,10 +46,11 @@ pub(super) struct LiveTicket {
 /// A ticket this process owns: its file stays locked until dropped, and dropping
 /// removes the file, then unlocks.
 ///
-/// Removing is safe here, unlike for leases: sequence numbers are never reused, so no
-/// one ever creates a file at this path again, and a scanner that opened the file
-/// before the removal only sees a live or (after the unlock) a stale ticket that is
-/// gone already.
+/// Removing is safe here, unlike for leases: a number is taken under the pool lock
+/// above every ticket file present, so no one creates a file at this path while
+/// this one exists (a number may come again only after its file is gone, when the
+/// counter was lost), and a scanner that opened the file before the removal only
+/// sees a live or (after the unlock) a stale ticket that is gone already.
 #[derive(Debug)]
 pub(super) struct Ticket {
     pub(super) seq: u64,
