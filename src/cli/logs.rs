@@ -24,9 +24,14 @@ pub(crate) struct LogsArgs {
 pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
         // An ended run's logs are in its evidence: asking for them is refused.
+        // A record being rewritten just now (an `exec --detach` adding to it)
+        // keeps no one from a service named here.
         let known: Vec<String> = match runner.services(&run_id) {
             Ok(records) => records.into_iter().map(|r| r.name).collect(),
-            Err(error) => return report_run_error(&error),
+            Err(error) if args.service.is_none() || is_ended(&error) => {
+                return report_run_error(&error);
+            }
+            Err(_) => Vec::new(),
         };
         let names = match &args.service {
             Some(name) => vec![name.clone()],
@@ -64,4 +69,12 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
         }
         ExitCode::SUCCESS
     })
+}
+
+/// Whether `error` says the run has ended.
+fn is_ended(error: &workspace_core::runner::RunError) -> bool {
+    matches!(
+        error.kind.as_ref(),
+        workspace_core::runner::RunErrorKind::Ended { .. }
+    )
 }
