@@ -28,6 +28,10 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+/// How long an acquirer that found the tree neither published nor free to
+/// populate waits before it looks again.
+const CONTENDED_RETRY: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Errors of the base-tree cache.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -185,7 +189,11 @@ impl TreeCache {
         }
         self.make_dirs()?;
         let mut populate = Some(populate);
-        for _ in 0..3 {
+        // Rounds in which this acquirer held the tree alone and found it not
+        // published even though it had populated it (evicted in between).
+        let mut evicted = 0;
+        loop {
+            // Opened each round: an eviction removes the lock file.
             let lock = self.open_lock(tree)?;
             lock.lock_shared()
                 .map_err(io_error("lock", &self.lock_path(tree)))?;
@@ -201,20 +209,37 @@ impl TreeCache {
             }
             lock.unlock()
                 .map_err(io_error("unlock", &self.lock_path(tree)))?;
-            lock.lock()
-                .map_err(io_error("lock", &self.lock_path(tree)))?;
+            // Never waits for the tree alone: a run that holds it (shared, for
+            // its whole life; in this process or another) would keep that wait
+            // going though the tree is published by then. One acquirer at a
+            // time populates it; the others go back to the shared lock, which
+            // waits while a population runs.
+            match lock.try_lock() {
+                Ok(()) => {}
+                Err(fs::TryLockError::WouldBlock) => {
+                    std::thread::sleep(CONTENDED_RETRY);
+                    continue;
+                }
+                Err(fs::TryLockError::Error(source)) => {
+                    return Err(io_error("lock", &self.lock_path(tree))(source));
+                }
+            }
             if self.published_meta(tree)?.is_none() {
-                let Some(populate) = populate.take() else {
-                    return Err(CacheError::Contended { tree: tree.into() });
-                };
-                self.populate(tree, populate)?;
+                match populate.take() {
+                    Some(populate) => self.populate(tree, populate)?,
+                    None => {
+                        evicted += 1;
+                        if evicted == 3 {
+                            return Err(CacheError::Contended { tree: tree.into() });
+                        }
+                    }
+                }
             }
             // Downgrade: another process may evict between unlock and lock_shared,
             // which the next round notices.
             lock.unlock()
                 .map_err(io_error("unlock", &self.lock_path(tree)))?;
         }
-        Err(CacheError::Contended { tree: tree.into() })
     }
 
     /// Every cached tree with its size, last use and whether a run holds it.
@@ -391,4 +416,43 @@ fn measure(dir: &Path) -> Result<TreeMeta, CacheError> {
         }
     }
     Ok(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The interleaving two runs of one tree once deadlocked on: an acquirer
+    /// found the tree not yet published and went for the exclusive lock while
+    /// the other published it and kept holding it (shared) for its run.
+    #[test]
+    fn an_acquirer_is_not_kept_waiting_by_a_run_holding_the_tree_it_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = TreeCache::open(dir.path(), 1 << 30).unwrap();
+        cache.make_dirs().unwrap();
+        let tree = "ab".repeat(20);
+        // The other run, between its check and its population: it holds the
+        // tree's lock shared.
+        let holder = cache.open_lock(&tree).unwrap();
+        holder.lock_shared().unwrap();
+        let (done, acquired) = std::sync::mpsc::channel();
+        let (waiter_cache, waiter_tree) = (cache.clone(), tree.clone());
+        std::thread::spawn(move || {
+            let base = waiter_cache.acquire(&waiter_tree, |_| -> Result<(), std::io::Error> {
+                panic!("the tree was published already")
+            });
+            let _ = done.send(base.map(|b| b.path().to_path_buf()));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // It publishes the tree and goes on holding it.
+        cache
+            .populate(&tree, |files: &Path| std::fs::write(files.join("a"), "a"))
+            .unwrap();
+        let path = acquired
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the acquirer waited on a tree published and held by a run")
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(path.join("a")).unwrap(), "a");
+        drop(holder);
+    }
 }
