@@ -136,3 +136,138 @@ fn a_link_the_repository_plants_where_a_grant_goes_cannot_redirect_it() {
     assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1);
     assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0);
 }
+
+/// Every file under `dir` (links not followed) whose mode the host would honour
+/// beyond its permissions: a set-id bit, or a device node.
+fn honoured_modes(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+        let kind = meta.file_type();
+        if meta.mode() & 0o6000 != 0 || kind.is_char_device() || kind.is_block_device() {
+            found.push(format!("{} {:o}", entry.path().display(), meta.mode()));
+        }
+        if kind.is_dir() {
+            found.extend(honoured_modes(&entry.path()));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_workspace_cannot_leave_a_set_id_file_or_a_device_in_a_writable_cache() {
+    // Root's cache: through the idmapped mount, what the run writes there is
+    // root's on the host.
+    set_id_attack_on_a_cache("rw-cache-setid", &[], 0);
+}
+
+#[test]
+fn a_container_cannot_leave_a_set_id_file_or_a_device_in_a_writable_cache() {
+    // The container writes a cache as its own host id (uid 1000 inside, at the
+    // host id base 100000), which the cache must belong to.
+    set_id_attack_on_a_cache(
+        "rw-cache-setid-container",
+        &["--backend", "container"],
+        101_000,
+    );
+}
+
+/// Every way to make a set-id file or a device node in a writable cache, tried
+/// by a run on `backend` (run's arguments), with the plain modes as positive
+/// controls; then the cache (owned by `owner`) on the host.
+fn set_id_attack_on_a_cache(name: &str, backend: &[&str], owner: u32) {
+    let fixture = CliFixture::new(name);
+    let cache = fixture.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(owner), Some(owner)).unwrap();
+    let grant = format!("{}:/cache", cache.display());
+    // Each attempt prints its name and whether it worked; the plain modes are the
+    // positive controls (the run can write and chmod its cache).
+    let script = r#"
+try() { name=$1; shift; if "$@" 2>/dev/null; then echo "$name ok"; else echo "$name refused"; fi; }
+cp /usr/bin/id /cache/idcopy
+try chmod-4755 chmod 4755 /cache/idcopy
+try chmod-2755 chmod 2755 /cache/idcopy
+try chmod-u+s chmod u+s /cache/idcopy
+try chmod-755 chmod 755 /cache/idcopy
+mkdir /cache/dir
+try chmod-dir-2777 chmod 2777 /cache/dir
+try chmod-dir-1777 chmod 1777 /cache/dir
+python3 - <<'PY'
+import os, stat
+def attempt(name, f):
+    try:
+        f()
+        print(name, "ok")
+    except OSError:
+        print(name, "refused")
+attempt("open-creat-4755", lambda: os.close(os.open("/cache/o", os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt("open-creat-644", lambda: os.close(os.open("/cache/p", os.O_CREAT | os.O_WRONLY, 0o644)))
+attempt("mknod-reg-4755", lambda: os.mknod("/cache/n", stat.S_IFREG | 0o4755))
+attempt("mknod-chr", lambda: os.mknod("/cache/null", stat.S_IFCHR | 0o666, os.makedev(1, 3)))
+attempt("mknod-blk", lambda: os.mknod("/cache/blk", stat.S_IFBLK | 0o660, os.makedev(7, 0)))
+attempt("mknod-fifo", lambda: os.mknod("/cache/fifo", stat.S_IFIFO | 0o600))
+attempt("fchmod-6755", lambda: os.chmod(os.open("/cache/p", os.O_RDONLY), 0o6755))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def raw(*args):
+    if libc.syscall(*args) != 0:
+        raise OSError(ctypes.get_errno(), "refused")
+AT_FDCWD = -100
+attempt("fchmodat2-4755", lambda: raw(452, AT_FDCWD, b"/cache/p", 0o4755, 0))
+attempt("fchmodat2-700", lambda: raw(452, AT_FDCWD, b"/cache/p", 0o700, 0))
+how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+def openat2():
+    fd = libc.syscall(437, AT_FDCWD, b"/cache/q", ctypes.byref(how), 24)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "refused")
+attempt("openat2-4755", openat2)
+cap = bytes([0, 0, 0, 2]) + bytes(16)
+attempt("setcap", lambda: os.setxattr("/cache/idcopy", "security.capability", cap))
+PY
+"#;
+    let mut args = backend.to_vec();
+    args.extend(["--rw-cache", &grant, "--", "sh", "-c", script]);
+    let out = fixture.run(&args);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    for (attempt, answer) in [
+        ("chmod-4755", "refused"),
+        ("chmod-2755", "refused"),
+        ("chmod-u+s", "refused"),
+        ("chmod-755", "ok"),
+        ("chmod-dir-2777", "refused"),
+        ("chmod-dir-1777", "ok"),
+        ("open-creat-4755", "refused"),
+        ("open-creat-644", "ok"),
+        ("mknod-reg-4755", "refused"),
+        ("mknod-chr", "refused"),
+        ("mknod-blk", "refused"),
+        ("mknod-fifo", "ok"),
+        ("fchmod-6755", "refused"),
+        ("fchmodat2-4755", "refused"),
+        ("fchmodat2-700", "ok"),
+        ("openat2-4755", "refused"),
+        ("setcap", "refused"),
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|line| line == format!("{attempt} {answer}")),
+            "{attempt} should be {answer}:\n{stdout}"
+        );
+    }
+    // On the host: the copy is there, root's, and nothing in the cache carries a
+    // set-id bit, is a device, or has a file capability.
+    let copy = std::fs::symlink_metadata(cache.join("idcopy")).unwrap();
+    assert_eq!((copy.uid(), copy.mode() & 0o7777), (owner, 0o755));
+    assert_eq!(honoured_modes(&cache), Vec::<String>::new());
+    let xattrs = std::process::Command::new("python3")
+        .args(["-c", "import os, sys; print(os.listxattr(sys.argv[1]))"])
+        .arg(cache.join("idcopy"))
+        .output()
+        .unwrap();
+    assert_eq!(text(&xattrs.stdout), "[]\n", "{}", text(&xattrs.stderr));
+}

@@ -12,6 +12,8 @@ pub(crate) const JEQ_K: u16 = 0x05 | 0x10;
 pub(crate) const JGE_K: u16 = 0x05 | 0x30;
 /// `BPF_JMP | BPF_JSET | BPF_K (0)`.
 pub(crate) const JSET_K: u16 = 0x05 | 0x40;
+/// `BPF_ALU | BPF_AND | BPF_K (0)`.
+pub(crate) const AND_K: u16 = 0x04 | 0x50;
 /// `BPF_RET | BPF_K (0)`.
 pub(crate) const RET_K: u16 = 0x06;
 
@@ -22,6 +24,11 @@ pub(crate) const DATA_ARCH: u32 = 4;
 /// The low 32 bits of `seccomp_data.args[0]` (every supported architecture is
 /// little-endian).
 pub(crate) const DATA_ARG0_LOW: u32 = 16;
+
+/// The low 32 bits of `seccomp_data.args[index]` (each argument is 8 bytes).
+pub(crate) const fn arg_low(index: u8) -> u32 {
+    DATA_ARG0_LOW + 8 * index as u32
+}
 
 /// `SECCOMP_RET_KILL_PROCESS`.
 pub(crate) const RET_KILL_PROCESS: u32 = 0x8000_0000;

@@ -15,13 +15,17 @@
 use seccompiler::sock_filter;
 
 use super::bpf::{
-    DATA_ARG0_LOW, JEQ_K, JGE_K, JSET_K, LD_W_ABS, RET_ALLOW, RET_ERRNO, RET_K, jump, stmt,
+    AND_K, DATA_ARG0_LOW, JEQ_K, JGE_K, JSET_K, LD_W_ABS, RET_ALLOW, RET_ERRNO, RET_K, arg_low,
+    jump, stmt,
 };
+use super::file_modes::{BLOCK_DEVICE, CHAR_DEVICE, CREATES, FILE_TYPE, ModeCheck, SET_ID};
 
 /// `CLONE_NEWUSER` (the same on every architecture; in the low 32 bits).
 const CLONE_NEWUSER: u32 = 0x1000_0000;
 /// `EPERM`.
 const EPERM: u32 = 1;
+/// `ENOSYS`.
+const ENOSYS: u32 = 38;
 
 /// What the filter answers for one denied syscall number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +34,8 @@ pub(crate) enum Rule {
     Eperm,
     /// `EPERM` when the first argument has `CLONE_NEWUSER` set, else allowed.
     EpermWithCloneNewuser,
+    /// What a file mode's row checks (see `file_modes.rs`).
+    Mode(ModeCheck),
 }
 
 /// A jump offset that does not fit the 8 bits classic BPF has for it (a
@@ -85,6 +91,38 @@ fn leaf(rule: Rule) -> Vec<sock_filter> {
             stmt(RET_K, eperm),
             stmt(RET_K, RET_ALLOW),
         ],
+        Rule::Mode(check) => mode_leaf(check, eperm),
+    }
+}
+
+/// The answer for a file mode's row (every path returns).
+fn mode_leaf(check: ModeCheck, eperm: u32) -> Vec<sock_filter> {
+    match check {
+        ModeCheck::SetId { mode } => vec![
+            stmt(LD_W_ABS, arg_low(mode)),
+            jump(JSET_K, SET_ID, 0, 1),
+            stmt(RET_K, eperm),
+            stmt(RET_K, RET_ALLOW),
+        ],
+        ModeCheck::CreatingSetId { flags, mode } => vec![
+            stmt(LD_W_ABS, arg_low(flags)),
+            // Not creating: the mode argument is not used (and may be anything).
+            jump(JSET_K, CREATES, 0, 3),
+            stmt(LD_W_ABS, arg_low(mode)),
+            jump(JSET_K, SET_ID, 0, 1),
+            stmt(RET_K, eperm),
+            stmt(RET_K, RET_ALLOW),
+        ],
+        ModeCheck::SetIdOrDevice { mode } => vec![
+            stmt(LD_W_ABS, arg_low(mode)),
+            jump(JSET_K, SET_ID, 4, 0),
+            stmt(AND_K, FILE_TYPE),
+            jump(JEQ_K, CHAR_DEVICE, 2, 0),
+            jump(JEQ_K, BLOCK_DEVICE, 1, 0),
+            stmt(RET_K, RET_ALLOW),
+            stmt(RET_K, eperm),
+        ],
+        ModeCheck::Unreadable => vec![stmt(RET_K, RET_ERRNO | ENOSYS)],
     }
 }
 

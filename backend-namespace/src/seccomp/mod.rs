@@ -28,6 +28,7 @@
 //! | `quotactl`, `quotactl_fd` | filesystem quotas | host-wide; reaches filesystem code with user-controlled input |
 //! | `userfaultfd` | pausing kernel accesses to user memory, a standard kernel-exploit primitive | needs no capability when `vm.unprivileged_userfaultfd=1`, and since 5.11 never for user-mode faults (`UFFD_USER_MODE_ONLY`) |
 //! | `mount`, `umount2`, `pivot_root`, `fsopen`, `fsconfig`, `fsmount`, `fspick`, `move_mount`, `open_tree`, `mount_setattr` | changing the mount plan that was applied | in its own user + mount namespace the run holds `CAP_SYS_ADMIN` over its mounts; it could unmount a read-only overlay and reveal what is under it. Install the filter **after** the mount plan is applied. |
+//! | `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, `creat`, `open`, `openat`, `mknod`, `mknodat` with a set-id mode or a device's; `openat2` (`ENOSYS`) | a set-user-id file in a cache or store the host reaches, owned by the host id the run writes as (host root for a root-owned cache) | the owner of a file may set its set-id bits with no capability; see `file_modes.rs` |
 //!
 //! On x86_64, x32 syscall numbers (bit `0x4000_0000`, same audit architecture) answer
 //! `ENOSYS`, so no rule can be bypassed through the x32 ABI; any other architecture
@@ -54,6 +55,7 @@
 
 mod bpf;
 mod dispatch;
+mod file_modes;
 mod prologue;
 mod table;
 #[cfg(test)]
@@ -89,6 +91,13 @@ pub enum Denial {
     EpermWithCloneNewuser,
     /// Fails with `ENOSYS` (so that libc falls back to an older syscall).
     Enosys,
+    /// Fails with `EPERM` when its mode sets `S_ISUID` or `S_ISGID`.
+    EpermWithSetIdMode,
+    /// Fails with `EPERM` when it creates a file whose mode sets `S_ISUID` or
+    /// `S_ISGID`.
+    EpermCreatingSetIdFile,
+    /// Fails with `EPERM` when it makes a set-id file or a device node.
+    EpermSetIdOrDeviceNode,
 }
 
 /// One syscall the filter denies, for evidence (`observed.json`).
@@ -103,15 +112,17 @@ pub struct DeniedSyscall {
 impl SeccompPolicy {
     /// The syscalls this policy denies, in the order of the module documentation.
     pub fn denied_syscalls(&self) -> Vec<DeniedSyscall> {
-        table::TABLE
-            .iter()
-            .filter_map(|entry| {
-                entry.denial(self).map(|denial| DeniedSyscall {
-                    name: entry.name,
-                    denial,
-                })
+        let switched = table::TABLE.iter().filter_map(|entry| {
+            entry.denial(self).map(|denial| DeniedSyscall {
+                name: entry.name,
+                denial,
             })
-            .collect()
+        });
+        let modes = file_modes::MODE_TABLE.iter().map(|entry| DeniedSyscall {
+            name: entry.name,
+            denial: entry.check.denial(),
+        });
+        switched.chain(modes).collect()
     }
 }
 
@@ -171,14 +182,13 @@ pub fn build_filter(policy: &SeccompPolicy, arch: TargetArch) -> Result<BpfProgr
         .iter()
         .filter_map(|entry| {
             let nr = if x86_64 { entry.x86_64 } else { entry.aarch64 };
-            let rule = match entry.denial(policy)? {
-                Denial::Enosys => return None, // Enosys rows live in the prologue.
-                Denial::Eperm => Rule::Eperm,
-                Denial::EpermWithCloneNewuser => Rule::EpermWithCloneNewuser,
-            };
-            Some((nr, rule))
+            entry.rule(policy).map(|rule| (nr, rule))
         })
         .collect();
+    rules.extend(file_modes::MODE_TABLE.iter().filter_map(|entry| {
+        let nr = if x86_64 { entry.x86_64 } else { entry.aarch64 };
+        nr.map(|nr| (nr, Rule::Mode(entry.check)))
+    }));
     rules.sort_unstable_by_key(|(nr, _)| *nr);
     let compiled = dispatch(&rules).map_err(|source| SeccompError::Compile { arch, source })?;
 

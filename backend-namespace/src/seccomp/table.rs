@@ -5,6 +5,7 @@
 //! and x86_64 (`arch/x86/entry/syscalls/syscall_64.tbl`) tables, as mirrored by the
 //! `libc` crate.
 
+use super::dispatch::Rule;
 use super::{Denial, SeccompPolicy};
 
 /// When a row of the table applies.
@@ -47,6 +48,16 @@ impl Entry {
             }
             Gate::UnlessPtrace if !policy.allow_ptrace => Some(Denial::Eperm),
             _ => None,
+        }
+    }
+
+    /// The search's rule for this row under `policy`, or `None` when the policy
+    /// lets it through or the prologue answers it (`ENOSYS`).
+    pub(crate) fn rule(&self, policy: &SeccompPolicy) -> Option<Rule> {
+        match self.denial(policy)? {
+            Denial::EpermWithCloneNewuser => Some(Rule::EpermWithCloneNewuser),
+            Denial::Enosys => None,
+            _ => Some(Rule::Eperm),
         }
     }
 }

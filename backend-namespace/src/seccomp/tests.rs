@@ -8,6 +8,7 @@ use super::bpf::{
     RET_ALLOW as SECCOMP_RET_ALLOW, RET_ERRNO as SECCOMP_RET_ERRNO,
     RET_KILL_PROCESS as SECCOMP_RET_KILL_PROCESS,
 };
+use super::file_modes::{MODE_TABLE, ModeCheck};
 use super::prologue::{AUDIT_ARCH_AARCH64, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT};
 use super::table::TABLE;
 use super::*;
@@ -267,14 +268,24 @@ fn table_has_unique_names_and_numbers() {
 #[test]
 fn denied_syscalls_follow_the_policy() {
     let all = SeccompPolicy::default().denied_syscalls();
-    assert_eq!(all.len(), TABLE.len());
+    assert_eq!(all.len(), TABLE.len() + MODE_TABLE.len());
     let relaxed = SeccompPolicy {
         allow_nested_user_namespaces: true,
         allow_ptrace: true,
     }
     .denied_syscalls();
-    assert_eq!(relaxed.len(), TABLE.len() - 10);
-    assert!(relaxed.iter().all(|d| d.denial == Denial::Eperm));
+    // No switch lets a set-id file or a device node through.
+    assert_eq!(relaxed.len(), TABLE.len() - 10 + MODE_TABLE.len());
+    assert!(
+        relaxed[..TABLE.len() - 10]
+            .iter()
+            .all(|d| d.denial == Denial::Eperm)
+    );
+    let chmod = all.iter().find(|d| d.name == "fchmodat").unwrap();
+    assert_eq!(
+        serde_json::to_string(chmod).unwrap(),
+        r#"{"name":"fchmodat","denial":"eperm_with_set_id_mode"}"#
+    );
     let json = serde_json::to_string(&all[0]).unwrap();
     assert_eq!(
         json,
@@ -289,10 +300,44 @@ fn unsupported_arch_is_a_typed_error() {
     assert!(current_arch().is_ok());
 }
 
-/// What the filter must answer, from the table alone.
-fn expected(policy: &SeccompPolicy, arch: TargetArch, nr: u32, arg0: u64) -> u32 {
+/// What a file mode's row must answer for `args`, written from the module
+/// documentation (not from the BPF).
+fn mode_expected(check: ModeCheck, args: [u64; 6]) -> u32 {
+    let arg = |i: u8| args[usize::from(i)] as u32;
+    let set_id = |i: u8| arg(i) & 0o6000 != 0;
+    match check {
+        ModeCheck::SetId { mode } if set_id(mode) => EPERM_RET,
+        ModeCheck::CreatingSetId { flags, mode }
+            if arg(flags) & (0o100 | 0o2000_0000) != 0 && set_id(mode) =>
+        {
+            EPERM_RET
+        }
+        ModeCheck::SetIdOrDevice { mode }
+            if set_id(mode) || [0o020000, 0o060000].contains(&(arg(mode) & 0o170000)) =>
+        {
+            EPERM_RET
+        }
+        ModeCheck::Unreadable => ENOSYS_RET,
+        _ => SECCOMP_RET_ALLOW,
+    }
+}
+
+/// What the filter must answer, from the tables alone.
+fn expected(policy: &SeccompPolicy, arch: TargetArch, nr: u32, args: [u64; 6]) -> u32 {
+    let arg0 = args[0];
     if arch == TargetArch::x86_64 && nr & X32_SYSCALL_BIT != 0 {
         return ENOSYS_RET;
+    }
+    let mode_row = MODE_TABLE.iter().find(|e| {
+        let own = if arch == TargetArch::x86_64 {
+            e.x86_64
+        } else {
+            e.aarch64
+        };
+        own == Some(nr)
+    });
+    if let Some(row) = mode_row {
+        return mode_expected(row.check, args);
     }
     let row = TABLE.iter().find(|e| {
         let own = if arch == TargetArch::x86_64 {
@@ -308,8 +353,23 @@ fn expected(policy: &SeccompPolicy, arch: TargetArch, nr: u32, arg0: u64) -> u32
         Some(Denial::Enosys) => ENOSYS_RET,
         Some(Denial::EpermWithCloneNewuser) if arg0 & NEWUSER != 0 => EPERM_RET,
         Some(Denial::EpermWithCloneNewuser) => SECCOMP_RET_ALLOW,
+        Some(other) => panic!("{other:?} is not a denial of the first table"),
     }
 }
+
+/// Modes (and flags) the exhaustive test tries: plain, sticky, each set-id bit,
+/// a device's and a FIFO's type, creating flags, and every bit.
+const MODES: [u64; 9] = [
+    0,
+    0o755,
+    0o1777,
+    0o4755,
+    0o2000,
+    0o020644,
+    0o010644 | 0o100,
+    0o2000_0000 | 0o644,
+    u64::MAX,
+];
 
 #[test]
 fn every_number_gets_the_tables_answer_under_every_policy() {
@@ -325,11 +385,16 @@ fn every_number_gets_the_tables_answer_under_every_policy() {
             let prog = build_filter(policy, arch).unwrap();
             for nr in numbers.clone() {
                 for arg0 in [0, SIGCHLD, NEWUSER, NEWUSER | SIGCHLD, u64::MAX] {
-                    assert_eq!(
-                        run(&prog, audit(arch), nr, [arg0, 0, 0, 0, 0, 0]),
-                        expected(policy, arch, nr, arg0),
-                        "{arch:?} {policy:?} nr {nr} arg0 {arg0:#x}"
-                    );
+                    for mode in MODES {
+                        // The same value in every other argument: each row reads
+                        // its flags and mode from where its own syscall has them.
+                        let args = [arg0, mode, mode, mode, 0, 0];
+                        assert_eq!(
+                            run(&prog, audit(arch), nr, args),
+                            expected(policy, arch, nr, args),
+                            "{arch:?} {policy:?} nr {nr} args {args:?}"
+                        );
+                    }
                 }
             }
         }
@@ -340,16 +405,24 @@ fn every_number_gets_the_tables_answer_under_every_policy() {
 fn an_allowed_number_is_decided_in_a_few_instructions() {
     // The kernel emulates the program for every number when the filter is
     // installed (its cache): a search, not a pass over every row.
+    // A row that reads its arguments is never cached; it runs its own few
+    // instructions after the search.
     let prog = build_filter(&SeccompPolicy::default(), TargetArch::x86_64).unwrap();
-    let longest = (0..1024)
-        .map(|nr| run_counted(&prog, AUDIT_ARCH_X86_64, nr, [0; 6]))
-        .filter(|(answer, _)| *answer == SECCOMP_RET_ALLOW)
-        .map(|(_, steps)| steps)
-        .max()
-        .unwrap();
+    let reads_arguments = |nr: u32| MODE_TABLE.iter().any(|e| e.x86_64 == Some(nr));
+    let longest = |arguments: bool| {
+        (0..1024)
+            .filter(|nr| reads_arguments(*nr) == arguments)
+            .map(|nr| run_counted(&prog, AUDIT_ARCH_X86_64, nr, [0; 6]))
+            .filter(|(answer, _)| *answer == SECCOMP_RET_ALLOW)
+            .map(|(_, steps)| steps)
+            .max()
+            .unwrap()
+    };
+    let (plain, checked) = (longest(false), longest(true));
+    assert!(plain <= 16, "{plain} instructions for an allowed number");
     assert!(
-        longest <= 16,
-        "{longest} instructions for an allowed number"
+        checked <= 16 + 6,
+        "{checked} instructions for an allowed mode"
     );
 }
 
@@ -412,5 +485,104 @@ fn key_numbers_from_the_kernels_tables_are_denied_on_both_architectures() {
                 "{arch:?} {nr}"
             );
         }
+    }
+}
+
+#[test]
+fn a_set_id_mode_or_a_device_node_is_refused_and_ordinary_modes_are_not() {
+    // (name, x86_64 number, aarch64 number or 0 for none, args) from the
+    // kernel's tables, independent of this module's.
+    const O_CREAT: u64 = 0o100;
+    const O_TMPFILE: u64 = 0o2000_0000 | 0o200000;
+    const O_WRONLY: u64 = 0o1;
+    let eperm: &[(&str, u32, u32, [u64; 6])] = &[
+        ("chmod", 90, 0, [0, 0o4755, 0, 0, 0, 0]),
+        ("chmod", 90, 0, [0, 0o2777, 0, 0, 0, 0]),
+        ("fchmod", 91, 52, [3, 0o6755, 0, 0, 0, 0]),
+        ("fchmodat", 268, 53, [0, 0, 0o4755, 0, 0, 0]),
+        ("fchmodat2", 452, 452, [0, 0, 0o2755, 0x100, 0, 0]),
+        ("creat", 85, 0, [0, 0o4755, 0, 0, 0, 0]),
+        ("open", 2, 0, [0, O_CREAT | O_WRONLY, 0o4755, 0, 0, 0]),
+        ("openat", 257, 56, [0, 0, O_CREAT | O_WRONLY, 0o4755, 0, 0]),
+        (
+            "openat",
+            257,
+            56,
+            [0, 0, O_TMPFILE | O_WRONLY, 0o2755, 0, 0],
+        ),
+        ("mknod", 133, 0, [0, 0o100000 | 0o4755, 0, 0, 0, 0]),
+        ("mknodat", 259, 33, [0, 0, 0o020666, 0x0103, 0, 0]),
+        ("mknodat", 259, 33, [0, 0, 0o060660, 0x0800, 0, 0]),
+    ];
+    let allowed: &[(&str, u32, u32, [u64; 6])] = &[
+        ("chmod", 90, 0, [0, 0o755, 0, 0, 0, 0]),
+        ("chmod", 90, 0, [0, 0o1777, 0, 0, 0, 0]),
+        ("fchmodat", 268, 53, [0, 0, 0o644, 0, 0, 0]),
+        // Without O_CREAT the mode is not used: whatever it holds passes.
+        ("openat", 257, 56, [0, 0, O_WRONLY, 0o4755, 0, 0]),
+        ("openat", 257, 56, [0, 0, O_CREAT | O_WRONLY, 0o644, 0, 0]),
+        ("mknodat", 259, 33, [0, 0, 0o010644, 0, 0, 0]),
+        ("mknodat", 259, 33, [0, 0, 0o140755, 0, 0, 0]),
+    ];
+    let policy = SeccompPolicy {
+        allow_nested_user_namespaces: true,
+        allow_ptrace: true,
+    };
+    for arch in ARCHES {
+        let prog = build_filter(&policy, arch).unwrap();
+        let pick = |x86_64: u32, aarch64: u32| {
+            let nr = if arch == TargetArch::x86_64 {
+                x86_64
+            } else {
+                aarch64
+            };
+            (nr != 0).then_some(nr)
+        };
+        for (cases, want) in [(eperm, EPERM_RET), (allowed, SECCOMP_RET_ALLOW)] {
+            for (name, x86_64, aarch64, args) in cases {
+                if let Some(nr) = pick(*x86_64, *aarch64) {
+                    assert_eq!(
+                        run(&prog, audit(arch), nr, *args),
+                        want,
+                        "{arch:?} {name} {args:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            run(&prog, audit(arch), 437, [0; 6]),
+            ENOSYS_RET,
+            "{arch:?} openat2"
+        );
+    }
+}
+
+#[test]
+fn mode_rows_have_numbers_of_their_own() {
+    let x86: Vec<u32> = TABLE.iter().map(|e| e.x86_64).collect();
+    let arm: Vec<u32> = TABLE.iter().map(|e| e.aarch64).collect();
+    for (i, a) in MODE_TABLE.iter().enumerate() {
+        assert!(a.x86_64.is_some_and(|n| !x86.contains(&n)), "{}", a.name);
+        assert!(a.aarch64.is_none_or(|n| !arm.contains(&n)), "{}", a.name);
+        for b in &MODE_TABLE[i + 1..] {
+            assert_ne!(a.x86_64, b.x86_64, "{} / {}", a.name, b.name);
+            assert!(a.aarch64.is_none() || a.aarch64 != b.aarch64);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    for e in MODE_TABLE {
+        let libc_nr = match e.name {
+            "chmod" => nix::libc::SYS_chmod,
+            "fchmod" => nix::libc::SYS_fchmod,
+            "fchmodat" => nix::libc::SYS_fchmodat,
+            "creat" => nix::libc::SYS_creat,
+            "open" => nix::libc::SYS_open,
+            "openat" => nix::libc::SYS_openat,
+            "mknod" => nix::libc::SYS_mknod,
+            "mknodat" => nix::libc::SYS_mknodat,
+            "openat2" => nix::libc::SYS_openat2,
+            _ => continue,
+        };
+        assert_eq!(e.x86_64.map(i64::from), Some(libc_nr), "{}", e.name);
     }
 }
