@@ -62,10 +62,12 @@ pub mod egress;
 mod helper;
 mod host_credentials;
 pub mod preview;
+mod private_dirs;
 mod stack;
 
 pub use danger_host::{DangerNoIsolationProcess, danger_no_isolation_stack};
 pub use host_credentials::{ENV_SOURCE_PREFIX, HostEnvCredentialError, HostEnvCredentials};
+pub use private_dirs::PrivateDirError;
 pub use stack::{
     DEFAULT_CGROUP_PARENT, HELPER_PROGRAM_VAR, HostDirs, LayeredStackError, container_stack,
     default_cgroup_parent, default_cgroup_parent_here, helper_program, namespace_stack,

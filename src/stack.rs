@@ -194,9 +194,9 @@ pub fn helper_program() -> Option<PathBuf> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostDirs {
     /// Journals, checkouts, leases: `/var/lib/agent-workspace` for root, else
-    /// `$XDG_STATE_HOME/agent-workspace/runtime`. Every ancestor must be
-    /// searchable by the unprivileged ids runs are mapped to (the checkout is
-    /// mounted into the run from there), which `/root` is not.
+    /// `$XDG_STATE_HOME/agent-workspace/runtime`. Closed to other users
+    /// ([`HostDirs::make_private`]); the container backend needs every ancestor
+    /// searchable by the host id a container's root maps to.
     pub runtime: PathBuf,
     /// Evidence bundles: `$XDG_STATE_HOME/agent-workspace/evidence` (or
     /// `~/.local/state/agent-workspace/evidence`).

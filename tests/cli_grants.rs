@@ -271,3 +271,79 @@ PY
         .unwrap();
     assert_eq!(text(&xattrs.stdout), "[]\n", "{}", text(&xattrs.stderr));
 }
+
+/// `cat PATH` and `ls DIR` as an ordinary user (uid and gid 65534, no
+/// supplementary group), each one's exit status.
+fn as_another_user(script: &str) -> Output {
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("setpriv (Debian package util-linux)")
+}
+
+#[test]
+fn another_local_user_can_reach_no_workspace_file_layer_or_store() {
+    for backend in [&[][..], &["--backend", "container"][..]] {
+        let fixture = CliFixture::new("private-runtime");
+        let repo = fixture.repo();
+        let mut create = vec!["create", "--repo", repo.to_str().unwrap()];
+        create.extend_from_slice(backend);
+        let out = fixture.agent_workspace(&create);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let run = text(&out.stdout).trim().to_owned();
+        let out = fixture.agent_workspace(&[
+            "exec",
+            &run,
+            "--",
+            "sh",
+            "-c",
+            "echo the-runs-secret > secret.txt && chmod 644 secret.txt",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        // Where the run's file is on the host (the writable layer, or the
+        // container's checkout): root, the positive control, finds and reads it.
+        let runtime = fixture.runtime();
+        let found = std::process::Command::new("find")
+            .arg(&runtime)
+            .args(["-name", "secret.txt", "-type", "f"])
+            .output()
+            .unwrap();
+        let path = text(&found.stdout).lines().next().map(str::to_owned);
+        let path =
+            path.unwrap_or_else(|| panic!("{backend:?}: secret.txt not under the runtime dir"));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "the-runs-secret\n");
+        // Another user reaches nothing under the runtime directory: not the
+        // file, not a listing of runs, trees or templates.
+        let runs = runtime.join("runs");
+        for attempt in [
+            format!("cat '{path}'"),
+            format!("ls '{}'", runtime.display()),
+            format!("ls '{}'", runs.display()),
+            format!("ls '{}/{run}'", runs.display()),
+            format!("ls '{}'", runtime.join("trees").display()),
+            format!("ls '{}'", runtime.join("journals").display()),
+        ] {
+            let out = as_another_user(&attempt);
+            assert_ne!(
+                out.status.code(),
+                Some(0),
+                "{backend:?}: {attempt} worked: {}",
+                text(&out.stdout)
+            );
+            assert!(
+                !text(&out.stdout).contains("the-runs-secret"),
+                "{backend:?}: {attempt}"
+            );
+        }
+        let out = fixture.agent_workspace(&["destroy", &run]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+}

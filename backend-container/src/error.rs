@@ -36,7 +36,7 @@ pub enum ContainerError {
     /// The container's root cannot reach its bundle: a directory on the way
     /// is closed to other users (the runtime sets the root up as that id).
     #[error(
-        "the container's root (host uid {uid}) cannot reach {}: {} is closed to other users (mode {mode:o}); open it (chmod o+x) or put the runtime directory elsewhere (--runtime-dir)",
+        "the container's root (host uid {uid}) cannot reach {}: {} is closed to it (mode {mode:o}); let its group be {uid} with g+x (what the runner makes of its runtime directory) or put the runtime directory elsewhere (--runtime-dir)",
         bundle.display(),
         closed.display()
     )]

@@ -58,6 +58,10 @@ pub(crate) fn runner_on(
         );
         ExitCode::from(EXIT_RUNNER_FAILED)
     };
+    // The runtime directory holds every run's files: closed to other users
+    // before anything of a run is made there.
+    dirs.make_private(backend_container::process::DEFAULT_HOST_ID_BASE)
+        .map_err(|e| cannot(&e))?;
     let stack = match backend {
         // Layered checkouts where this caller can mount overlayfs; else every
         // checkout is a standalone copy (a contract asking for `layered` is

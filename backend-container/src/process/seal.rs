@@ -554,9 +554,9 @@ fn hand_over(root: &Path, uid: u32, gid: u32) -> Result<u64, ContainerError> {
     Ok(changed)
 }
 
-/// Fails, naming the directory, unless host uid `uid` may search every
-/// directory from `/` down to `dir` (the runtime mounts the container's root
-/// from there as that id).
+/// Fails, naming the directory, unless host id `uid` (its uid and its gid:
+/// the container's root is both) may search every directory from `/` down to
+/// `dir` (the runtime mounts the container's root from there as that id).
 ///
 /// # Ambient authority
 /// Looks at the host's directories on the way.
@@ -570,6 +570,8 @@ pub fn reachable_by(dir: &Path, uid: u32) -> Result<(), ContainerError> {
         let mode = meta.mode() & 0o7777;
         let searchable = if meta.uid() == uid {
             mode & 0o100 != 0
+        } else if meta.gid() == uid {
+            mode & 0o010 != 0
         } else {
             mode & 0o001 != 0
         };
@@ -606,9 +608,15 @@ mod tests {
         std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
         match reachable_by(&bundle, 100_000) {
             Err(ContainerError::Unreachable { closed, mode, .. }) => {
-                assert_eq!((closed, mode), (private, 0o700));
+                assert_eq!((closed, &mode), (private.clone(), &0o700));
             }
             other => panic!("{other:?}"),
+        }
+        // Closed to others, searchable by the container root's group: reachable.
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::lchown(&private, None, Some(100_000)).unwrap();
+            std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o710)).unwrap();
+            reachable_by(&bundle, 100_000).unwrap();
         }
     }
 

@@ -312,7 +312,6 @@ fn build_root(p: &Prepared) -> Result<(), Report> {
     let fds = mounts::StepFds {
         slots: &p.source_fds,
         lowers: FD_CGROUP + p.child_fds.cgroup_files.len() as c_int,
-        how: &p.source_how,
     };
     mounts::apply(&p.steps, root.raw(), &fds)?;
 

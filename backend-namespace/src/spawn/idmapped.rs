@@ -16,9 +16,9 @@
 //! through it the lower root's owner (host root for the cache) appears as
 //! `host_uid`/`host_gid`, so in the run the tree is the run's own and copy-up works.
 //! Nothing on disk changes: the mapping is a property of that one mount, which
-//! exists only in the child's mount namespace (the child attaches it over the
-//! lower's path under `/oldroot` right before the overlay step, see `mounts.rs`,
-//! and the old root is detached after `pivot_root`). The mount is also read-only,
+//! exists only in the child's mount namespace (the child attaches it in its
+//! scratch root right before the overlay step, see `mounts.rs`, and the scratch
+//! root is detached after `pivot_root`). The mount is also read-only,
 //! `nosuid` and `nodev`, and not recursive (a mount below the lower is not part of
 //! it). overlayfs writes only to the upper layer; the lower is never written.
 //!
@@ -56,23 +56,7 @@ use nix::libc;
 
 use super::error::SpawnError;
 use super::idmap;
-use super::protocol::OLD_ROOT;
 use crate::sys::{fd, mount, process, signal};
-
-/// Where the child attaches the idmapped mount of an overlay's lower layer.
-#[derive(Debug)]
-pub(crate) struct IdmappedLower {
-    /// The lower's path under the old root (`/oldroot/<host path>`): the mount
-    /// goes over it, so the overlay's `lowerdir` resolves into it.
-    pub at: CString,
-    /// Index into the child's idmapped lower descriptors (kept right after the
-    /// cgroup files).
-    pub slot: usize,
-    /// `(dev, ino)` of the lower directory inspected before clone: the directory
-    /// the child opens at `at` must be it.
-    pub dev: u64,
-    pub ino: u64,
-}
 
 /// A read-write host mount of directory `source` for the child: `None` when
 /// `source` is owned by `host` already (a plain bind does), else its writable
@@ -91,30 +75,19 @@ pub(crate) fn prepare_writable(
 }
 
 /// The overlay step's lower layer for the child: `None` when `lower` is owned by
-/// `host` already, else its idmapped mount ([`idmapped_lower`]), pushed to `lowers`.
+/// `host` already, else its idmapped mount ([`idmapped_lower`]), pushed to
+/// `lowers`; its slot there.
 pub(crate) fn prepare(
     lower: &Path,
     (dev, ino): (u64, u64),
     host: (u32, u32),
     lowers: &mut Vec<OwnedFd>,
-) -> Result<Option<IdmappedLower>, SpawnError> {
+) -> Result<Option<usize>, SpawnError> {
     let Some(fd) = idmapped_lower(lower, (dev, ino), host, true)? else {
         return Ok(None);
     };
-    let mut at = OLD_ROOT.as_bytes().to_vec();
-    at.extend_from_slice(lower.as_os_str().as_bytes());
-    let at = CString::new(at).map_err(|_| SpawnError::IdmappedLower {
-        step: "naming the lower layer",
-        path: lower.to_path_buf(),
-        source: Errno::EINVAL,
-    })?;
     lowers.push(fd);
-    Ok(Some(IdmappedLower {
-        at,
-        slot: lowers.len() - 1,
-        dev,
-        ino,
-    }))
+    Ok(Some(lowers.len() - 1))
 }
 
 /// A detached mount of `lower` in which its root's owner appears as

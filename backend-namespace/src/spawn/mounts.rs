@@ -24,8 +24,7 @@ use std::os::fd::AsFd;
 use nix::libc;
 
 use super::error::{ChildStage, Report, op};
-use super::idmapped::IdmappedLower;
-use super::prepared::{PreparedStep, StepKind};
+use super::prepared::{HostSource, LowerLayer, PreparedStep, ScratchLayers, StepKind};
 use crate::sys::{self, Errno, Fd, OpenHow, StackPath, mount};
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -35,22 +34,6 @@ const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 /// A failed operation within a step.
 type StepResult = Result<(), (u32, Errno)>;
-
-/// Puts the idmapped mount of an overlay's lower layer (a detached mount the
-/// parent made, see `idmapped.rs`) over the lower's own path under `/oldroot`, so
-/// the overlay's `lowerdir` resolves into it. That path is opened without
-/// following any symlink and must be the directory inspected before clone (else
-/// `EXDEV`). The mount exists only in this mount namespace, under the old root,
-/// which is detached after `pivot_root`: the run never sees it, only the overlay
-/// (which keeps a private reference to its layers).
-fn attach_lower(lower: &IdmappedLower, fds: &StepFds<'_>) -> StepResult {
-    let tree = fds.lowers + lower.slot as c_int;
-    let at = sys::open_no_symlinks(&lower.at, fds.how).map_err(|e| (op::RESOLVE, e))?;
-    if sys::dev_ino(&at).map_err(|e| (op::VERIFY_SOURCE, e))? != (lower.dev, lower.ino) {
-        return Err((op::VERIFY_SOURCE, libc::EXDEV));
-    }
-    move_tree(tree, &at).map_err(|e| (op::ATTACH_LOWER, e))
-}
 
 /// Attaches the detached mount `tree` (a descriptor `keep_descriptors` moved to
 /// its fixed number) on the open directory `at`, then closes `tree`.
@@ -76,31 +59,103 @@ pub(crate) fn open_sources(
     how: &OpenHow,
 ) -> Result<(), Report> {
     for (index, step) in steps.iter().enumerate() {
-        if let StepKind::Bind {
-            source,
-            slot,
-            dev,
-            ino,
-            ..
-        } = &step.kind
-        {
-            let report = |op, errno| Report {
-                stage: ChildStage::MountStep as u32,
-                index: index as u32,
-                op,
-                errno,
-            };
-            let fd = sys::open_no_symlinks(source, how).map_err(|e| report(op::OPEN_SOURCE, e))?;
-            let found = sys::dev_ino(&fd).map_err(|e| report(op::VERIFY_SOURCE, e))?;
-            if found != (*dev, *ino) {
-                return Err(report(op::VERIFY_SOURCE, libc::EXDEV));
+        let report = |(op, errno)| Report {
+            stage: ChildStage::MountStep as u32,
+            index: index as u32,
+            op,
+            errno,
+        };
+        match &step.kind {
+            StepKind::Bind {
+                source,
+                slot,
+                dev,
+                ino,
+                ..
+            } => open_source(source, (*dev, *ino), *slot, slots, how).map_err(report)?,
+            StepKind::Overlay { lower, rw, .. } => {
+                if let LowerLayer::Host(lower) = lower {
+                    open_host_source(lower, slots, how).map_err(report)?;
+                }
+                open_host_source(rw, slots, how).map_err(report)?;
             }
-            if let Some(cell) = slots.get(*slot) {
-                cell.set(fd.into_raw());
-            }
+            _ => {}
         }
     }
     Ok(())
+}
+
+fn open_host_source(source: &HostSource, slots: &[Cell<c_int>], how: &OpenHow) -> StepResult {
+    open_source(
+        &source.source,
+        (source.dev, source.ino),
+        source.slot,
+        slots,
+        how,
+    )
+}
+
+/// Opens `source` (no symlink on its path) into `slots[slot]`, checked to be
+/// the file `expected` inspected before clone.
+fn open_source(
+    source: &CStr,
+    expected: (u64, u64),
+    slot: usize,
+    slots: &[Cell<c_int>],
+    how: &OpenHow,
+) -> StepResult {
+    let fd = sys::open_no_symlinks(source, how).map_err(|e| (op::OPEN_SOURCE, e))?;
+    let found = sys::dev_ino(&fd).map_err(|e| (op::VERIFY_SOURCE, e))?;
+    if found != expected {
+        return Err((op::VERIFY_SOURCE, libc::EXDEV));
+    }
+    if let Some(cell) = slots.get(slot) {
+        cell.set(fd.into_raw());
+    }
+    Ok(())
+}
+
+/// The descriptor [`open_sources`] put in `slot` (a slot it did not fill is
+/// `EBADF`, never "fd -1", which `proc_fd` refuses too).
+fn opened(slots: &[Cell<c_int>], slot: usize) -> Result<c_int, (u32, Errno)> {
+    slots
+        .get(slot)
+        .map(Cell::get)
+        .filter(|fd| *fd >= 0)
+        .ok_or((op::OPEN_SOURCE, libc::EBADF))
+}
+
+/// Binds the opened host directory in `slot` on the new directory `at` (not
+/// recursively: a mount below a layer is not part of it), then closes it.
+fn bind_opened(slots: &[Cell<c_int>], slot: usize, at: &CStr) -> StepResult {
+    let fd = opened(slots, slot)?;
+    let source = StackPath::proc_fd(fd).map_err(|e| (op::OPEN_SOURCE, e))?;
+    let at = mount::open_dir(at).map_err(|e| (op::CREATE, e))?;
+    mount_on(&at, Some(source.as_c_str()), None, libc::MS_BIND, None)?;
+    sys::close(fd);
+    Ok(())
+}
+
+/// Puts an overlay's layers in the scratch root (`layers`), where its option
+/// string names them: the lower layer (its idmapped mount, or a bind of the
+/// host directory) and a bind of the directory holding upper and work.
+fn place_layers(
+    layers: &ScratchLayers,
+    lower: &LowerLayer,
+    rw: &HostSource,
+    fds: &StepFds<'_>,
+) -> StepResult {
+    for dir in [&layers.dir, &layers.lower, &layers.rw] {
+        mount::mkdir(dir, 0o700).map_err(|e| (op::CREATE, e))?;
+    }
+    match lower {
+        LowerLayer::Idmapped { slot } => {
+            let at = mount::open_dir(&layers.lower).map_err(|e| (op::CREATE, e))?;
+            move_tree(fds.lowers + *slot as c_int, &at).map_err(|e| (op::ATTACH_LOWER, e))?;
+        }
+        LowerLayer::Host(source) => bind_opened(fds.slots, source.slot, &layers.lower)?,
+    }
+    bind_opened(fds.slots, rw.slot, &layers.rw)
 }
 
 /// Where the child finds what the steps need besides their own data.
@@ -109,8 +164,6 @@ pub(crate) struct StepFds<'a> {
     pub slots: &'a [Cell<c_int>],
     /// The descriptor number of the first idmapped lower layer (the others follow).
     pub lowers: c_int,
-    /// How the lower layers' paths are resolved (no symlinks).
-    pub how: &'a OpenHow,
 }
 
 /// Applies every step beneath `root` (an `O_PATH` descriptor of the new root).
@@ -143,13 +196,7 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
                 sys::create_file(root, target)
             }
             .map_err(|e| (op::CREATE, e))?;
-            // A slot open_sources did not fill is EBADF, never "fd -1" (which
-            // `proc_fd` refuses too).
-            let source_fd = slots
-                .get(*slot)
-                .map(Cell::get)
-                .filter(|fd| *fd >= 0)
-                .ok_or((op::OPEN_SOURCE, libc::EBADF))?;
+            let source_fd = opened(slots, *slot)?;
             let source = StackPath::proc_fd(source_fd).map_err(|e| (op::OPEN_SOURCE, e))?;
             mount_on(
                 &at,
@@ -176,10 +223,13 @@ fn apply_step(root: c_int, step: &PreparedStep, fds: &StepFds<'_>) -> StepResult
             let at = sys::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             move_tree(fds.lowers + *slot as c_int, &at).map_err(|e| (op::ATTACH_IDMAPPED, e))
         }
-        StepKind::Overlay { data, lower } => {
-            if let Some(lower) = lower {
-                attach_lower(lower, fds)?;
-            }
+        StepKind::Overlay {
+            data,
+            lower,
+            rw,
+            layers,
+        } => {
+            place_layers(layers, lower, rw, fds)?;
             let at = sys::create_dir(root, target).map_err(|e| (op::CREATE, e))?;
             mount_on(
                 &at,

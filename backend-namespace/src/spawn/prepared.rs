@@ -16,9 +16,8 @@ use nix::libc;
 use workspace_core::mount_plan::{MountAction, Reason};
 
 use super::error::SpawnError;
-use super::idmapped::{self, IdmappedLower};
+use super::idmapped;
 use super::overlay;
-use super::protocol::OLD_ROOT;
 use super::rlimits::Rlimit64;
 use super::{JoinRequest, Pid1, Sandbox, SpawnRequest};
 use crate::seccomp::{SeccompFilter, SeccompPolicy};
@@ -42,6 +41,39 @@ pub(crate) struct PreparedStep {
     pub optional: bool,
 }
 
+/// A host directory the child opens (`O_PATH`, no symlink on its path) into
+/// `Prepared::source_fds[slot]` before its fs ids change, and checks to be the
+/// directory `(dev, ino)` inspected before clone.
+#[derive(Debug)]
+pub(crate) struct HostSource {
+    pub source: CString,
+    pub slot: usize,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// Where an overlay's lower layer comes from.
+#[derive(Debug)]
+pub(crate) enum LowerLayer {
+    /// The detached idmapped mount `Prepared::lowers[slot]` (see `idmapped.rs`).
+    Idmapped { slot: usize },
+    /// The host directory itself (it is the run's own already).
+    Host(HostSource),
+}
+
+/// Where the child puts an overlay's layers in its scratch root, which is
+/// detached with the old root after `pivot_root` (the overlay keeps its own
+/// references to them).
+#[derive(Debug)]
+pub(crate) struct ScratchLayers {
+    /// `/layers-N`.
+    pub dir: CString,
+    /// `/layers-N/lower`: the lower layer's mount.
+    pub lower: CString,
+    /// `/layers-N/rw`: a bind of the directory holding upper and work.
+    pub rw: CString,
+}
+
 /// A [`MountAction`] with its arguments in the form the syscalls take.
 #[derive(Debug)]
 pub(crate) enum StepKind {
@@ -62,11 +94,17 @@ pub(crate) enum StepKind {
     /// read-write host mount at the target (see `idmapped.rs`); its flags
     /// (`nosuid`, `nodev`) were set on it before the clone.
     IdmappedBind { slot: usize },
-    /// overlayfs with a prepared option string; with `lower`, the lower layer is
-    /// first covered by its idmapped mount (see `idmapped.rs`).
+    /// overlayfs with a prepared option string naming its layers where the
+    /// child first puts them, in its scratch root (`layers`): the lower layer
+    /// and the directory holding the upper and work directories, each opened
+    /// while the child still has the host root's fs ids. No path of the host's
+    /// is walked with the run's ids, so the runtime directory may be closed to
+    /// every other user (the run's host id among them).
     Overlay {
         data: CString,
-        lower: Option<IdmappedLower>,
+        lower: LowerLayer,
+        rw: HostSource,
+        layers: ScratchLayers,
     },
     /// Bind the target onto itself.
     Rebind { read_only: bool },
@@ -622,22 +660,44 @@ fn prepare_steps(
                 }
             }
             MountAction::Overlay { lower, upper, work } => {
-                let mut data = String::new();
+                let layer = "plan.steps[].action.overlay";
                 let probed = probe_source(index, &step.target, lower)?;
-                for (key, path) in [("lowerdir", lower), ("upperdir", upper), ("workdir", work)] {
-                    // The kernel resolves the layer paths and follows links: refuse
-                    // a layer with a symlink anywhere on its path.
-                    probe_source(index, &step.target, path)?;
-                    let text = path.to_string_lossy();
-                    if text.contains([',', ':', '\\']) || !text.starts_with('/') {
+                // The upper and work directories are reached through one bind of
+                // the directory holding both (overlayfs wants them on one mount).
+                let rw = match (upper.parent(), work.parent()) {
+                    (Some(a), Some(b)) if a == b => a,
+                    _ => {
                         return Err(invalid(
-                            "plan.steps[].action.overlay",
-                            format!("{text:?} cannot be an overlay layer"),
+                            layer,
+                            format!("{upper:?} and {work:?} are not in one directory"),
                         ));
                     }
-                    data.push_str(&format!("{key}={OLD_ROOT}{text},"));
-                }
-                data.push_str(overlay::OPTIONS);
+                };
+                let name = |path: &Path| {
+                    let text = path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    if text.is_empty() || text.contains([',', ':', '\\']) {
+                        Err(invalid(
+                            layer,
+                            format!("{path:?} cannot be an overlay layer"),
+                        ))
+                    } else {
+                        Ok(text)
+                    }
+                };
+                let (upper_name, work_name) = (name(upper)?, name(work)?);
+                // A symlink anywhere on a layer's path is refused (the kernel
+                // would follow it).
+                probe_source(index, &step.target, upper)?;
+                probe_source(index, &step.target, work)?;
+                let rw_probed = probe_source(index, &step.target, rw)?;
+                let dir = format!("/layers-{index}");
+                let data = format!(
+                    "lowerdir={dir}/lower,upperdir={dir}/rw/{upper_name},workdir={dir}/rw/{work_name},{}",
+                    overlay::OPTIONS
+                );
                 // A workspace sealed again mounts the layers a second time.
                 overlay::clear_volatile_marker(work).map_err(|e| SpawnError::OverlayMarker {
                     step: index,
@@ -645,15 +705,34 @@ fn prepare_steps(
                     path: work.clone(),
                     source: e,
                 })?;
-                let idmapped = idmapped::prepare(
+                let mut host_source = |path: &Path, probed: Probed| {
+                    binds += 1;
+                    Ok::<_, SpawnError>(HostSource {
+                        source: cstring(layer, &path.to_string_lossy())?,
+                        slot: binds - 1,
+                        dev: probed.dev,
+                        ino: probed.ino,
+                    })
+                };
+                let lower = match idmapped::prepare(
                     lower,
                     (probed.dev, probed.ino),
                     (request.host_uid, request.host_gid),
                     lowers,
-                )?;
+                )? {
+                    Some(slot) => LowerLayer::Idmapped { slot },
+                    None => LowerLayer::Host(host_source(lower, probed)?),
+                };
+                let rw = host_source(rw, rw_probed)?;
                 StepKind::Overlay {
-                    data: cstring("plan.steps[].action.overlay", &data)?,
-                    lower: idmapped,
+                    data: cstring(layer, &data)?,
+                    lower,
+                    rw,
+                    layers: ScratchLayers {
+                        lower: cstring(layer, &format!("{dir}/lower"))?,
+                        rw: cstring(layer, &format!("{dir}/rw"))?,
+                        dir: cstring(layer, &dir)?,
+                    },
                 }
             }
             MountAction::Rebind { read_only } => StepKind::Rebind {

@@ -19,6 +19,3 @@ pub(crate) const FD_STATUS: c_int = 5;
 /// The first of the files the child writes to join the run's cgroups (`tasks`,
 /// or the v2 `cgroup.procs`).
 pub(crate) const FD_CGROUP: c_int = 6;
-
-/// Where the host's root is reachable while the plan is applied.
-pub(crate) const OLD_ROOT: &str = "/oldroot";

@@ -36,16 +36,23 @@ struct State {
 }
 
 impl EvidenceWriter {
-    /// Creates `root` if needed, then the run directory `root/<run-id>/`, which must
-    /// not exist: an existing run directory is never reused or overwritten.
+    /// Creates `root` if needed (its missing directories the caller's alone,
+    /// `0700`: bundles hold every command's output), then the run directory
+    /// `root/<run-id>/`, which must not exist: an existing run directory is never
+    /// reused or overwritten.
     ///
     /// # Ambient authority
     /// Creates directories at a host path chosen by the caller.
     pub fn create(root: &Path, run_id: &RunId) -> Result<Self, EvidenceError> {
-        fs::create_dir_all(root).map_err(|source| EvidenceError::CreateDir {
-            path: root.to_path_buf(),
-            source,
-        })?;
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root)
+            .map_err(|source| EvidenceError::CreateDir {
+                path: root.to_path_buf(),
+                source,
+            })?;
         let dir = root.join(run_id.as_str());
         fs::create_dir(&dir).map_err(|source| match source.kind() {
             io::ErrorKind::AlreadyExists => EvidenceError::AlreadyExists { path: dir.clone() },
