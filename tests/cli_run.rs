@@ -987,3 +987,84 @@ fn a_setting_the_backend_cannot_keep_is_refused_naming_its_field() {
         "nothing was created"
     );
 }
+
+/// Hex of the blob id and of the `secrets` tree id of the fixture's repository
+/// once it holds `secrets/pin` (a four-digit secret) and `.env`.
+fn commit_secrets(fixture: &CliFixture) -> Vec<String> {
+    let repo = fixture.repo();
+    std::fs::create_dir_all(repo.join("secrets")).unwrap();
+    std::fs::write(repo.join("secrets/pin"), "4711\n").unwrap();
+    std::fs::write(repo.join(".env"), "TOKEN=not-for-the-run\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "secrets"]);
+    ["HEAD:secrets/pin", "HEAD:secrets", "HEAD:.env"]
+        .iter()
+        .map(|rev| {
+            text(&git(&repo, &["rev-parse", rev]).stdout)
+                .trim()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn an_excluded_file_leaves_no_blob_id_size_or_tree_id_in_the_workspaces_index() {
+    for (materialization, backend) in [
+        ("layered", "namespace"),
+        ("standalone", "namespace"),
+        ("standalone", "container"),
+    ] {
+        let fixture = CliFixture::new("excluded-index");
+        let ids = commit_secrets(&fixture);
+        let contract = fixture.path().join("excluded.toml");
+        std::fs::write(
+            &contract,
+            format!(
+                "objective = \"excluded\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\n\
+                 revision = \"HEAD\"\nmaterialization = \"{materialization}\"\n\
+                 [filesystem]\nwritable = [\".\"]\nexcluded = [\"secrets/**\"]\n"
+            ),
+        )
+        .unwrap();
+        // What git in the run says of the index, and the index's raw bytes.
+        let script = "git ls-files -s; echo ==; python3 -c \
+                      \"print(open('.git/index','rb').read().hex())\"";
+        let out = fixture.run(&[
+            "--backend",
+            backend,
+            "--contract",
+            contract.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+        let materialization = format!("{materialization} on {backend}");
+        let (listed, raw) = stdout.split_once("==\n").unwrap();
+        // The positive control: the repository's other file is in the index.
+        let readme = text(&git(&fixture.repo(), &["rev-parse", "HEAD:hello.txt"]).stdout);
+        assert!(
+            listed.contains(readme.trim()) && listed.contains("hello.txt"),
+            "{materialization}: {listed}"
+        );
+        for (id, what) in ids
+            .iter()
+            .zip(["secrets/pin's blob", "secrets' tree", ".env's blob"])
+        {
+            assert!(
+                !listed.contains(id.as_str()),
+                "{materialization}: {what} listed: {listed}"
+            );
+            assert!(
+                !raw.contains(id.as_str()),
+                "{materialization}: {what} in the index"
+            );
+        }
+        assert!(
+            !listed.contains("secrets/pin"),
+            "{materialization}: {listed}"
+        );
+    }
+}

@@ -24,6 +24,7 @@ use super::resolve::{
 };
 use super::resume::verify_checkout;
 use super::submodules::provision_submodules;
+use super::withheld::withhold_excluded;
 use crate::layered::cache::{BaseTree, TreeCache};
 
 /// The directory under a run's `run_dir` that holds its checkout.
@@ -152,12 +153,22 @@ impl SourceBoundary for WorktreeSource {
             _ => None,
         };
         let environment = run.contract.environment.clone();
+        let excluded = run.contract.filesystem.excluded.clone();
         if let Some(cache) = layered {
             let layer_dir = run.layer_dir();
             let (record, base) = blocking("provision layered checkout", path, move || {
                 let _entered = span.enter();
                 let (mut record, base) =
                     super::layered::provision_layered_source(&section, &cache, &layer_dir)?;
+                if let Some(layers) = &record.layers {
+                    // The run's own index over the shared one, when it names
+                    // an excluded path.
+                    withhold_excluded(
+                        &layers.lower.join(".git/index"),
+                        &layers.upper.join(".git/index"),
+                        &excluded,
+                    )?;
+                }
                 record.pinned = pinned_files(&record, &environment)?;
                 Ok((record, base))
             })
@@ -168,7 +179,15 @@ impl SourceBoundary for WorktreeSource {
         let snapshots = self.snapshots.clone();
         blocking("provision checkout", path, move || {
             let _entered = span.enter();
+            let fresh = section.origin == CheckoutOrigin::Fresh;
             let mut record = provision_source_in(&section, &dest, from, snapshots.as_deref())?;
+            // A fresh copy's own index (just written here, not the agent's); a
+            // linked checkout's git directory is the repository's.
+            let git_dir = record.workspace.join(".git");
+            if fresh && std::fs::symlink_metadata(&git_dir).is_ok_and(|m| m.is_dir()) {
+                let index = git_dir.join("index");
+                withhold_excluded(&index, &index, &excluded)?;
+            }
             record.pinned = pinned_files(&record, &environment)?;
             Ok(record)
         })

@@ -9,6 +9,13 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SourceError {
+    /// `filesystem.excluded` could not be read as patterns.
+    #[error("source: withholding excluded paths from the checkout's index")]
+    Excluded {
+        /// Why.
+        #[source]
+        source: workspace_core::mount_plan::CheckoutError,
+    },
     /// The source repository could not be opened.
     #[error("source: cannot open the source repository {path}")]
     OpenSource {

@@ -53,6 +53,7 @@ mod release;
 mod resolve;
 mod resume;
 mod submodules;
+mod withheld;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -82,6 +82,12 @@ pub fn excluded_paths_layered(
 /// One matcher for `patterns` and [`PROTECTED_EXCLUSIONS`], each pattern once:
 /// a glob set, which matches the common shapes (`**/.env`, `*.pem`) without
 /// a regular expression and compiles the rest into one.
+/// Whether a workspace-relative path is matched by `patterns` or
+/// [`PROTECTED_EXCLUSIONS`] (the paths a run's mount plan masks).
+pub fn exclusion_matcher(patterns: &[String]) -> Result<impl Fn(&str) -> bool, CheckoutError> {
+    matcher(patterns)
+}
+
 fn matcher(patterns: &[String]) -> Result<impl Fn(&str) -> bool, CheckoutError> {
     let mut set = globset::GlobSetBuilder::new();
     let mut added = std::collections::BTreeSet::new();

@@ -40,7 +40,8 @@ mod types;
 
 pub use build::{HostLayout, PlanInputs, SystemEntry};
 pub use checkout::{
-    CheckoutError, PROTECTED_EXCLUSIONS, excluded_paths, excluded_paths_layered, source_objects,
+    CheckoutError, PROTECTED_EXCLUSIONS, excluded_paths, excluded_paths_layered, exclusion_matcher,
+    source_objects,
 };
 pub use host::{
     ETC_PATHS, HostLayoutError, IMAGE_RESERVED, SYSTEM_PATHS, probe_host_layout, probe_image,

@@ -69,7 +69,12 @@ async fn source_boundary_provision_verify_release() {
     assert_eq!(record.initial_diff, "");
     assert_eq!(record.inputs.len(), 1);
     assert!(ws.join(".env").is_file());
-    assert_eq!(git(&ws, &["status", "--porcelain"]), "?? .env\n");
+    // `.env.example` is protected (`**/.env.*`): the index leaves it out, so
+    // git sees it removed from the index and untracked, never its blob id.
+    assert_eq!(
+        git(&ws, &["status", "--porcelain"]),
+        "D  .env.example\n?? .env\n?? .env.example\n"
+    );
     serde_json::to_string(&record).unwrap();
 
     boundary.verify(&ctx, &record).await.unwrap();
@@ -211,7 +216,11 @@ async fn source_boundary_submodules() {
         "library\n"
     );
     assert!(ws.join("vendor/other").is_dir());
-    assert_eq!(git(ws, &["status", "--porcelain"]), "");
+    // Only the protected `.env.example`, left out of the index.
+    assert_eq!(
+        git(ws, &["status", "--porcelain"]),
+        "D  .env.example\n?? .env.example\n"
+    );
     boundary.verify(&ctx, &record).await.unwrap();
     boundary
         .release(
