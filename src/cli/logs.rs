@@ -20,7 +20,9 @@ pub(crate) struct LogsArgs {
 
 /// Prints a service's stdout on stdout and its stderr on stderr, as written so
 /// far. These are the raw files of the live run: the copies in the evidence are
-/// scrubbed of credential values when the run ends.
+/// scrubbed of credential values when the run ends. They pass through byte for
+/// byte, as a command's output does through `exec`; only the lines the CLI
+/// composes itself are escaped (`text::escaped`).
 pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
         // An ended run's logs are in its evidence: asking for them is refused.

@@ -200,8 +200,9 @@ fn run_id(text: &str) -> Result<RunId, BadInput> {
     RunId::new(text).map_err(|e| BadInput(format!("RUN {text:?}: {e}")))
 }
 
-/// Prints `message` for bad input and returns exit status 2.
+/// Prints `message` for bad input and returns exit status 2. The message may
+/// quote a contract that came with the repository: its lines are escaped.
 pub(crate) fn bad_input(BadInput(message): BadInput) -> ExitCode {
-    eprintln!("agent-workspace: {message}");
+    eprintln!("agent-workspace: {}", super::text::escaped_lines(&message));
     ExitCode::from(EXIT_BAD_INPUT)
 }
