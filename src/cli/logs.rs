@@ -52,7 +52,17 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
                 return ExitCode::from(super::EXIT_BAD_INPUT);
             };
             let print = |path: &std::path::Path, out: &mut dyn Write| {
-                let bytes = std::fs::read(path).unwrap_or_default();
+                // A log that cannot be read is an error, never an empty log.
+                let bytes = match std::fs::read(path) {
+                    Ok(bytes) => bytes,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                    Err(e) => {
+                        return Err(std::io::Error::new(
+                            e.kind(),
+                            format!("cannot read {}: {e}", path.display()),
+                        ));
+                    }
+                };
                 if !prefix {
                     return out.write_all(&bytes);
                 }
@@ -65,7 +75,7 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
             let written = print(&logs.stdout, &mut std::io::stdout().lock())
                 .and_then(|()| print(&logs.stderr, &mut std::io::stderr().lock()));
             if let Err(e) = written {
-                eprintln!("agent-workspace: {e}");
+                eprintln!("agent-workspace: run {run_id}: service {name}: {e}");
                 return ExitCode::from(super::EXIT_RUNNER_FAILED);
             }
         }
