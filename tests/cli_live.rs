@@ -494,3 +494,61 @@ fn a_detached_command_that_ended_by_itself_is_not_said_stopped() {
         "nothing of the run was left to stop: {services}"
     );
 }
+
+/// `agent-workspace ARGS` as `nobody` (uid 65534), through `setpriv`, on the
+/// fixture's runtime directory: another local user asking for root's run. The
+/// binary is copied into the fixture's directory, which any user may
+/// traverse (the build directory may be closed to other users).
+fn as_nobody(fixture: &CliFixture, args: &[&str]) -> std::process::Output {
+    let aw = fixture.path().join("aw-as-nobody");
+    if !aw.exists() {
+        std::fs::copy(env!("CARGO_BIN_EXE_agent-workspace"), &aw).unwrap();
+    }
+    std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&aw)
+        .args(args)
+        .current_dir("/")
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/nonexistent")
+        .env("AGENT_WORKSPACE_RUNTIME_DIR", fixture.runtime())
+        .env("XDG_STATE_HOME", fixture.path().join("nobody-state"))
+        .output()
+        .expect("setpriv (Debian's util-linux)")
+}
+
+#[test]
+fn another_users_run_is_refused_by_name_not_answered_with_nothing() {
+    let fixture = CliFixture::new("live-other-user");
+    let run = create(&fixture);
+    // Positive control: its own user (root) reads the service's log.
+    let logs = fixture.agent_workspace(&["logs", &run, "ticker"]);
+    assert_eq!(logs.status.code(), Some(0), "{}", text(&logs.stderr));
+    assert_eq!(text(&logs.stdout), "tick\n");
+    let before = support::list_tree(&fixture.runtime());
+
+    // Another user: every service, one service, and a command are refused,
+    // naming whose run it is; nothing is printed as if it were the log.
+    for args in [
+        vec!["logs", run.as_str()],
+        vec!["logs", run.as_str(), "ticker"],
+        vec!["exec", run.as_str(), "--", "true"],
+    ] {
+        let out = as_nobody(&fixture, &args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
+        assert!(
+            stderr.contains(&format!("run {run} belongs to root (uid 0), not to "))
+                && stderr.contains("(uid 65534)"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // The run is as it was: nothing of the other user's attempt in it.
+    assert_eq!(support::list_tree(&fixture.runtime()), before);
+    assert!(!fixture.path().join("nobody-state").exists());
+    let logs = fixture.agent_workspace(&["logs", &run, "ticker"]);
+    assert_eq!(text(&logs.stdout), "tick\n", "{}", text(&logs.stderr));
+    destroy(&fixture, &run);
+}

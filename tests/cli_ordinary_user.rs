@@ -814,6 +814,32 @@ health = { tcp = 9000, interval = "50ms", timeout = "20s" }
         .trim()
         .to_owned();
     assert_eq!(world.served(&run), "200\n");
+    // Its logs are the user's to read (positive control); root asking for
+    // them is refused by name, not answered with nothing, and leaves nothing
+    // of root's in the user's run (its destroy below cleans up everything).
+    let logs = world.agent_workspace(&["logs", &run]);
+    assert_eq!(logs.status.code(), Some(0), "{}", text(&logs.stderr));
+    let runtime = world.path().join("state/agent-workspace/runtime");
+    for args in [
+        vec!["logs", run.as_str()],
+        vec!["logs", run.as_str(), "web"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_agent-workspace"))
+            .args(&args)
+            .env("AGENT_WORKSPACE_RUNTIME_DIR", &runtime)
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(
+            stderr.contains(&format!(
+                "run {run} belongs to {USER} (uid {}), not to root (uid 0)",
+                world.uid
+            )),
+            "{args:?}: {stderr}"
+        );
+    }
     // The broker the runner connected through is the user's alone.
     let broker = world
         .path()

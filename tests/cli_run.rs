@@ -164,6 +164,103 @@ fn stdout_and_stderr_pass_through_byte_for_byte() {
     assert_eq!(out.stderr, expected, "{}", text(&out.stderr));
 }
 
+/// The bytes a terminal acts on rather than shows: ESC, BEL, backspace, CR,
+/// DEL, and C1's CSI as UTF-8.
+fn terminal_controls(bytes: &[u8]) -> Vec<String> {
+    let mut found: Vec<String> = bytes
+        .iter()
+        .filter(|b| matches!(b, 0x1b | 0x07 | 0x08 | 0x0d | 0x7f))
+        .map(|b| format!("{b:#04x}"))
+        .collect();
+    if bytes.windows(2).any(|w| w == [0xc2, 0x9b]) {
+        found.push("U+009B".into());
+    }
+    found
+}
+
+#[test]
+fn a_failing_services_log_is_quoted_escaped_and_its_ordinary_lines_stay_readable() {
+    // Attack: a service writes terminal escapes (a window title, a clear
+    // screen, a clipboard write, a carriage return and a backspace that
+    // overwrite the message) and fails, so its log is quoted by the CLI.
+    let fixture = CliFixture::new("service-escapes");
+    let contract = fixture.path().join("escapes.toml");
+    std::fs::write(
+        &contract,
+        r#"
+objective = "a service that fails with escapes in its log"
+shape = "narrow-fix"
+[source]
+repo = "."
+revision = "HEAD"
+[filesystem]
+writable = ["."]
+[[environment.services]]
+name = "evil"
+command = ["sh", "-c", "printf 'listening on 127.0.0.1:8000 (pid 42)\\n\\033]0;pwned\\007title\\n\\033[2Jclear\\n\\033]52;c;ZXZpbA==\\007clip\\nabc\\rXY\\bZ\\302\\233\\n' >&2; exit 3"]
+health = { log = "never printed" }
+"#,
+    )
+    .unwrap();
+    let out = fixture.run(&["--contract", contract.to_str().unwrap(), "--", "true"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    // No byte a terminal acts on reaches it; the message is one line.
+    assert_eq!(
+        terminal_controls(&out.stderr),
+        Vec::<String>::new(),
+        "{stderr:?}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // The quote is still there to read: the ordinary line as it was, each
+    // escape visible.
+    for expected in [
+        "service evil: exited before it was ready (exit code 3)",
+        "stderr| listening on 127.0.0.1:8000 (pid 42);",
+        r"stderr| \x1b]0;pwned\x07title;",
+        r"stderr| \x1b[2Jclear;",
+        r"stderr| \x1b]52;c;ZXZpbA==\x07clip;",
+        r"stderr| abc\rXY\x08Z\u{9b};",
+    ] {
+        assert!(stderr.contains(expected), "{expected:?} not in {stderr:?}");
+    }
+    // The evidence keeps the exact bytes.
+    let (_, evidence) = stderr.trim_end().rsplit_once("; evidence: ").unwrap();
+    let kept = std::fs::read(PathBuf::from(evidence).join("services/evil/stderr")).unwrap();
+    assert!(
+        kept.windows(7).any(|w| w == b"\x1b]0;pwn") && kept.contains(&b'\r'),
+        "{kept:?}"
+    );
+
+    // A command's own output passes through, byte for byte: it is not the
+    // CLI's text.
+    let out = fixture.run(&[
+        "--",
+        "sh",
+        "-c",
+        "printf 'own \\033]0;mine\\007 output\\n' >&2; exit 3",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        out.stderr.starts_with(b"own \x1b]0;mine\x07 output\n"),
+        "{stderr:?}"
+    );
+    // A command that cannot start is named escaped in the summary.
+    let out = fixture.run(&["--", "x\x1b]0;pwned\x07"]);
+    let (line, _) = summary(&out);
+    assert_eq!(out.status.code(), Some(127), "{line}");
+    assert_eq!(
+        terminal_controls(&out.stderr),
+        Vec::<String>::new(),
+        "{line:?}"
+    );
+    assert!(
+        line.contains(r"did not start: ") && line.contains(r"x\x1b]0;pwned\x07"),
+        "{line:?}"
+    );
+}
+
 #[test]
 fn the_summary_names_the_change_and_the_evidence_which_verifies() {
     let fixture = CliFixture::new("summary");

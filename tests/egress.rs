@@ -16,7 +16,9 @@ use std::process::{Child, Command, Output, Stdio};
 use support::cli::{CliFixture, text};
 
 /// A network namespace with a veth pair to the host and HTTP servers on two
-/// ports, each answering with its own text; all removed on drop.
+/// ports, each answering with its own text, and on a third a server that
+/// answers with the `Host` headers it received and appends them to a file;
+/// all removed on drop.
 struct TestHost {
     netns: String,
     host_link: String,
@@ -25,9 +27,31 @@ struct TestHost {
     _root: tempfile::TempDir,
 }
 
-/// The two ports the test host serves.
+/// The ports the test host serves.
 const ALLOWED: u16 = 8081;
 const OTHER: u16 = 8082;
+/// The port whose server echoes the `Host` headers it received.
+const ECHO: u16 = 8083;
+
+/// The echo server: each GET is answered (and appended to the file `argv[3]`)
+/// with `host: ` and every `Host` header of the request, joined by ` | `.
+const HOST_ECHO: &str = r#"
+import http.server, sys
+seen = sys.argv[3]
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        line = "host: " + " | ".join(self.headers.get_all("Host") or []) + "\n"
+        with open(seen, "a") as f:
+            f.write(line)
+        body = line.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer((sys.argv[1], int(sys.argv[2])), Echo).serve_forever()
+"#;
 
 impl TestHost {
     /// `n` tells concurrent test hosts of this process apart.
@@ -96,8 +120,19 @@ impl TestHost {
                 .unwrap();
             host.servers.push(server);
         }
+        let echo = Command::new("ip")
+            .args([
+                "netns", "exec", &netns, "python3", "-c", HOST_ECHO, &address,
+            ])
+            .arg(ECHO.to_string())
+            .arg(host.seen_file())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        host.servers.push(echo);
         // Up once a connection from the host succeeds.
-        for port in [ALLOWED, OTHER] {
+        for port in [ALLOWED, OTHER, ECHO] {
             let url = format!("http://{address}:{port}/");
             let up = (0..100).any(|_| {
                 std::thread::sleep(std::time::Duration::from_millis(50));
@@ -113,6 +148,21 @@ impl TestHost {
 
     fn destination(&self, port: u16) -> String {
         format!("{}:{port}", self.address)
+    }
+
+    /// The file the echo server appends each request's `Host` headers to.
+    fn seen_file(&self) -> PathBuf {
+        self._root.path().join("seen-hosts")
+    }
+
+    /// The `Host` lines the echo server received so far (the start-up check's
+    /// from the host first).
+    fn seen(&self) -> Vec<String> {
+        std::fs::read_to_string(self.seen_file())
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 }
 
@@ -348,4 +398,118 @@ fn the_hosts_loopback_is_never_allowed_not_even_literally() {
         assert!(stderr.contains("is a loopback address"), "{stderr}");
     }
     fixture.assert_nothing_left();
+}
+
+#[test]
+fn a_host_header_other_than_the_target_never_reaches_the_destination() {
+    // Attack: a plain-HTTP request to an allowed destination whose Host names
+    // another site (a name-based server there would serve that site while
+    // network.jsonl names the allowed one). The proxy sends the destination
+    // the Host of the target it checked and recorded, whatever the client
+    // wrote (RFC 9112 §3.2.2); a target naming no destination is refused.
+    let host = TestHost::start(2);
+    let before = host.seen();
+    let fixture = CliFixture::new("egress-host");
+    let echo = host.destination(ECHO);
+    let other = host.destination(OTHER);
+    // Raw requests to the proxy, exactly as written (curl would fix them up).
+    let raw = r#"
+import os, socket, sys
+proxy = os.environ["HTTP_PROXY"].removeprefix("http://").rstrip("/").split(":")
+request = sys.argv[2].replace("\\r\\n", "\r\n").encode()
+with socket.create_connection((proxy[0], int(proxy[1])), timeout=10) as s:
+    s.sendall(request)
+    answer = b""
+    while chunk := s.recv(65536):
+        answer += chunk
+head, _, body = answer.partition(b"\r\n\r\n")
+print(sys.argv[1], head.split(b"\r\n")[0].decode(), body.decode().strip())
+"#;
+    let script = format!(
+        r#"
+        cat > /tmp/raw.py <<'PY'
+{raw}
+PY
+        # Positive control: a Host that matches the target.
+        curl -sS http://{echo}/ | sed 's/^/matching /'
+        # The attack, with curl and raw: one Host, two, and one with user
+        # information naming the other site.
+        curl -sS -H 'Host: evil.example' http://{echo}/ | sed 's/^/curl-evil /'
+        python3 /tmp/raw.py one 'GET http://{echo}/one HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n'
+        python3 /tmp/raw.py two 'GET http://{echo}/two HTTP/1.1\r\nHost: evil.example\r\nHost: {echo}\r\nConnection: close\r\n\r\n'
+        python3 /tmp/raw.py userinfo 'GET http://evil.example@{echo}/ HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n'
+        # No destination in the target: origin form with the Host of an
+        # allowed destination, and an authority alone. Refused, not guessed.
+        python3 /tmp/raw.py origin 'GET / HTTP/1.1\r\nHost: {echo}\r\nConnection: close\r\n\r\n'
+        python3 /tmp/raw.py authority 'GET {echo} HTTP/1.1\r\nHost: {echo}\r\nConnection: close\r\n\r\n'
+        # The target decides, not Host: an unlisted target with an allowed Host.
+        python3 /tmp/raw.py unlisted 'GET http://{other}/ HTTP/1.1\r\nHost: {echo}\r\nConnection: close\r\n\r\n'
+        "#
+    );
+    let out = fixture.run(&["--allow", &echo, "--", "sh", "-c", &script]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let sent = format!("host: {echo}");
+    // `NAME HTTP/x.y STATUS BODY`: the version is the destination's.
+    let answer = |name: &str| {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no answer to {name} in:\n{stdout}"));
+        line.split_once(' ')
+            .unwrap()
+            .1
+            .split_once(' ')
+            .unwrap()
+            .1
+            .to_owned()
+    };
+    assert!(stdout.contains(&format!("matching {sent}\n")), "{stdout}");
+    assert!(stdout.contains(&format!("curl-evil {sent}\n")), "{stdout}");
+    for name in ["one", "two", "userinfo"] {
+        assert_eq!(answer(name), format!("200 OK {sent}"), "{stdout}");
+    }
+    for (name, status) in [
+        ("origin", "400 Bad Request"),
+        ("authority", "400 Bad Request"),
+        ("unlisted", "403 Forbidden"),
+    ] {
+        assert!(answer(name).starts_with(status), "{name}: {stdout}");
+    }
+    assert!(!stdout.contains("evil.example |"), "{stdout}");
+
+    // What the destination received: five requests, each with the one Host
+    // of the checked target; no Host the client wrote, and nothing of the
+    // refused requests.
+    let seen = host.seen();
+    let received = &seen[before.len()..];
+    assert_eq!(received, vec![sent.clone(); 5], "{seen:?}");
+
+    // The record names what was sent: five allowed attempts at the echo
+    // server, one denied at the unlisted port; nothing for the requests that
+    // named no destination.
+    let records = attempts(&evidence_of(&out));
+    let allowed: Vec<_> = records
+        .iter()
+        .filter(|r| r["decision"] == "allow")
+        .collect();
+    assert_eq!(allowed.len(), 5, "{records:#?}");
+    for record in &allowed {
+        assert_eq!(record["destination"], echo.as_str(), "{record}");
+        assert_eq!(record["resolved"], echo.as_str(), "{record}");
+        assert_eq!(
+            format!("host: {}", record["destination"].as_str().unwrap()),
+            sent
+        );
+    }
+    let denied: Vec<_> = records.iter().filter(|r| r["decision"] == "deny").collect();
+    assert_eq!(denied.len(), 1, "{records:#?}");
+    assert_eq!(denied[0]["destination"], other.as_str(), "{records:#?}");
+    assert!(
+        !records
+            .iter()
+            .any(|r| r.to_string().contains("evil.example")),
+        "{records:#?}"
+    );
+    fixture.assert_verifies(&evidence_of(&out));
 }

@@ -9,6 +9,7 @@ use workspace_core::runner::CreateOptions;
 use super::host::HostArgs;
 use super::session::{TheRun, on_run};
 use super::summary::report_run_error;
+use super::text::{escaped, one_line};
 
 #[derive(Debug, Args)]
 pub(crate) struct ChecksArgs {
@@ -45,11 +46,12 @@ pub(crate) fn run(args: ChecksArgs, host: &HostArgs) -> ExitCode {
         } else {
             for check in &checks {
                 match &check.failure {
-                    None if check.passed => println!("{}: passed", check.name),
+                    None if check.passed => println!("{}: passed", escaped(&check.name)),
+                    // A check's failure may quote what it printed.
                     failure => println!(
                         "{}: failed: {}",
-                        check.name,
-                        failure.as_deref().unwrap_or("it did not pass")
+                        escaped(&check.name),
+                        one_line(failure.as_deref().unwrap_or("it did not pass"))
                     ),
                 }
             }

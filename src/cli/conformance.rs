@@ -7,6 +7,7 @@ use workspace_core::conformance::{CaseResult, Kit, Verdict};
 
 use super::host::HostArgs;
 use super::session::block_on;
+use super::text::one_line;
 
 /// The stacks the kit can be run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -100,7 +101,10 @@ fn report(results: &[CaseResult], json: bool, backend: KitBackend) -> ExitCode {
                 Verdict::Unsupported { reason } => {
                     println!("{}: unsupported ({reason})", result.name);
                 }
-                Verdict::Failed { observed } => println!("{}: failed: {observed}", result.name),
+                // What the case observed in the workspace.
+                Verdict::Failed { observed } => {
+                    println!("{}: failed: {}", result.name, one_line(observed));
+                }
             }
         }
     }

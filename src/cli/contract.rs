@@ -9,6 +9,7 @@ use workspace_core::runner::RunErrorKind;
 
 use super::backend::Backend;
 use super::host::HostArgs;
+use super::text::{escaped, escaped_lines, one_line};
 use super::{BadInput, EXIT_BAD_INPUT};
 
 #[derive(Debug, Subcommand)]
@@ -100,14 +101,16 @@ fn check(file: &Path, backend: Option<Backend>, json: bool, host: &HostArgs) -> 
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default(),
-                contract.source.repo,
-                contract.source.revision
+                escaped(&contract.source.repo),
+                escaped(&contract.source.revision)
             );
             ExitCode::SUCCESS
         }
         Err(ContractError::Invalid { problems }) => {
+            // A contract may come with the repository: what it says is
+            // quoted escaped.
             for problem in &problems {
-                eprintln!("{shown}: {problem}");
+                eprintln!("{shown}: {}", one_line(&problem.to_string()));
             }
             eprintln!(
                 "{shown}: {} problem(s); the contract is invalid",
@@ -116,7 +119,7 @@ fn check(file: &Path, backend: Option<Backend>, json: bool, host: &HostArgs) -> 
             ExitCode::from(EXIT_BAD_INPUT)
         }
         Err(err) => {
-            eprintln!("{shown}: {err}");
+            eprintln!("{shown}: {}", escaped_lines(&err.to_string()));
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }
@@ -174,13 +177,10 @@ pub(crate) fn load_contract(file: &Path) -> Result<Contract, BadInput> {
         let report = match whole.err().unwrap_or(err) {
             ContractError::Invalid { problems } => problems
                 .iter()
-                .map(|problem| format!("--contract {shown}: {problem}"))
+                .map(|problem| format!("--contract {shown}: {}", one_line(&problem.to_string())))
                 .collect::<Vec<_>>()
                 .join("\nagent-workspace: "),
-            err => format!(
-                "--contract {shown}: {}",
-                super::text::one_line(&err.to_string())
-            ),
+            err => format!("--contract {shown}: {}", one_line(&err.to_string())),
         };
         BadInput(report)
     })

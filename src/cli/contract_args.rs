@@ -131,7 +131,7 @@ impl ContractArgs {
                     eprintln!(
                         "agent-workspace: {} has uncommitted changes; the run gets {} as committed, without them",
                         resolved.repository.display(),
-                        contract.source.revision
+                        super::text::escaped(&contract.source.revision)
                     );
                 }
                 Ok(())

@@ -20,7 +20,9 @@ pub(crate) struct LogsArgs {
 
 /// Prints a service's stdout on stdout and its stderr on stderr, as written so
 /// far. These are the raw files of the live run: the copies in the evidence are
-/// scrubbed of credential values when the run ends.
+/// scrubbed of credential values when the run ends. They pass through byte for
+/// byte, as a command's output does through `exec`; only the lines the CLI
+/// composes itself are escaped (`text::escaped`).
 pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
         // An ended run's logs are in its evidence: asking for them is refused.
@@ -50,7 +52,17 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
                 return ExitCode::from(super::EXIT_BAD_INPUT);
             };
             let print = |path: &std::path::Path, out: &mut dyn Write| {
-                let bytes = std::fs::read(path).unwrap_or_default();
+                // A log that cannot be read is an error, never an empty log.
+                let bytes = match std::fs::read(path) {
+                    Ok(bytes) => bytes,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                    Err(e) => {
+                        return Err(std::io::Error::new(
+                            e.kind(),
+                            format!("cannot read {}: {e}", path.display()),
+                        ));
+                    }
+                };
                 if !prefix {
                     return out.write_all(&bytes);
                 }
@@ -63,7 +75,7 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
             let written = print(&logs.stdout, &mut std::io::stdout().lock())
                 .and_then(|()| print(&logs.stderr, &mut std::io::stderr().lock()));
             if let Err(e) = written {
-                eprintln!("agent-workspace: {e}");
+                eprintln!("agent-workspace: run {run_id}: service {name}: {e}");
                 return ExitCode::from(super::EXIT_RUNNER_FAILED);
             }
         }

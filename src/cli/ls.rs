@@ -500,7 +500,8 @@ fn table(rows: &[Row]) -> String {
             .map(|s| format!("{} ({})", s.name, s.status))
             .collect();
         if !services.is_empty() {
-            push_line(&["", &format!("services: {}", services.join(", "))]);
+            let services = format!("services: {}", services.join(", "));
+            push_line(&["", &super::text::escaped(&services)]);
         }
         if let Some(error) = &row.error {
             push_line(&["", &format!("error: {error}")]);

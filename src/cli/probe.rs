@@ -14,7 +14,7 @@ use workspace_core::step::describe;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
 use super::session::{bad_input, block_on, cancel_on_signals, runner_on};
-use super::text::one_line;
+use super::text::{escaped, one_line};
 
 #[derive(Debug, Args)]
 pub(crate) struct ProbeArgs {
@@ -183,10 +183,11 @@ fn print_summary(summary: &ProbeSummary, json: bool) {
             serde_json::Value::String(text) => text.clone(),
             other => other.to_string(),
         };
-        println!("{name:<width$}  {value}");
+        // What the probe saw inside the workspace.
+        println!("{name:<width$}  {}", escaped(&value));
     }
     for mismatch in &summary.mismatches {
-        println!("mismatch: {mismatch}");
+        println!("mismatch: {}", one_line(&mismatch.to_string()));
     }
     let state = if summary.sealed {
         "sealed"
@@ -203,7 +204,7 @@ fn print_summary(summary: &ProbeSummary, json: bool) {
         line.push_str(&format!("; evidence {}", evidence.display()));
     }
     if let Some(error) = &summary.error {
-        line.push_str(&format!("; {error}"));
+        line.push_str(&format!("; {}", one_line(error)));
     }
     eprintln!("{line}");
 }

@@ -10,6 +10,7 @@ use workspace_core::runner::{CreateOptions, FinishOptions, PromotionOutcome, Wor
 use super::host::HostArgs;
 use super::session::{TheRun, on_run};
 use super::summary::{print_summary, report_run_error};
+use super::text::{escaped, one_line};
 use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
 #[derive(Debug, Args)]
@@ -73,7 +74,7 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
                     eprintln!(
                         "agent-workspace: required check {:?} failed: {}",
                         check.name,
-                        check.failure.as_deref().unwrap_or("it did not pass")
+                        one_line(check.failure.as_deref().unwrap_or("it did not pass"))
                     );
                 }
                 return keep(workspace, &run_id).await;
@@ -82,8 +83,9 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
             // approval, changes out of scope) keeps the workspace too.
             match workspace.promotion_refusal(&approvals).await {
                 Ok(None) => {}
+                // A refusal names paths the workspace chose.
                 Ok(Some(reason)) => {
-                    eprintln!("agent-workspace: promotion refused: {reason}");
+                    eprintln!("agent-workspace: promotion refused: {}", one_line(&reason));
                     return keep(workspace, &run_id).await;
                 }
                 Err(error) => return report_run_error(&error),
@@ -104,8 +106,9 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
                     .clone()
                     .unwrap_or_else(|| "the patch in the evidence".to_owned());
                 eprintln!(
-                    "agent-workspace: promoted {} to {target}{}",
+                    "agent-workspace: promoted {} to {}{}",
                     record.patch_sha256,
+                    escaped(&target),
                     if record.merge_candidate {
                         " (merge candidate)"
                     } else {
@@ -115,12 +118,15 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Some(PromotionOutcome::Refused { reason }) => {
-                eprintln!("agent-workspace: promotion refused: {reason}");
+                eprintln!("agent-workspace: promotion refused: {}", one_line(reason));
                 ExitCode::FAILURE
             }
             Some(PromotionOutcome::CredentialInPatch { leaks }) => {
                 for leak in leaks {
-                    eprintln!("agent-workspace: promotion refused: {leak}");
+                    eprintln!(
+                        "agent-workspace: promotion refused: {}",
+                        one_line(&leak.to_string())
+                    );
                 }
                 ExitCode::FAILURE
             }

@@ -2,7 +2,7 @@
 //! stack and a runner over the host's directories, and Ctrl-C as a cancel.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -171,11 +171,9 @@ where
         Err(bad) => return bad_input(bad),
     };
     let runtime = host.dirs().runtime;
-    if !workspace_core::recovery::journal_path(&runtime, &run_id).exists() {
-        return bad_input(BadInput(format!(
-            "no run {run_id} under {} (`agent-workspace ls` lists the runs)",
-            runtime.display()
-        )));
+    let journal = workspace_core::recovery::journal_path(&runtime, &run_id);
+    if let Err(bad) = this_users_run(&journal, &run_id, &runtime) {
+        return bad_input(bad);
     }
     // A run is driven by the backend that sealed it, as it left itself there.
     let run_dir =
@@ -199,13 +197,56 @@ where
     })
 }
 
+/// Refuses a run that is not there, or not this user's: a run is driven by the
+/// user that created it (its journal's owner). Another user's run is not
+/// readable in full (its logs and state files are its owner's alone), and
+/// acting on it would leave files of this user in the other's run; so
+/// `logs`, `exec` and the rest refuse it by name instead of answering with
+/// what little they could read.
+fn this_users_run(journal: &Path, run_id: &RunId, runtime: &Path) -> Result<(), BadInput> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::metadata(journal) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(BadInput(format!(
+                "no run {run_id} under {} (`agent-workspace ls` lists the runs)",
+                runtime.display()
+            )));
+        }
+        Err(e) => {
+            return Err(BadInput(format!(
+                "run {run_id}: cannot read its journal {}: {e} (a run is driven by the user that created it)",
+                journal.display()
+            )));
+        }
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() == me {
+        return Ok(());
+    }
+    Err(BadInput(format!(
+        "run {run_id} belongs to {}, not to {}: a run is driven by the user that created it",
+        user_named(meta.uid()),
+        user_named(me)
+    )))
+}
+
+/// `alice (uid 1000)`, or `uid 1000` when the name cannot be found.
+fn user_named(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(user)) => format!("{} (uid {uid})", user.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
 /// A run id given on the command line.
 fn run_id(text: &str) -> Result<RunId, BadInput> {
     RunId::new(text).map_err(|e| BadInput(format!("RUN {text:?}: {e}")))
 }
 
-/// Prints `message` for bad input and returns exit status 2.
+/// Prints `message` for bad input and returns exit status 2. The message may
+/// quote a contract that came with the repository: its lines are escaped.
 pub(crate) fn bad_input(BadInput(message): BadInput) -> ExitCode {
-    eprintln!("agent-workspace: {message}");
+    eprintln!("agent-workspace: {}", super::text::escaped_lines(&message));
     ExitCode::from(EXIT_BAD_INPUT)
 }

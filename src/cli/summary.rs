@@ -14,6 +14,7 @@ use workspace_core::runner::{
 };
 
 use super::session::interrupted_status;
+use super::text::{escaped, one_line};
 use super::{EXIT_BAD_INPUT, EXIT_BUSY, EXIT_RUNNER_FAILED};
 
 fn is_zero(n: &u32) -> bool {
@@ -142,13 +143,14 @@ impl Summary {
         if let Some(failure) = &self.failure
             && !matches!(failure, FailureCause::Cancelled)
         {
-            line.push_str(&format!("; run failed: {}", failure));
+            // A service's failure quotes its log: one line, escaped.
+            line.push_str(&format!("; run failed: {}", one_line(&failure.to_string())));
         }
         if !self.credential_leaks.is_empty() {
-            let paths: Vec<&str> = self
+            let paths: Vec<_> = self
                 .credential_leaks
                 .iter()
-                .map(|l| l.path.as_str())
+                .map(|l| escaped(&l.path))
                 .collect();
             line.push_str(&format!(
                 "; a credential's value is in {} (withheld from the patch)",
@@ -156,9 +158,14 @@ impl Summary {
             ));
         }
         if !self.changed_after_checks.is_empty() {
+            let paths: Vec<_> = self
+                .changed_after_checks
+                .iter()
+                .map(|p| escaped(p))
+                .collect();
             line.push_str(&format!(
                 "; changed after its checks, not in the patch: {}",
-                self.changed_after_checks.join(", ")
+                paths.join(", ")
             ));
         }
         if self.stopped > 0 {
@@ -201,7 +208,7 @@ fn status_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcom
 
 fn ended_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome) -> String {
     if let Some(error) = &command.error {
-        return format!("did not start: {error} (exit {status})");
+        return format!("did not start: {} (exit {status})", one_line(error));
     }
     let seconds = command.duration_ms as f64 / 1000.0;
     match killed {
@@ -290,7 +297,7 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
         .unwrap_or_default();
     eprintln!(
         "agent-workspace: {}{evidence}",
-        super::text::one_line(&workspace_core::error_chain(error))
+        one_line(&workspace_core::error_chain(error))
     );
     ExitCode::from(EXIT_RUNNER_FAILED)
 }

@@ -75,8 +75,10 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(report) => {
+            // A problem names a file of the bundle, which a workspace may
+            // have named (its outputs).
             for problem in &report.problems {
-                println!("{shown}: {problem}");
+                println!("{shown}: {}", one_line(&problem.to_string()));
             }
             eprintln!(
                 "agent-workspace: {shown}: {} problem(s); the bundle does not match its manifest",

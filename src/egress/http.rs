@@ -1,6 +1,17 @@
 //! HTTP proxying (`HTTP_PROXY`/`HTTPS_PROXY=http://127.0.0.1:3128`): `CONNECT
 //! host:port` for HTTPS (the tunnel carries the client's own TLS), and plain
-//! HTTP requests in absolute form, forwarded over a connection of their own.
+//! HTTP requests in absolute form, forwarded over a connection of their own
+//! with the `Host` of the destination checked (see [`super::target`]).
+//!
+//! What a `CONNECT` tunnel carries is opaque to the proxy: it decides and
+//! records the `host:port` the `CONNECT` names and connects to an address it
+//! checked, but the TLS server name (SNI) and the `Host` of the requests inside
+//! are the client's, unread. A server at an allowed address that serves other
+//! names too (a CDN, a shared load balancer) serves whichever name the client
+//! puts there ("domain fronting"), and `network.jsonl` still names the
+//! `CONNECT`'s destination. The same holds for SOCKS5 and for plain HTTP sent
+//! through a tunnel. An allowlist entry therefore allows an address and port,
+//! and everything served there, not one site of many.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -9,12 +20,13 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderName, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use workspace_core::egress::{Decision, Protocol};
 
 use super::connect::{Attempt, Opened};
+use super::target::{Target, origin_form};
 use super::{BUFFER, Proxy};
 
 type Body = BoxBody<Bytes, hyper::Error>;
@@ -93,23 +105,22 @@ async fn tunnel(
 }
 
 /// A plain HTTP request in absolute form (`GET http://host/path`), forwarded
-/// in origin form over a new connection; the response streams back.
+/// in origin form over a new connection, its `Host` the destination's; the
+/// response streams back. A target naming no destination is refused (400)
+/// before anything is connected or recorded.
 async fn forward(
     proxy: Arc<Proxy>,
     mut request: Request<Incoming>,
     command: Option<u32>,
 ) -> Response<Body> {
     let uri = request.uri().clone();
-    let (Some("http"), Some(host)) = (uri.scheme_str(), uri.host()) else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "a proxied request names an http:// URL (use CONNECT for https)",
-        );
+    let target = match Target::of(&uri) {
+        Ok(target) => target,
+        Err(bad) => return text(StatusCode::BAD_REQUEST, &bad.to_string()),
     };
-    let host = host.to_owned();
-    let port = uri.port_u16().unwrap_or(80);
-    let mut attempt = Attempt::new(Protocol::Http, &host, port, command);
-    let upstream = match attempt.open(&proxy.policy, &host, port).await {
+    let (host, port) = (target.host.as_str(), target.port);
+    let mut attempt = Attempt::new(Protocol::Http, host, port, command);
+    let upstream = match attempt.open(&proxy.policy, host, port).await {
         Opened::Connected(upstream) => upstream,
         Opened::Denied => return refused(&proxy, attempt),
         Opened::Failed => return unreachable(&proxy, attempt),
@@ -131,6 +142,8 @@ async fn forward(
     });
     *request.uri_mut() = origin_form(&uri);
     strip_hop_by_hop(request.headers_mut());
+    // After the hop-by-hop headers: `Connection: host` cannot remove it.
+    target.set_host(request.headers_mut());
     match sender.send_request(request).await {
         Ok(response) => response.map(BodyExt::boxed),
         Err(e) => text(
@@ -138,14 +151,6 @@ async fn forward(
             &format!("the destination failed: {e}"),
         ),
     }
-}
-
-/// The request target without scheme and authority (`/path?query`).
-fn origin_form(uri: &Uri) -> Uri {
-    uri.path_and_query()
-        .map_or("/", |p| p.as_str())
-        .parse()
-        .unwrap_or_else(|_| Uri::from_static("/"))
 }
 
 /// Removes the headers meant for the proxy hop, not the destination.

@@ -15,6 +15,12 @@
 //! asked for, resolved once, decided again on the address, and connected to
 //! exactly that address; each attempt, allowed or not, is a line of
 //! `network.jsonl` naming the command whose process asked.
+//!
+//! A plain HTTP request reaches its destination with the `Host` of the
+//! destination checked, whatever `Host` the client sent (`target`). What a
+//! tunnel carries (`CONNECT`, SOCKS5) is not read: its TLS server name and
+//! inner `Host` are the client's (see `http`), so an allowed address allows
+//! every site it serves.
 
 mod attribution;
 mod connect;
@@ -22,6 +28,7 @@ mod http;
 mod log;
 mod socks;
 pub(crate) mod splice;
+mod target;
 
 use std::convert::Infallible;
 use std::fs::{File, OpenOptions};
