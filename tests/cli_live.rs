@@ -552,3 +552,88 @@ fn another_users_run_is_refused_by_name_not_answered_with_nothing() {
     assert_eq!(text(&logs.stdout), "tick\n", "{}", text(&logs.stderr));
     destroy(&fixture, &run);
 }
+
+/// `AGENT_WORKSPACE_DB_SCHEMA` and `AGENT_WORKSPACE_CACHE_PREFIX` in `run`,
+/// after holding the exec for `hold` seconds.
+fn names_in(fixture: &CliFixture, run: &str, hold: &str) -> std::process::Output {
+    let script =
+        format!("sleep {hold}; echo \"$AGENT_WORKSPACE_DB_SCHEMA $AGENT_WORKSPACE_CACHE_PREFIX\"");
+    exec(fixture, run, &["sh", "-c", &script])
+}
+
+#[test]
+fn two_live_workspaces_never_share_a_leased_name_while_either_lives() {
+    let fixture = CliFixture::new("live-leases");
+    let contract = fixture.path().join("leases.toml");
+    std::fs::write(
+        &contract,
+        "objective = \"leases for life\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\n\
+         revision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n\
+         [process]\ndatabase_schema = \"orders\"\ncache_prefix = \"cache\"\n",
+    )
+    .unwrap();
+    let a = fixture.create(Some(&contract));
+    let b = fixture.create(Some(&contract));
+    // Both left detached; their execs overlap (a's holds while b's runs), and
+    // neither is refused or ended for its names.
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| names_in(&fixture, &a, "1"));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let second = scope.spawn(|| names_in(&fixture, &b, "0"));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    for out in [&first, &second] {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let (names_a, names_b) = (text(&first.stdout), text(&second.stdout));
+    assert_eq!(names_a.trim(), "orders_1 cache-1", "{names_a}");
+    assert_eq!(names_b.trim(), "orders_2 cache-2", "{names_b}");
+    // Again, detached between: each keeps its own names.
+    assert_eq!(text(&names_in(&fixture, &a, "0").stdout), names_a);
+    assert_eq!(text(&names_in(&fixture, &b, "0").stdout), names_b);
+    // Once a is destroyed its names are free: a third workspace gets them.
+    destroy(&fixture, &a);
+    let c = fixture.create(Some(&contract));
+    assert_eq!(
+        text(&names_in(&fixture, &c, "0").stdout).trim(),
+        "orders_1 cache-1"
+    );
+    assert_eq!(text(&names_in(&fixture, &b, "0").stdout), names_b);
+    destroy(&fixture, &b);
+    destroy(&fixture, &c);
+}
+
+#[test]
+fn two_workspaces_of_the_postgres_example_with_overlapping_execs_keep_their_own_databases() {
+    assert!(
+        std::path::Path::new("/usr/bin/psql").exists(),
+        "this test needs PostgreSQL (Debian packages postgresql, postgresql-client)"
+    );
+    let fixture = CliFixture::new("live-postgres-leases");
+    let contract =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/contracts/postgres.toml");
+    let a = fixture.create(Some(&contract));
+    let b = fixture.create(Some(&contract));
+    let query = |run: &str, hold: &str| {
+        let script = format!(
+            "sleep {hold}; psql -h /tmp/postgres -U agent -d \"$AGENT_WORKSPACE_DB_SCHEMA\" -tAc 'select current_database()'"
+        );
+        exec(&fixture, run, &["sh", "-c", &script])
+    };
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| query(&a, "1"));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let second = scope.spawn(|| query(&b, "0"));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    for out in [&first, &second] {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let (db_a, db_b) = (text(&first.stdout), text(&second.stdout));
+    assert_eq!((db_a.trim(), db_b.trim()), ("app_1", "app_2"));
+    // Both still live, each with its own database.
+    assert_eq!(text(&query(&a, "0").stdout), db_a);
+    assert_eq!(text(&query(&b, "0").stdout), db_b);
+    destroy(&fixture, &a);
+    destroy(&fixture, &b);
+}

@@ -207,6 +207,19 @@ fn this_users_run(journal: &Path, run_id: &RunId, runtime: &Path) -> Result<(), 
     use std::os::unix::fs::MetadataExt;
     let meta = match std::fs::metadata(journal) {
         Ok(meta) => meta,
+        // The runtime directory is closed to every user but its own: its
+        // owner's runs are all in it.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            match std::fs::metadata(runtime) {
+                Ok(meta) => meta,
+                Err(_) => {
+                    return Err(BadInput(format!(
+                        "run {run_id}: cannot read its journal {}: {e} (a run is driven by the user that created it)",
+                        journal.display()
+                    )));
+                }
+            }
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(BadInput(format!(
                 "no run {run_id} under {} (`agent-workspace ls` lists the runs)",

@@ -33,6 +33,9 @@ pub(crate) struct LockFile {
     path: PathBuf,
     /// `None` only after an explicit release.
     file: Option<File>,
+    /// A [`share`](Self::share)d lock is another process's too: dropping this
+    /// one only closes its descriptor (unlocking would unlock every copy).
+    shared: bool,
 }
 
 impl LockFile {
@@ -53,6 +56,7 @@ impl LockFile {
             Ok(()) => Ok(Some(LockFile {
                 path: path.to_path_buf(),
                 file: Some(file),
+                shared: false,
             })),
             Err(TryLockError::WouldBlock) => Ok(None),
             Err(TryLockError::Error(source)) => Err(LeaseError::Lock {
@@ -100,6 +104,14 @@ impl LockFile {
         }
     }
 
+    /// A [`descriptor`](Self::descriptor) to hand to a process that keeps the
+    /// lock held after this one is dropped (which then only closes its own).
+    pub(crate) fn share(&mut self) -> io::Result<std::os::fd::OwnedFd> {
+        let descriptor = self.descriptor()?;
+        self.shared = true;
+        Ok(descriptor)
+    }
+
     /// Closes this process's descriptor without unlocking or clearing the
     /// record: the lock stays held for as long as a [`descriptor`](Self::descriptor)
     /// is open somewhere, and the kernel drops it when the last one closes.
@@ -110,6 +122,10 @@ impl LockFile {
 
 impl Drop for LockFile {
     fn drop(&mut self) {
+        if self.shared {
+            drop(self.file.take());
+            return;
+        }
         if let Some(file) = self.file.take() {
             if let Err(error) = clear_and_unlock(&file) {
                 // Closing the file below releases the lock anyway; only the record

@@ -30,6 +30,17 @@ impl NameLease {
         self.kind
     }
 
+    /// Another descriptor of the lease's lock, for a process that holds the
+    /// lease from now on (a live sandbox, for its life): the lease stays taken
+    /// while that descriptor is open anywhere, and dropping this value then
+    /// only closes its own.
+    ///
+    /// # Errors
+    /// Duplicating the descriptor failed.
+    pub fn share(&mut self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.lock.share()
+    }
+
     /// Releases the lease now, reporting a failure to clear or unlock the lock file.
     pub fn release(self) -> Result<(), LeaseError> {
         self.lock.release()
@@ -55,6 +66,27 @@ impl Leases {
                 name: name.to_string(),
                 holder: read_record(&path),
             }),
+        }
+    }
+
+    /// [`lease_name`](Self::lease_name), except that a name taken by a lock
+    /// whose record names `holder` is `Ok(None)`: the holder's lease, kept by
+    /// a descriptor it [`share`](NameLease::share)d (its live sandbox). Only for
+    /// a caller that then makes sure that holder is alive (a record is written
+    /// right after its lock is taken, so an instant after a holder's death a
+    /// new holder may still show the old record).
+    pub fn lease_name_unless_held_by(
+        &self,
+        kind: NameKind,
+        name: &str,
+        holder: &str,
+    ) -> Result<Option<NameLease>, LeaseError> {
+        match self.lease_name(kind, name, holder) {
+            Ok(lease) => Ok(Some(lease)),
+            Err(LeaseError::Taken {
+                holder: Some(info), ..
+            }) if info.holder == holder => Ok(None),
+            Err(other) => Err(other),
         }
     }
 

@@ -19,6 +19,17 @@ impl PortLease {
         self.port
     }
 
+    /// Another descriptor of the lease's lock, for a process that holds the
+    /// lease from now on (a live sandbox, for its life): the lease stays taken
+    /// while that descriptor is open anywhere, and dropping this value then
+    /// only closes its own.
+    ///
+    /// # Errors
+    /// Duplicating the descriptor failed.
+    pub fn share(&mut self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.lock.share()
+    }
+
     /// Releases the lease now, reporting a failure to clear or unlock the lock file
     /// (dropping releases too, but can only log such a failure).
     pub fn release(self) -> Result<(), LeaseError> {

@@ -7,6 +7,12 @@
 //! ports are leased on the host only when the process boundary does not give each
 //! run a network of its own. The names are kept in the run directory so a resumed
 //! run leases the very same ones again.
+//!
+//! A name belongs to the workspace for its whole life, not to the process that
+//! drives it: where the sandbox holds descriptors for its life (the capacity
+//! ticket's), it holds the names' locks too, so a workspace left detached keeps
+//! them, and another workspace never gets the same name while it lives. The
+//! next process that attaches finds them held under the run's own record.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -74,13 +80,16 @@ pub(super) struct RunLeases {
 
 impl RunLeases {
     /// Leases what `section` declares for `run_id`: fresh unique names, or exactly
-    /// `previous` ones when the run is resumed.
+    /// `previous` ones when the run is resumed. With `held_by_sandbox`, a previous
+    /// name whose lock is taken under the run's own record is the run's (its
+    /// live sandbox holds it); the caller makes sure that sandbox lives.
     pub(super) fn acquire(
         runtime_dir: &Path,
         run_id: &RunId,
         section: &ProcessSection,
         private_network: bool,
         previous: Option<&LeasedNames>,
+        held_by_sandbox: bool,
     ) -> Result<Self, RunErrorKind> {
         let wants_ports = !private_network && !section.ports.is_empty();
         if section.cache_prefix.is_none() && section.database_schema.is_none() && !wants_ports {
@@ -89,21 +98,29 @@ impl RunLeases {
         let leases = Leases::open(runtime_dir, 1..=u16::MAX).map_err(lease_error)?;
         let holder = run_id.as_str();
         let mut run = Self::default();
+        // The name, and its lock unless the run's sandbox holds it.
         let name = |kind: NameKind, stem: &str, before: Option<&String>| match before {
-            Some(exact) => leases.lease_name(kind, exact, holder),
-            None => leases.lease_unique(kind, stem, holder),
+            Some(exact) if held_by_sandbox => leases
+                .lease_name_unless_held_by(kind, exact, holder)
+                .map(|lease| (exact.clone(), lease)),
+            Some(exact) => leases
+                .lease_name(kind, exact, holder)
+                .map(|lease| (exact.clone(), Some(lease))),
+            None => leases
+                .lease_unique(kind, stem, holder)
+                .map(|lease| (lease.name().to_owned(), Some(lease))),
         };
         if let Some(stem) = &section.cache_prefix {
             let before = previous.and_then(|p| p.cache_prefix.as_ref());
-            let lease = name(NameKind::CachePrefix, stem, before).map_err(lease_error)?;
-            run.names.cache_prefix = Some(lease.name().to_owned());
-            run._locks.push(lease);
+            let (leased, lock) = name(NameKind::CachePrefix, stem, before).map_err(lease_error)?;
+            run.names.cache_prefix = Some(leased);
+            run._locks.extend(lock);
         }
         if let Some(stem) = &section.database_schema {
             let before = previous.and_then(|p| p.schema.as_ref());
-            let lease = name(NameKind::Schema, stem, before).map_err(lease_error)?;
-            run.names.schema = Some(lease.name().to_owned());
-            run._locks.push(lease);
+            let (leased, lock) = name(NameKind::Schema, stem, before).map_err(lease_error)?;
+            run.names.schema = Some(leased);
+            run._locks.extend(lock);
         }
         if wants_ports {
             for &port in &section.ports {
@@ -113,6 +130,12 @@ impl RunLeases {
             }
         }
         Ok(run)
+    }
+
+    /// Descriptors of the names' locks for the sandbox to hold for its life:
+    /// from then on dropping these leases only closes this process's copies.
+    pub(super) fn share(&mut self) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
+        self._locks.iter_mut().map(NameLease::share).collect()
     }
 }
 

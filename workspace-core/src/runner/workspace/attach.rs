@@ -33,7 +33,7 @@ impl Workspace {
         self.services = Services::load(&self.paths.run_dir)?;
         let environment = self.capacity_to_attach().await?;
         self.life.resume()?;
-        self.lease_again()?;
+        self.lease_again(true)?;
         // The checkout is read from its disk: mounted again if the host restarted.
         disk::remount(stack.process.as_ref(), &self.run).await?;
         self.verify_source(&provisioned).await?;
@@ -51,6 +51,7 @@ impl Workspace {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the suspended run's processes are gone; sealing it again");
                 self.clear_lost_sandbox(&provisioned).await?;
+                self.lease_again(false)?;
                 self.capacity_to_seal_again(&environment).await?;
                 self.services.lost("gone when the run was resumed");
                 self.record_resume(
@@ -150,7 +151,7 @@ impl Workspace {
         // Its services' records first: whatever fails next, they are exported.
         self.services = Services::load(&self.paths.run_dir)?;
         let environment = self.capacity_to_attach().await?;
-        self.lease_again()?;
+        self.lease_again(true)?;
         let plan = self.attach_plan(&provisioned, environment.clone()).await?;
         match stack.process.attach(&self.run, &plan).await? {
             Attachment::Live { processes } => {
@@ -164,6 +165,7 @@ impl Workspace {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the detached sandbox is gone; sealing the run again");
                 self.clear_lost_sandbox(&provisioned).await?;
+                self.lease_again(false)?;
                 self.capacity_to_seal_again(&environment).await?;
                 self.services
                     .lost("its sandbox was gone when the run was attached again");
@@ -178,11 +180,14 @@ impl Workspace {
         }
     }
 
-    /// The cache prefix and schema names the run had, leased again.
-    fn lease_again(&mut self) -> Result<(), RunErrorKind> {
+    /// The cache prefix and schema names the run had, leased again; with
+    /// `held_by_sandbox`, names its sandbox holds are taken as the run's (the
+    /// attach that follows finds that sandbox alive, or, finding it gone,
+    /// leases them again without that).
+    fn lease_again(&mut self, held_by_sandbox: bool) -> Result<(), RunErrorKind> {
         let previous: Option<LeasedNames> =
             read_state(&self.paths.run_dir.join(LEASES_STATE_FILE))?;
-        self.lease(Some(previous.unwrap_or_default()))
+        self.lease_held(Some(previous.unwrap_or_default()), held_by_sandbox)
     }
 
     /// Re-verifies the checkout against its record.

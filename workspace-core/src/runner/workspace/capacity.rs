@@ -52,23 +52,31 @@ impl Workspace {
         self.stack.process.capabilities().holds_capacity
     }
 
-    /// What the sandbox keeps open for its life: the capacity ticket's lock,
-    /// when the process boundary holds capacity and the admission control
-    /// has one (a host-wide pool).
-    pub(super) fn held_open(&self) -> Vec<Arc<OwnedFd>> {
+    /// What the sandbox keeps open for its life, when the process boundary
+    /// holds capacity: the capacity ticket's lock (when the admission control
+    /// has one: a host-wide pool) and the locks of the run's leased names, so
+    /// that both stay the workspace's while no runner drives it.
+    pub(super) fn held_open(&mut self) -> Vec<Arc<OwnedFd>> {
         if !self.sandbox_holds_capacity() {
             return Vec::new();
         }
+        let mut held = Vec::new();
         match self.reservation.as_ref().and_then(Grant::descriptor) {
-            Some(Ok(fd)) => vec![Arc::new(fd)],
+            Some(Ok(fd)) => held.push(Arc::new(fd)),
             Some(Err(error)) => {
                 // The run goes on; its capacity is then given back on detach.
                 tracing::warn!(run_id = %self.run.run_id, %error,
                     "the capacity ticket cannot be handed to the sandbox");
-                Vec::new()
             }
-            None => Vec::new(),
+            None => {}
         }
+        match self.leases.share() {
+            Ok(locks) => held.extend(locks.into_iter().map(Arc::new)),
+            // The run goes on; its names are then given back on detach.
+            Err(error) => tracing::warn!(run_id = %self.run.run_id, %error,
+                "the leased names cannot be handed to the sandbox"),
+        }
+        held
     }
 
     /// Records whether the sandbox about to be sealed holds the run's
@@ -101,13 +109,27 @@ impl Workspace {
     /// ports, and records the names for a later resume (a run that leases
     /// nothing records nothing: a missing `leases.json` reads as no names).
     pub(super) fn lease(&mut self, previous: Option<LeasedNames>) -> Result<(), RunErrorKind> {
+        self.lease_held(previous, false)
+    }
+
+    /// [`lease`](Self::lease); with `held_by_sandbox`, previous names taken
+    /// under the run's own record are its live sandbox's (see `leases.rs`).
+    pub(super) fn lease_held(
+        &mut self,
+        previous: Option<LeasedNames>,
+        held_by_sandbox: bool,
+    ) -> Result<(), RunErrorKind> {
         let private_network = self.stack.process.capabilities().private_network;
+        // The locks this process held go first: taking a name again must not
+        // find this very process in the way.
+        self.leases = RunLeases::default();
         self.leases = RunLeases::acquire(
             &self.run.runtime_dir,
             &self.run.run_id,
             &self.run.contract.process,
             private_network,
             previous.as_ref(),
+            held_by_sandbox && self.sandbox_holds_capacity(),
         )?;
         if self.leases.names == LeasedNames::default() {
             return Ok(());
