@@ -637,3 +637,77 @@ fn two_workspaces_of_the_postgres_example_with_overlapping_execs_keep_their_own_
     destroy(&fixture, &a);
     destroy(&fixture, &b);
 }
+
+#[test]
+fn a_live_sandbox_is_found_by_another_process_with_another_cgroup_parent() {
+    use agent_workspace::namespace::cgroup::{CgroupLayout, remove_parent};
+    /// The other parent, this test's own: whatever fails, nothing of it is
+    /// left running.
+    struct Elsewhere(String);
+    impl Drop for Elsewhere {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                support::end_processes_under(&self.0);
+                if let Ok(layout) = CgroupLayout::detect() {
+                    let _ = remove_parent(&layout, &self.0);
+                }
+            }
+        }
+    }
+    let fixture = CliFixture::new("live-other-parent");
+    // Created (and a process left running) under one cgroup parent ...
+    let guard = Elsewhere(support::cgroup_parent_name("live-elsewhere"));
+    let elsewhere = guard.0.clone();
+    let contract = fixture.path().join("live.toml");
+    std::fs::write(&contract, CONTRACT).unwrap();
+    let repo = fixture.repo();
+    let out = fixture
+        .command()
+        .env("AGENT_WORKSPACE_CGROUP_PARENT", &elsewhere)
+        .args(["create", "--repo", repo.to_str().unwrap()])
+        .args(["--contract", contract.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let run = text(&out.stdout).trim().to_owned();
+    let held = marker("other-parent");
+    let out = fixture
+        .command()
+        .env("AGENT_WORKSPACE_CGROUP_PARENT", &elsewhere)
+        .args(["exec", &run, "--", "sh", "-c"])
+        .arg(format!(
+            "(python3 -c 'import time; time.sleep(1000)' {held} &) ; true"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // ... then driven by processes whose default is another parent: the same
+    // live sandbox (the process is still there), never one sealed again.
+    let count = format!("ps -eo args | grep -v grep | grep -c -- '{held}'");
+    let out = exec(&fixture, &run, &["sh", "-c", &count]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "1",
+        "the sandbox was not the one made"
+    );
+    let sandbox: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            fixture
+                .runtime()
+                .join("runs")
+                .join(&run)
+                .join("sandbox.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let pid1 = sandbox["pid"].as_u64().unwrap();
+    destroy(&fixture, &run);
+    // Ended with everything it ran, and nothing left under either parent.
+    wait_until_dead(pid1, "the sandbox's pid 1");
+    assert!(wait_until_gone(&held, Duration::from_secs(10)).is_empty());
+    let layout = CgroupLayout::detect().unwrap();
+    remove_parent(&layout, &elsewhere)
+        .unwrap_or_else(|e| panic!("{elsewhere} left behind, not empty: {e}"));
+}

@@ -193,8 +193,13 @@ impl ProcessBoundary for NamespaceProcess {
         let sealed = self.runs().remove(&run.run_id);
         let run_id = run.run_id.clone();
         let run_dir = run.run_dir.clone();
-        let parent = self.options.cgroup_parent.clone();
+        let default_parent = self.options.cgroup_parent.clone();
         let report = blocking("tearing the run down", move || {
+            // Where the sealing process made the run's cgroups, when it said.
+            let recorded = state::read(&run_dir).ok().flatten();
+            let parent = recorded.as_ref().map_or(default_parent.clone(), |saved| {
+                saved.cgroup_parent_or(&default_parent).to_owned()
+            });
             let (layout, cgroup, holder, egress) = match sealed {
                 Some(Sealed {
                     cgroup,

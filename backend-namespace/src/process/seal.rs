@@ -273,6 +273,7 @@ pub(crate) fn prepare(
             mount_plan_sha256: mount_plan_sha256.clone(),
             previews: previews.clone(),
             boot_id: state::boot_id(),
+            cgroup_parent: Some(options.cgroup_parent.clone()),
         },
     )?;
     tracing::info!(run_id = %run.run_id, pid = holder.pid(), "sandbox started");
@@ -365,11 +366,11 @@ pub(crate) fn adopt(
     };
     // The pidfd names one process for good; it is this run's pid 1 if it lives in
     // the run's init cgroup (a pid reused by another process would not).
-    let suffix = format!(
-        "/{}/{}/{INIT_CGROUP}",
-        options.cgroup_parent.trim_matches('/'),
-        run.run_id
-    );
+    // Where the sealing process made the run's cgroups, whatever this
+    // process's own default is: judged by another parent, a live sandbox
+    // would be taken for gone (and left running, sealed a second time).
+    let parent = saved.cgroup_parent_or(&options.cgroup_parent).to_owned();
+    let suffix = format!("/{}/{}/{INIT_CGROUP}", parent.trim_matches('/'), run.run_id);
     let cgroups =
         std::fs::read_to_string(format!("/proc/{}/cgroup", saved.pid)).unwrap_or_default();
     if !cgroups.lines().any(|line| line.ends_with(&suffix)) || !sandbox.is_alive() {
@@ -406,11 +407,9 @@ pub(crate) fn adopt(
         source,
     })?;
     let Some(cgroup) =
-        RunCgroup::adopt(&layout, &options.cgroup_parent, &run.run_id).map_err(|source| {
-            ProcessError::Cgroup {
-                step: "finding the run's cgroups",
-                source,
-            }
+        RunCgroup::adopt(&layout, &parent, &run.run_id).map_err(|source| ProcessError::Cgroup {
+            step: "finding the run's cgroups",
+            source,
         })?
     else {
         return Ok(Err("the run's cgroups are gone".into()));

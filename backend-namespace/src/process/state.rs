@@ -37,6 +37,19 @@ pub(crate) struct SandboxState {
     /// without syncs, may miss writes made before an unclean restart).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// The cgroup directory the run's cgroups were made in: the process that
+    /// attaches or ends the run later finds them there, whatever its own
+    /// default (another `--cgroup-parent`, `AGENT_WORKSPACE_CGROUP_PARENT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_parent: Option<String>,
+}
+
+impl SandboxState {
+    /// Where the run's cgroups are: the recorded parent, else `default` (a
+    /// record written before the parent was kept).
+    pub(crate) fn cgroup_parent_or<'a>(&'a self, default: &'a str) -> &'a str {
+        self.cgroup_parent.as_deref().unwrap_or(default)
+    }
 }
 
 /// The kernel's id of this boot (`None` where it cannot be read).
