@@ -711,3 +711,65 @@ fn a_live_sandbox_is_found_by_another_process_with_another_cgroup_parent() {
     remove_parent(&layout, &elsewhere)
         .unwrap_or_else(|e| panic!("{elsewhere} left behind, not empty: {e}"));
 }
+
+#[test]
+fn destroy_of_a_run_whose_sandbox_is_gone_neither_seals_it_again_nor_waits_on_a_full_host() {
+    let fixture = CliFixture::new("live-end-gone");
+    let a = create(&fixture);
+    let record = fixture.runtime().join("runs").join(&a).join("sandbox.json");
+    let sandbox: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let pid1 = sandbox["pid"].as_u64().unwrap();
+    // Its sandbox dies (the kernel ends its pid namespace with pid 1) ...
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid1.to_string()])
+        .status();
+    wait_until_dead(pid1, "the killed pid 1");
+    // ... and another workspace takes every core of the host.
+    let full = fixture.path().join("full.toml");
+    std::fs::write(
+        &full,
+        "objective = \"the whole host\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\n\
+         revision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n\
+         [environment.limits]\ncpus = 2.0\n[environment.reservation]\ncpus = 2.0\n",
+    )
+    .unwrap();
+    let b = fixture.create(Some(&full));
+    // Ending the first asks for nothing: it returns at once, says why it
+    // failed, and leaves nothing of the run.
+    let mut ending = fixture
+        .command()
+        .args(["destroy", &a])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = ending.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = ending.kill();
+            panic!("destroy of a run whose sandbox is gone waited (for capacity?)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(ending.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    // The runner's failure (125), not the agent's.
+    assert_eq!(status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("its sandbox was gone when the run was ended"),
+        "{stderr}"
+    );
+    let evidence = fixture
+        .state_home()
+        .join("agent-workspace/evidence")
+        .join(&a);
+    fixture.assert_verifies(&evidence);
+    let journal = std::fs::read_to_string(evidence.join("journal.jsonl")).unwrap();
+    let seals = journal.matches("\"op\":\"seal\"").count();
+    assert_eq!(seals, 1, "sealed again to be ended: {journal}");
+    assert!(!fixture.runtime().join("runs").join(&a).exists());
+    destroy(&fixture, &b);
+}

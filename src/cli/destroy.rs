@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use workspace_core::runner::CreateOptions;
 
 use super::host::HostArgs;
 use super::session::{TheRun, on_run};
@@ -18,16 +17,13 @@ pub(crate) struct DestroyArgs {
     json: bool,
 }
 
-/// Resumes the run and finishes it: its required checks run, its evidence is
-/// exported and sealed, then its checkout is removed. Exit 0 when the evidence
-/// was sealed and the run cleaned up, 1 otherwise.
+/// Ends the run (`Runner::end`: it never waits for capacity, and a run whose
+/// sandbox is gone is not sealed again): its required checks run, its evidence
+/// is exported and sealed, then its checkout is removed. Exit 0 when the
+/// evidence was sealed and the run cleaned up, 1 otherwise.
 pub(crate) fn run(args: DestroyArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
-        let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
-            Ok(workspace) => workspace,
-            Err(error) => return report_run_error(&error),
-        };
-        match workspace.finish().await {
+        match runner.end(&run_id).await {
             Ok(report) => {
                 print_summary(&report, args.json);
                 if report.cleaned && report.evidence_sealed {

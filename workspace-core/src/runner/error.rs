@@ -105,6 +105,13 @@ pub enum RunErrorKind {
     /// the run cannot be sealed again.
     #[error("the lost sandbox left {0:?}; it cannot be sealed again")]
     LostSandboxLeft(crate::boundary::LeakReport),
+    /// The run was to be ended and its sandbox was gone: it was not sealed
+    /// again only to be ended.
+    #[error("its sandbox was gone when the run was ended ({reason}); it was not sealed again")]
+    SandboxGone {
+        /// Why the process boundary found it gone.
+        reason: String,
+    },
 }
 
 impl RunErrorKind {
@@ -117,6 +124,12 @@ impl RunErrorKind {
                 return FailureCause::Boundary {
                     boundary: error.boundary,
                     message: crate::error_chain(error),
+                };
+            }
+            Self::SandboxGone { .. } => {
+                return FailureCause::Boundary {
+                    boundary: crate::boundary::BoundaryKind::Process,
+                    message: self.to_string(),
                 };
             }
             Self::InvalidContract(_) | Self::Unsupported(_) => RunnerStep::CheckContract,

@@ -272,6 +272,19 @@ impl Runner {
         run_id: &RunId,
         options: CreateOptions,
     ) -> Result<Workspace, RunError> {
+        let (mut workspace, provisioned) = self.take_back(run_id, options)?;
+        match workspace.take(provisioned).await {
+            Ok(()) => Ok(workspace),
+            Err(kind) => Err(workspace.abort(kind).await),
+        }
+    }
+
+    /// A parked run opened again (its journal held), not yet attached.
+    fn take_back(
+        &self,
+        run_id: &RunId,
+        options: CreateOptions,
+    ) -> Result<(Workspace, Provisioned), RunError> {
         let resume::Parked {
             paths,
             life,
@@ -290,19 +303,26 @@ impl Runner {
             source: stored.source,
             filesystem: stored.filesystem,
         };
-        let mut workspace = Workspace::open(
+        let workspace = Workspace::open(
             self.stack().clone(),
             self.admission().clone(),
             opened,
             options,
         );
-        let taken = if workspace.state() == &crate::lifecycle::State::Detached {
-            workspace.reattach(provisioned).await
-        } else {
-            workspace.bring_back(provisioned).await
-        };
-        match taken {
-            Ok(()) => Ok(workspace),
+        Ok((workspace, provisioned))
+    }
+
+    /// Ends a detached or suspended run: taken back as
+    /// [`resume`](Self::resume) does, then [`finish`](Workspace::finish)ed.
+    /// Ending never waits: no capacity is asked for (the run ends with what it
+    /// holds), and a run whose sandbox is gone is not sealed again only to be
+    /// ended: it is concluded as failed (the process boundary lost it), its
+    /// evidence exported and its required checks not run.
+    pub async fn end(&self, run_id: &RunId) -> Result<RunReport, RunError> {
+        let (mut workspace, provisioned) = self.take_back(run_id, CreateOptions::default())?;
+        workspace.ending = true;
+        match workspace.take(provisioned).await {
+            Ok(()) => workspace.finish().await,
             Err(kind) => Err(workspace.abort(kind).await),
         }
     }

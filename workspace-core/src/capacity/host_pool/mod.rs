@@ -199,8 +199,16 @@ impl HostPool {
     /// Whether `ticket` may be granted now, given the live tickets.
     fn admissible(&self, ticket: &Ticket, live: &[LiveTicket]) -> bool {
         // Only older tickets matter: a newer one cannot hold while an older waits.
+        // A ticket of the same label is the run's own (a grant its live sandbox
+        // still holds, a request of its that still waits): a run never waits
+        // behind itself.
         let mut held = Resources::ZERO;
-        for other in live.iter().filter(|t| t.seq < ticket.seq) {
+        let older = live.iter().filter(|t| t.seq < ticket.seq);
+        for other in older.filter(|t| {
+            t.record
+                .as_ref()
+                .is_none_or(|record| record.label != ticket.record.label)
+        }) {
             match &other.record {
                 Some(TicketRecord {
                     granted_unix_ms: Some(_),

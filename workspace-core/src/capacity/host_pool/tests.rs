@@ -244,3 +244,21 @@ async fn a_grant_whose_descriptor_was_handed_out_is_held_until_every_copy_closes
         drop(pool.admit("next", one()).await.unwrap());
     }
 }
+
+#[tokio::test]
+async fn a_run_never_waits_behind_its_own_grant_and_another_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = HostPool::open(dir.path(), slots(1));
+    // The run's grant, still held (as by its live sandbox), fills the host.
+    let held = pool.admit("run-1", one()).await.unwrap();
+    // The same run asking again (sealing again) is admitted at once ...
+    let again = tokio::time::timeout(Duration::from_secs(5), pool.admit("run-1", one()))
+        .await
+        .expect("a run waited behind its own grant")
+        .unwrap();
+    // ... another run waits for the host.
+    let other = tokio::time::timeout(Duration::from_millis(300), pool.admit("run-2", one())).await;
+    assert!(other.is_err(), "another run was admitted on a full host");
+    drop((held, again));
+    pool.admit("run-2", one()).await.unwrap();
+}

@@ -15,6 +15,20 @@ use crate::runner::services::Services;
 use crate::runner::state_files::read_state;
 
 impl Workspace {
+    /// Takes a parked run back: a detached one attached to its live sandbox
+    /// ([`reattach`](Self::reattach)), a suspended one thawed
+    /// ([`bring_back`](Self::bring_back)).
+    pub(in crate::runner) async fn take(
+        &mut self,
+        provisioned: Provisioned,
+    ) -> Result<(), RunErrorKind> {
+        if self.state() == &crate::lifecycle::State::Detached {
+            self.reattach(provisioned).await
+        } else {
+            self.bring_back(provisioned).await
+        }
+    }
+
     /// Brings a suspended run back to `Sealed`: capacity and leases again, the
     /// checkout re-verified against its record (a checkout that is not what it
     /// claims to be fails the run, never silently continues), then the frozen
@@ -51,6 +65,7 @@ impl Workspace {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the suspended run's processes are gone; sealing it again");
                 self.clear_lost_sandbox(&provisioned).await?;
+                self.end_without_sandbox(reason.clone())?;
                 self.lease_again(false)?;
                 self.capacity_to_seal_again(&environment).await?;
                 self.services.lost("gone when the run was resumed");
@@ -68,7 +83,8 @@ impl Workspace {
     /// itself); otherwise it is reserved again.
     async fn capacity_to_attach(&mut self) -> Result<EnvironmentPlan, RunErrorKind> {
         let held = self.paths.run_dir.join(CAPACITY_HELD_FILE).exists();
-        if held && self.sandbox_holds_capacity() {
+        // Ending never queues: what the run ends with is what it has.
+        if self.ending || (held && self.sandbox_holds_capacity()) {
             Ok(self.stack.environment.prepare(&self.run).await?)
         } else {
             self.reserve().await
@@ -165,6 +181,7 @@ impl Workspace {
                 tracing::warn!(run_id = %self.run.run_id, %reason,
                     "the detached sandbox is gone; sealing the run again");
                 self.clear_lost_sandbox(&provisioned).await?;
+                self.end_without_sandbox(reason.clone())?;
                 self.lease_again(false)?;
                 self.capacity_to_seal_again(&environment).await?;
                 self.services
@@ -178,6 +195,19 @@ impl Workspace {
                 self.seal(provisioned, environment).await
             }
         }
+    }
+
+    /// A run taken back to be ended whose sandbox is gone is not sealed again
+    /// (a sandbox only to end it, waiting for capacity to do so): it fails
+    /// here, and its conclusion exports what exists, its required checks not
+    /// run.
+    fn end_without_sandbox(&mut self, reason: String) -> Result<(), RunErrorKind> {
+        if self.ending {
+            self.services
+                .lost("its sandbox was gone when the run was ended");
+            return Err(RunErrorKind::SandboxGone { reason });
+        }
+        Ok(())
     }
 
     /// The cache prefix and schema names the run had, leased again; with

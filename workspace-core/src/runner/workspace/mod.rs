@@ -74,6 +74,9 @@ pub struct Workspace {
     services: Services,
     /// What [`check`](Self::check) verified, while no command ran since.
     checked: Option<Verified>,
+    /// Taken back only to be ended ([`Runner::end`](super::Runner::end)): no
+    /// capacity is asked for, and a sandbox found gone is not sealed again.
+    pub(super) ending: bool,
 }
 
 /// What a [`Workspace`] is opened on: a fresh run's records, or a parked
@@ -137,6 +140,7 @@ impl Workspace {
             scrubber,
             services: Services::default(),
             checked: None,
+            ending: false,
         }
     }
 
