@@ -9,8 +9,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{
-    Fixture, HELLO, assert_has_files, assert_intact, command, git, journal_states, list_tree,
-    marker, read_json, read_outcome, shell, wait_for_process,
+    Fixture, HELLO, assert_has_files, assert_intact, command, eraser, git, journal_states,
+    list_tree, marker, read_json, read_outcome, shell, wait_for_process,
 };
 use tokio_util::sync::CancellationToken;
 use workspace_core::boundary::KillCause;
@@ -263,49 +263,6 @@ async fn what_a_background_process_writes_after_its_command_ended_is_kept_as_lat
     );
 }
 
-/// Python run by the erasing background process: waits for `/tmp/go`, writes,
-/// then tries every way to take back what it wrote through its descriptors
-/// (truncate, seek and overwrite, write at an offset, clear `O_APPEND` and
-/// write again), writes once more, and says how each attempt ended in
-/// `/tmp/done`.
-const ERASER: &str = r#"
-import errno, fcntl, os, time
-while not os.path.exists('/tmp/go'):
-    time.sleep(0.02)
-os.write(1, b'late kept\n')
-os.write(2, b'late err kept\n')
-def clear_append(fd):
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_APPEND)
-attempts = [
-    ('ftruncate', lambda: os.ftruncate(1, 0)),
-    ('ftruncate-stderr', lambda: os.ftruncate(2, 0)),
-    ('lseek', lambda: os.lseek(1, 0, os.SEEK_SET)),
-    ('pwrite', lambda: os.pwrite(1, b'XXXX', 0)),
-    ('clear-append', lambda: clear_append(1)),
-    ('ftruncate-again', lambda: os.ftruncate(1, 0)),
-]
-said = []
-for name, attempt in attempts:
-    try:
-        attempt()
-        said.append(name + ':done')
-    except OSError as e:
-        said.append(name + ':' + errno.errorcode[e.errno])
-os.write(1, b'after\n')
-with open('/tmp/done.part', 'w') as f:
-    f.write(' '.join(said))
-os.rename('/tmp/done.part', '/tmp/done')
-"#;
-
-/// Python run by the command itself: writes, then truncates its own stdout.
-const FOREGROUND: &str = "import os
-os.write(1, b'early\\n')
-try:
-    os.ftruncate(1, 0)
-except OSError:
-    pass
-";
-
 /// Late output cannot be erased: a background process that writes after its
 /// command ended, then truncates its stdout and stderr, seeks and overwrites,
 /// writes at offset 0 and clears `O_APPEND`, still has every byte it wrote in
@@ -316,10 +273,7 @@ except OSError:
 /// verifies, and nothing of the run is left on the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_output_survives_a_process_that_truncates_or_overwrites_its_descriptor() {
-    assert!(
-        std::path::Path::new("/usr/bin/python3").exists(),
-        "this test needs python3"
-    );
+    eraser::require_python();
     let fx = Fixture::new("late-output-erased");
     let mark = marker("late-output-erased");
     let mut ws = fx
@@ -327,50 +281,19 @@ async fn late_output_survives_a_process_that_truncates_or_overwrites_its_descrip
         .create(fx.contract(), CreateOptions::default())
         .await
         .unwrap();
-    // The eraser in the background, then the command itself writes and
-    // truncates its own stdout; each python carries the marker in its argv.
-    let first = support::command(
-        &[
-            "/bin/sh",
-            "-c",
-            "python3 -c \"$1\" \"$0\" & python3 -c \"$2\" \"$0\"",
-            &mark,
-            ERASER,
-            FOREGROUND,
-        ],
-        None,
-    );
-    let ran = ws.exec(&first, CommandIo::captured()).await.unwrap();
+    let ran = ws
+        .exec(&eraser::first_command(&mark), CommandIo::captured())
+        .await
+        .unwrap();
     assert!(ran.succeeded(), "{ran:?}");
-    let second = shell(
-        ": > /tmp/go; while [ ! -e /tmp/done ]; do sleep 0.02; done; cat /tmp/done",
-        &mark,
-    );
-    let said = ws.exec(&second, CommandIo::captured()).await.unwrap();
+    let said = ws
+        .exec(&eraser::second_command(&mark), CommandIo::captured())
+        .await
+        .unwrap();
     assert!(said.succeeded(), "{said:?}");
     let report = ws.finish().await.unwrap();
     assert_concluded(&fx, &report, &[&mark]);
-    let read = |name: &str| std::fs::read_to_string(report.evidence.join(name)).unwrap();
-    // What each attempt did, seen by the eraser: nothing it could undo.
-    let attempts = read("commands/0002/stdout");
-    for expected in [
-        "ftruncate:EINVAL",
-        "ftruncate-stderr:EINVAL",
-        "lseek:ESPIPE",
-        "pwrite:ESPIPE",
-        "ftruncate-again:EINVAL",
-    ] {
-        assert!(attempts.contains(expected), "{expected} in {attempts}");
-    }
-    assert_eq!(read("commands/0001/stdout"), "early\n");
-    assert_eq!(read("commands/0001/late.stdout"), "late kept\nafter\n");
-    assert_eq!(read("commands/0001/late.stderr"), "late err kept\n");
-    let late = &report.outcome.late_output;
-    assert_eq!(late.len(), 1, "{late:?}");
-    assert_eq!(
-        (late[0].seq, late[0].stdout_bytes, late[0].stderr_bytes),
-        (1, 16, 14)
-    );
+    eraser::assert_nothing_erased(&report);
 }
 
 /// Runs `sleep 30` in a run created with a cancel token, cancels the token

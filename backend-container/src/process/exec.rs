@@ -24,7 +24,7 @@ use oci_spec::runtime::{
 };
 use tokio::net::unix::pipe;
 use workspace_core::boundary::{
-    BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputStream,
+    BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputFlush, OutputStream,
 };
 use workspace_core::evidence::ExitStatusRecord;
 
@@ -398,6 +398,9 @@ pub(crate) struct ContainerExecution {
     stderr: Option<OwnedFd>,
     /// The output files' read ends, when the streams follow them.
     followed: Option<(std::fs::File, std::fs::File)>,
+    /// The output keeper's flush, asked once the command ended (before the
+    /// followed streams end), when a keeper copies its output.
+    flush: Option<Box<dyn OutputFlush>>,
     /// Whether the command ended (its followed streams then end).
     ended: tokio::sync::watch::Sender<bool>,
     runtime: RuntimeChild,
@@ -429,12 +432,16 @@ impl fmt::Debug for ContainerExecution {
 impl ContainerExecution {
     /// The command `started` in `cgroup`, killed after `timeout_ms`; its
     /// streams follow `followed` (the read ends of its output files) when
-    /// given.
+    /// given, until `flush` (its output keeper's, if it has one) answered
+    /// after it ended.
     pub(crate) fn new(
         started: Started,
         cgroup: CommandCgroup,
         timeout_ms: Option<u64>,
-        followed: Option<(std::fs::File, std::fs::File)>,
+        (followed, flush): (
+            Option<(std::fs::File, std::fs::File)>,
+            Option<Box<dyn OutputFlush>>,
+        ),
     ) -> Result<Self, ContainerError> {
         let oom = Counter::start(
             cgroup
@@ -448,6 +455,7 @@ impl ContainerExecution {
             stdout: started.stdout,
             stderr: started.stderr,
             followed,
+            flush,
             ended: tokio::sync::watch::Sender::new(false),
             runtime: started.runtime,
             cgroup: Arc::new(cgroup),
@@ -563,6 +571,13 @@ impl Execution for ContainerExecution {
                 .into_boundary("wait for command")
             })?;
         };
+        // Everything the command wrote is in its keeper's pipes: once the
+        // keeper copied it, the followed streams end at the files' sizes.
+        if let Some(flush) = self.flush.take()
+            && !flush.flushed().await
+        {
+            tracing::warn!(pid = ?self.pid, "the output keeper did not answer: the command's streams end at what reached its files");
+        }
         self.ended.send_replace(true);
         let exit = self.ended(status);
         self.exit = Some(exit.clone());

@@ -38,10 +38,12 @@
 //! output) and answers; the stream then ends at the files' sizes.
 
 use std::ffi::c_int;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use nix::libc;
+use workspace_core::boundary::{BoundaryError, KeptFiles, KeptOutput, OutputFlush, OutputKeepers};
 
 use super::error::ProcessError;
 use crate::cgroup::{CgroupError, RunCgroup};
@@ -72,6 +74,7 @@ pub(crate) struct Keeper {
 }
 
 /// The runner's side of a keeper's question and answer.
+#[derive(Debug)]
 pub(crate) struct Flush {
     ask: OwnedFd,
     answer: OwnedFd,
@@ -83,6 +86,9 @@ struct Args {
     wanted: [c_int; 6],
     report: c_int,
     room: [u64; 2],
+    /// The runner's command line, blanked in the keeper (as in a sandbox's
+    /// pid 1): nothing looking for a process by its arguments finds it.
+    arg_area: Option<process::ArgArea>,
 }
 
 /// Starts the keeper of `files` (stdout, stderr: the output files, opened for
@@ -94,6 +100,23 @@ pub(crate) fn start(
     run: &RunCgroup,
 ) -> Result<Keeper, ProcessError> {
     let group = output_group(run)?;
+    start_placed([files[0].as_fd(), files[1].as_fd()], limit, |pid| {
+        group
+            .add_process(pid)
+            .map_err(|source| ProcessError::Cgroup {
+                step: "moving the output keeper into the run's output group",
+                source,
+            })
+    })
+}
+
+/// Starts the keeper of `files` and has `place` move it (its host pid) into
+/// its cgroup.
+fn start_placed(
+    files: [BorrowedFd<'_>; 2],
+    limit: Option<u64>,
+    place: impl FnOnce(u32) -> Result<(), ProcessError>,
+) -> Result<Keeper, ProcessError> {
     let (stdout_read, stdout_write) = super::pipe("the command's stdout pipe")?;
     let (stderr_read, stderr_write) = super::pipe("the command's stderr pipe")?;
     let (ask_read, ask_write) = super::pipe("the output keeper's question pipe")?;
@@ -120,6 +143,7 @@ pub(crate) fn start(
         ],
         report: report_write.as_raw_fd(),
         room,
+        arg_area: process::ArgArea::of_this_process(),
     };
     let failed = |step| {
         move |errno: sys::Errno| ProcessError::Pipe {
@@ -152,12 +176,7 @@ pub(crate) fn start(
             source: std::io::Error::other("the keeper's fork did not report it"),
         });
     }
-    group
-        .add_process(u32::from_ne_bytes(pid))
-        .map_err(|source| ProcessError::Cgroup {
-            step: "moving the output keeper into the run's output group",
-            source,
-        })?;
+    place(u32::from_ne_bytes(pid))?;
     Ok(Keeper {
         stdout: stdout_write,
         stderr: stderr_write,
@@ -166,6 +185,45 @@ pub(crate) fn start(
             answer: answer_read,
         },
     })
+}
+
+/// The namespace backend's output keepers for another process boundary's
+/// commands (the container backend's, whose crate has no `unsafe` to fork
+/// with): the same keeper, moved into the `cgroup.procs` files it is given.
+///
+/// # Ambient authority
+/// Forks this process and writes the given `cgroup.procs` files.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ForkedOutputKeepers;
+
+impl OutputKeepers for ForkedOutputKeepers {
+    fn start(&self, files: KeptFiles<'_>) -> Result<KeptOutput, BoundaryError> {
+        let procs = files.cgroup_procs.clone();
+        let place = |pid: u32| {
+            for file in &procs {
+                std::fs::write(file, pid.to_string()).map_err(|source| ProcessError::Io {
+                    step: "moving the output keeper into its cgroup",
+                    path: file.clone(),
+                    source,
+                })?;
+            }
+            Ok(())
+        };
+        let keeper = start_placed([files.stdout, files.stderr], files.limit_bytes, place)
+            .map_err(|e| e.into_boundary("start an output keeper"))?;
+        Ok(KeptOutput {
+            stdout: keeper.stdout,
+            stderr: keeper.stderr,
+            flush: Box::new(keeper.flush),
+        })
+    }
+}
+
+#[async_trait]
+impl OutputFlush for Flush {
+    async fn flushed(self: Box<Self>) -> bool {
+        (*self).wait_flushed().await
+    }
 }
 
 /// The run's `output` group, made by the first command that needs it.
@@ -187,7 +245,7 @@ impl Flush {
     /// Asks the keeper, once the command ended, to copy everything its pipes
     /// hold into the files, and waits (on a blocking thread) until it says it
     /// did; `false` when it did not answer within [`FLUSH_WAIT`].
-    pub(crate) async fn flushed(self) -> bool {
+    pub(crate) async fn wait_flushed(self) -> bool {
         tokio::task::spawn_blocking(move || self.ask_and_wait())
             .await
             .unwrap_or(false)
@@ -271,6 +329,10 @@ fn keep(args: &Args) -> ! {
         process::exit(2);
     }
     ids::set_undumpable();
+    if let Some(area) = args.arg_area {
+        area.blank();
+    }
+    ids::set_thread_name(c"aw-output-keep");
     let mut room = args.room;
     let mut buffer = [0u8; 16 << 10];
     let mut open = [true, true];

@@ -126,6 +126,7 @@ pub use error::ProcessError;
 pub use execution::NamespaceExecution;
 pub use handover::{HandoverOutcome, MAX_OPEN_DIRS, hand_over};
 pub use host_ids::{DEFAULT_HOST_ID_BASE, HostIds};
+pub use keeper::ForkedOutputKeepers;
 pub use pty::PTY_WINDOW_SIZE;
 pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
 

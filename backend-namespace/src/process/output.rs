@@ -143,7 +143,7 @@ pub(crate) fn ended(
     let (sender, receiver) = watch::channel(false);
     tokio::spawn(async move {
         let _ = supervisor.readable().await;
-        if !flush.flushed().await {
+        if !flush.wait_flushed().await {
             tracing::warn!(
                 "the output keeper did not answer: the command's streams end at what reached its files"
             );
