@@ -16,7 +16,7 @@ use workspace_core::boundary::{
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 
-use super::exec::ContainerExecution;
+use super::exec::{ContainerExecution, Followed};
 use super::seal;
 use super::{CONNECT_TIMEOUT, ContainerProcess, blocking, output, probe, remove};
 use crate::error::ContainerError;
@@ -263,7 +263,10 @@ impl ProcessBoundary for ContainerProcess {
                 started,
                 cgroup,
                 spec.timeout_ms.or(live.wall_time_ms),
-                (followed, flush),
+                Followed {
+                    files: followed,
+                    flush,
+                },
             )
         })
         .await

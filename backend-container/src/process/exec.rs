@@ -391,6 +391,15 @@ fn read_event(file: &Path, key: &str) -> Option<u64> {
     })
 }
 
+/// What a command's streams follow: its output files' read ends (when the
+/// streams follow them) and its output keeper's flush (when a keeper copies
+/// its output).
+#[derive(Default)]
+pub(crate) struct Followed {
+    pub(crate) files: Option<(std::fs::File, std::fs::File)>,
+    pub(crate) flush: Option<Box<dyn OutputFlush>>,
+}
+
 /// One command running in a container.
 pub(crate) struct ContainerExecution {
     stdin: Option<OwnedFd>,
@@ -401,6 +410,9 @@ pub(crate) struct ContainerExecution {
     /// The output keeper's flush, asked once the command ended (before the
     /// followed streams end), when a keeper copies its output.
     flush: Option<Box<dyn OutputFlush>>,
+    /// The flush asked, as a task of its own: a wait dropped meanwhile loses
+    /// nothing, the next one waits for the same answer.
+    flushing: Option<tokio::task::JoinHandle<bool>>,
     /// Whether the command ended (its followed streams then end).
     ended: tokio::sync::watch::Sender<bool>,
     runtime: RuntimeChild,
@@ -431,17 +443,13 @@ impl fmt::Debug for ContainerExecution {
 
 impl ContainerExecution {
     /// The command `started` in `cgroup`, killed after `timeout_ms`; its
-    /// streams follow `followed` (the read ends of its output files) when
-    /// given, until `flush` (its output keeper's, if it has one) answered
-    /// after it ended.
+    /// streams follow the read ends of its output files when given, until
+    /// its output keeper (if it has one) answered the flush after it ended.
     pub(crate) fn new(
         started: Started,
         cgroup: CommandCgroup,
         timeout_ms: Option<u64>,
-        (followed, flush): (
-            Option<(std::fs::File, std::fs::File)>,
-            Option<Box<dyn OutputFlush>>,
-        ),
+        Followed { files, flush }: Followed,
     ) -> Result<Self, ContainerError> {
         let oom = Counter::start(
             cgroup
@@ -454,8 +462,9 @@ impl ContainerExecution {
             stdin: Some(started.stdin),
             stdout: started.stdout,
             stderr: started.stderr,
-            followed,
+            followed: files,
             flush,
+            flushing: None,
             ended: tokio::sync::watch::Sender::new(false),
             runtime: started.runtime,
             cgroup: Arc::new(cgroup),
@@ -573,10 +582,15 @@ impl Execution for ContainerExecution {
         };
         // Everything the command wrote is in its keeper's pipes: once the
         // keeper copied it, the followed streams end at the files' sizes.
-        if let Some(flush) = self.flush.take()
-            && !flush.flushed().await
-        {
-            tracing::warn!(pid = ?self.pid, "the output keeper did not answer: the command's streams end at what reached its files");
+        if let Some(flush) = self.flush.take() {
+            self.flushing = Some(tokio::spawn(flush.flushed()));
+        }
+        if let Some(flushing) = &mut self.flushing {
+            let answered = flushing.await.unwrap_or(false);
+            self.flushing = None;
+            if !answered {
+                tracing::warn!(pid = ?self.pid, "the output keeper did not answer: the command's streams end at what reached its files");
+            }
         }
         self.ended.send_replace(true);
         let exit = self.ended(status);

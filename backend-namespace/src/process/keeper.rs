@@ -8,10 +8,11 @@
 //! whatever reached the pipe reaches the file. The files themselves are held
 //! only here (and by the runner, for reading).
 //!
-//! The keeper is a fork of the runner, started before the command, and then
-//! forked once more so that its parent ends at once: it is reparented to the
-//! host's init (or a subreaper), which reaps it, and outlives the runner that
-//! started it as the command's background processes do. It lives in the run's
+//! The keeper is a fork of the runner, started before the command; it
+//! outlives the runner that started it as the command's background processes
+//! do (then the host's init reaps it). While the runner lives, the runner
+//! reaps it: a task waits for its pidfd, and teardown reaps the run's keepers
+//! before it returns, so no ended keeper lingers as a zombie. It lives in the run's
 //! `output` cgroup ([`OUTPUT_CGROUP`]), where teardown finds it, in the host's
 //! pid namespace, out of reach of everything in the sandbox. In it: only raw,
 //! async-signal-safe calls (it is a copy of a multi-threaded process), every
@@ -33,12 +34,14 @@
 //! **When the command ended**, its stream must end exactly after what it
 //! wrote. Everything it wrote is in the pipes by then (a write to a pipe is
 //! complete when it returns), perhaps not yet in the files: the runner asks
-//! ([`Flush::flushed`]), the keeper copies as many bytes as each pipe holds at
+//! ([`Flush::wait_flushed`]), the keeper copies as many bytes as each pipe holds at
 //! that moment (`FIONREAD`; what a background process adds meanwhile is late
 //! output) and answers; the stream then ends at the files' sizes.
 
 use std::ffi::c_int;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -47,7 +50,7 @@ use workspace_core::boundary::{BoundaryError, KeptFiles, KeptOutput, OutputFlush
 
 use super::error::ProcessError;
 use crate::cgroup::{CgroupError, RunCgroup};
-use crate::sys::{self, fd, ids, pipe_io, process};
+use crate::sys::{self, fd, ids, pidfd, pipe_io, process};
 
 /// The cgroup (below the run's) of the run's output keepers.
 pub(crate) const OUTPUT_CGROUP: &str = "output";
@@ -84,7 +87,6 @@ pub(crate) struct Flush {
 /// how many bytes each file may still grow by.
 struct Args {
     wanted: [c_int; 6],
-    report: c_int,
     room: [u64; 2],
     /// The runner's command line, blanked in the keeper (as in a sandbox's
     /// pid 1): nothing looking for a process by its arguments finds it.
@@ -93,14 +95,15 @@ struct Args {
 
 /// Starts the keeper of `files` (stdout, stderr: the output files, opened for
 /// appending), each allowed to grow to `limit` bytes, in the run's `output`
-/// group below `run`. Blocking (it waits for the intermediate fork).
+/// group below `run`. Blocking (the fork, the cgroup write).
 pub(crate) fn start(
     files: [&OwnedFd; 2],
     limit: Option<u64>,
     run: &RunCgroup,
 ) -> Result<Keeper, ProcessError> {
     let group = output_group(run)?;
-    start_placed([files[0].as_fd(), files[1].as_fd()], limit, |pid| {
+    let key = group_key(&group);
+    start_placed([files[0].as_fd(), files[1].as_fd()], limit, key, |pid| {
         group
             .add_process(pid)
             .map_err(|source| ProcessError::Cgroup {
@@ -111,17 +114,18 @@ pub(crate) fn start(
 }
 
 /// Starts the keeper of `files` and has `place` move it (its host pid) into
-/// its cgroup.
+/// its cgroup, `group` (a directory of it, naming it among the keepers this
+/// process reaps).
 fn start_placed(
     files: [BorrowedFd<'_>; 2],
     limit: Option<u64>,
+    group: PathBuf,
     place: impl FnOnce(u32) -> Result<(), ProcessError>,
 ) -> Result<Keeper, ProcessError> {
     let (stdout_read, stdout_write) = super::pipe("the command's stdout pipe")?;
     let (stderr_read, stderr_write) = super::pipe("the command's stderr pipe")?;
     let (ask_read, ask_write) = super::pipe("the output keeper's question pipe")?;
     let (answer_read, answer_write) = super::pipe("the output keeper's answer pipe")?;
-    let (report_read, report_write) = super::pipe("the output keeper's pid pipe")?;
     for read in [&stdout_read, &stderr_read] {
         pipe_io::set_nonblocking(read.as_raw_fd()).map_err(|errno| ProcessError::Pipe {
             step: "making the keeper's pipe ends non-blocking",
@@ -141,7 +145,6 @@ fn start_placed(
             ask_read.as_raw_fd(),
             answer_write.as_raw_fd(),
         ],
-        report: report_write.as_raw_fd(),
         room,
         arg_area: process::ArgArea::of_this_process(),
     };
@@ -151,32 +154,12 @@ fn start_placed(
             source: std::io::Error::from_raw_os_error(errno),
         }
     };
-    let intermediate = sys::fork_like(0, None, &args, intermediate)
-        .map_err(failed("forking the output keeper"))?;
-    let status = loop {
-        match process::wait_for_child(intermediate, 0) {
-            Err(libc::EINTR) => continue,
-            other => break other.map_err(failed("waiting for the output keeper's fork"))?,
-        }
-    };
+    let pid = sys::fork_like(0, None, &args, keep).map_err(failed("forking the output keeper"))?;
     // This side's copies of the keeper's ends go now: its pipes' read ends
     // must have no other reader, the answer's write end no other writer.
-    drop((
-        stdout_read,
-        stderr_read,
-        ask_read,
-        answer_write,
-        report_write,
-    ));
-    let mut pid = [0u8; 4];
-    let read = pipe_io::read_some(report_read.as_raw_fd(), &mut pid);
-    if status != Some(0) || read != Ok(4) {
-        return Err(ProcessError::Pipe {
-            step: "starting the output keeper",
-            source: std::io::Error::other("the keeper's fork did not report it"),
-        });
-    }
-    place(u32::from_ne_bytes(pid))?;
+    drop((stdout_read, stderr_read, ask_read, answer_write));
+    reap_when_ended(group, pid);
+    place(u32::try_from(pid).unwrap_or_default())?;
     Ok(Keeper {
         stdout: stdout_write,
         stderr: stderr_write,
@@ -209,8 +192,18 @@ impl OutputKeepers for ForkedOutputKeepers {
             }
             Ok(())
         };
-        let keeper = start_placed([files.stdout, files.stderr], files.limit_bytes, place)
-            .map_err(|e| e.into_boundary("start an output keeper"))?;
+        let group = procs
+            .first()
+            .and_then(|file| file.parent())
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let keeper = start_placed(
+            [files.stdout, files.stderr],
+            files.limit_bytes,
+            group,
+            place,
+        )
+        .map_err(|e| e.into_boundary("start an output keeper"))?;
         Ok(KeptOutput {
             stdout: keeper.stdout,
             stderr: keeper.stderr,
@@ -296,22 +289,62 @@ pub(crate) fn settle(run: &RunCgroup) {
     while keepers.pids().is_ok_and(|pids| !pids.is_empty()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// The first fork: forks the keeper, reports its pid, ends.
-fn intermediate(args: &Args, _: sys::Birth) -> ! {
-    match pipe_io::fork_single_threaded() {
-        Ok(0) => keep(args),
-        Ok(pid) => {
-            let reported = fd::write_all(args.report, &pid.to_ne_bytes());
-            process::exit(if reported.is_ok() { 0 } else { 1 })
-        }
-        Err(_) => process::exit(1),
+    // Out of the group, a keeper may still be exiting: the ones this process
+    // started are reaped before teardown returns.
+    let key = group_key(&keepers);
+    while reap_ended(Some(&key)) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
+/// The keepers this process started and has not reaped yet: the group each
+/// lives in (a directory of it) and its pid. Only [`reap_ended`] reaps them,
+/// under this lock, so a pid is never waited for after it was reaped (and
+/// perhaps reused); nothing else in the runner waits for any child.
+static UNREAPED: Mutex<Vec<(PathBuf, libc::pid_t)>> = Mutex::new(Vec::new());
+
+/// Reaps every keeper of this process that ended; how many of `group`'s are
+/// left (of every group's with `None`).
+fn reap_ended(group: Option<&Path>) -> usize {
+    let mut unreaped = UNREAPED.lock().unwrap_or_else(PoisonError::into_inner);
+    unreaped.retain(|(_, pid)| matches!(process::wait_for_child(*pid, libc::WNOHANG), Ok(None)));
+    unreaped
+        .iter()
+        .filter(|(kept_in, _)| group.is_none_or(|group| kept_in == group))
+        .count()
+}
+
+/// Records keeper `pid` (of `group`) as this process's to reap, and reaps it
+/// from a task of the current tokio runtime once it ended (its pidfd is
+/// readable). Without a runtime, teardown reaps it; should this process end
+/// first, the host's init does.
+fn reap_when_ended(group: PathBuf, pid: libc::pid_t) {
+    UNREAPED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((group, pid));
+    let (Ok(runtime), Ok(pidfd)) = (tokio::runtime::Handle::try_current(), pidfd::open(pid)) else {
+        return;
+    };
+    runtime.spawn(async move {
+        if let Ok(ended) = sys::reactor::register(pidfd, tokio::io::Interest::READABLE) {
+            let _ = ended.readable().await;
+        }
+        reap_ended(None);
+    });
+}
+
+/// How a group is named among the keepers to reap: its first directory.
+fn group_key(group: &RunCgroup) -> PathBuf {
+    group
+        .paths()
+        .first()
+        .map(|dir| dir.to_path_buf())
+        .unwrap_or_default()
+}
+
 /// The keeper (see the module docs).
-fn keep(args: &Args) -> ! {
+fn keep(args: &Args, _: sys::Birth) -> ! {
     // Parked above every number they go to, then placed, then the rest closed.
     let mut parked = [0; 6];
     for (slot, wanted) in parked.iter_mut().zip(args.wanted) {

@@ -47,28 +47,3 @@ pub(crate) fn file_size(fd: c_int) -> Result<u64, Errno> {
     check(unsafe { libc::fstat(fd, &mut stat) })?;
     Ok(u64::try_from(stat.st_size).unwrap_or(0))
 }
-
-/// A plain fork (`clone` with only `SIGCHLD`), for a caller that is already a
-/// single-threaded fork-style child: `0` in the new child, its pid in the
-/// caller. The new child inherits the caller's blocked signal mask.
-pub(crate) fn fork_single_threaded() -> Result<libc::pid_t, Errno> {
-    // SAFETY: a fork-style clone (NULL stack, no CLONE_VM) from a process with
-    // one thread: the child gets a private copy of the address space and
-    // continues here. The caller keeps to what `clone::fork_like` allows its
-    // children (raw, async-signal-safe calls on data that exists already,
-    // ending with `_exit`), and so does the new child.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::SIGCHLD as libc::c_ulong,
-            std::ptr::null_mut::<libc::c_void>(),
-            std::ptr::null_mut::<libc::c_void>(),
-            std::ptr::null_mut::<libc::c_void>(),
-            0usize,
-        )
-    };
-    if ret < 0 {
-        return Err(errno::last());
-    }
-    Ok(ret as libc::pid_t)
-}
