@@ -344,7 +344,7 @@ async fn late_output_survives_a_process_that_truncates_or_overwrites_its_descrip
     assert!(said.succeeded(), "{said:?}");
     let report = workspace.finish().await.unwrap();
     assert!(report.cleaned, "{:?}", report.cleanup_errors);
-    support::eraser::assert_nothing_erased(&report);
+    support::eraser::assert_nothing_erased(&report.evidence);
     assert!(support::container::runc_knows(&support::container::state(&fixture)).is_empty());
     fixture.assert_nothing_left(&run_id, &[&mark]);
 }

@@ -293,7 +293,7 @@ async fn late_output_survives_a_process_that_truncates_or_overwrites_its_descrip
     assert!(said.succeeded(), "{said:?}");
     let report = ws.finish().await.unwrap();
     assert_concluded(&fx, &report, &[&mark]);
-    eraser::assert_nothing_erased(&report);
+    eraser::assert_nothing_erased(&report.evidence);
 }
 
 /// Runs `sleep 30` in a run created with a cancel token, cancels the token

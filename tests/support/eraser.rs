@@ -6,7 +6,6 @@
 use std::path::Path;
 
 use workspace_core::boundary::CommandSpec;
-use workspace_core::runner::RunReport;
 
 use super::command;
 
@@ -91,10 +90,11 @@ pub fn second_command(mark: &str) -> CommandSpec {
     )
 }
 
-/// Every byte the eraser and the command wrote is in the evidence, and each
-/// attempt failed on the pipe or changed nothing.
-pub fn assert_nothing_erased(report: &RunReport) {
-    let read = |name: &str| std::fs::read_to_string(report.evidence.join(name)).unwrap();
+/// Every byte the eraser and the command wrote is in the evidence bundle
+/// `evidence` (its files and `outcome.json`), and each attempt failed on the
+/// pipe or changed nothing.
+pub fn assert_nothing_erased(evidence: &Path) {
+    let read = |name: &str| std::fs::read_to_string(evidence.join(name)).unwrap();
     let attempts = read("commands/0002/stdout");
     for expected in [
         "ftruncate:EINVAL",
@@ -108,10 +108,11 @@ pub fn assert_nothing_erased(report: &RunReport) {
     assert_eq!(read("commands/0001/stdout"), "early\n");
     assert_eq!(read("commands/0001/late.stdout"), "late kept\nafter\n");
     assert_eq!(read("commands/0001/late.stderr"), "late err kept\n");
-    let late = &report.outcome.late_output;
-    assert_eq!(late.len(), 1, "{late:?}");
+    let outcome: serde_json::Value = serde_json::from_str(&read("outcome.json")).unwrap();
+    let late = &outcome["late_output"];
     assert_eq!(
-        (late[0].seq, late[0].stdout_bytes, late[0].stderr_bytes),
-        (1, 16, 14)
+        late,
+        &serde_json::json!([{"seq": 1, "stdout_bytes": 16, "stderr_bytes": 14}]),
+        "{outcome:#}"
     );
 }

@@ -97,7 +97,7 @@ impl ProcessBoundary for ContainerProcess {
                 Ok(prepared) => prepared,
                 Err(e) => {
                     let _ = remove(
-                        &options.runtime,
+                        &options,
                         run_c.run_id.as_str(),
                         &seal::cgroups_path(&options, &run_c),
                         &run_c.run_dir.join(seal::BUNDLE_DIR),
@@ -117,7 +117,7 @@ impl ProcessBoundary for ContainerProcess {
                 Ok(observed) => Ok((prepared, observed)),
                 Err(e) => {
                     let _ = remove(
-                        &options.runtime,
+                        &options,
                         &prepared.live.id,
                         &seal::cgroups_path(&options, &run_c),
                         &prepared.live.bundle,
@@ -166,7 +166,7 @@ impl ProcessBoundary for ContainerProcess {
             );
             let live_c = Arc::clone(&live);
             let _ = blocking("removing the container of a failed seal", move || {
-                remove(&options.runtime, &live_c.id, &cgroups_path, &live_c.bundle)
+                remove(&options, &live_c.id, &cgroups_path, &live_c.bundle)
             })
             .await;
             return Err(BoundaryError::new(
@@ -291,7 +291,7 @@ impl ProcessBoundary for ContainerProcess {
             if let Some(live) = live {
                 live.settle();
             }
-            remove(&options.runtime, &id, &cgroups_path, &bundle)
+            remove(&options, &id, &cgroups_path, &bundle)
         })
         .await
         .map_err(|e| e.into_boundary(OP))?;

@@ -180,11 +180,12 @@ async fn blocking<T: Send + 'static>(
 /// Kills, deletes and removes everything of container `id` (blocking); what
 /// is left afterwards.
 fn remove(
-    runtime: &Runtime,
+    options: &ContainerOptions,
     id: &str,
     cgroups_path: &str,
     bundle: &Path,
 ) -> Result<LeakReport, ContainerError> {
+    let runtime = &options.runtime;
     let cgroups = ContainerCgroups::of(cgroups_path);
     // What ran besides the container's own pid 1 and its reaper's sleep:
     // commands, services and what they left behind.
@@ -201,7 +202,7 @@ fn remove(
         }
         // The commands' processes first, so that their output keepers copy
         // what the pipes still hold before the rest is killed.
-        output::settle(&cgroups);
+        output::settle(&cgroups, options.output_keepers.as_deref());
         // Already stopped (its pid 1 ended) is fine: delete follows.
         let _ = runtime.kill_all(id, "KILL");
         let deadline = Instant::now() + TEARDOWN_WAIT;

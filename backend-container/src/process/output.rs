@@ -25,9 +25,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
-#[cfg(doc)]
-use workspace_core::boundary::OutputKeepers;
-use workspace_core::boundary::{CommandOutput, OutputStream};
+use workspace_core::boundary::{CommandOutput, OutputKeepers, OutputStream};
 
 use super::cgroups::ContainerCgroups;
 use crate::error::ContainerError;
@@ -120,9 +118,9 @@ pub(crate) fn follow(mut file: File, mut ended: watch::Receiver<bool>) -> Output
 
 /// Kills the processes of every command group of `cgroups` (what holds the
 /// pipes' write ends), then gives the output keepers [`SETTLE_WAIT`] to copy
-/// what the pipes still hold and end. Blocking; for teardown, before the
-/// container is killed.
-pub(crate) fn settle(cgroups: &ContainerCgroups) {
+/// what the pipes still hold and end, and has `keepers` reap the ended ones
+/// it started. Blocking; for teardown, before the container is killed.
+pub(crate) fn settle(cgroups: &ContainerCgroups, keepers: Option<&dyn OutputKeepers>) {
     let names = cgroups.children();
     if !names.iter().any(|name| name == OUTPUT_CGROUP) {
         return;
@@ -132,9 +130,12 @@ pub(crate) fn settle(cgroups: &ContainerCgroups) {
             tracing::warn!(group = %name, error = %e, "ending a command group before its output is kept failed");
         }
     }
-    let keepers = cgroups.child(OUTPUT_CGROUP);
+    let group = cgroups.child(OUTPUT_CGROUP);
     let deadline = std::time::Instant::now() + SETTLE_WAIT;
-    while !keepers.pids().is_empty() && std::time::Instant::now() < deadline {
+    while !group.pids().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
+    }
+    if let (Some(keepers), Some(dir)) = (keepers, group.procs_files().first()) {
+        keepers.reap(dir.parent().unwrap_or(dir));
     }
 }

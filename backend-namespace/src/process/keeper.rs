@@ -60,6 +60,9 @@ const FLUSH_WAIT: Duration = Duration::from_secs(10);
 /// How long teardown gives the keepers to copy what is left, once every other
 /// process of the run ended.
 const SETTLE_WAIT: Duration = Duration::from_secs(5);
+/// How long teardown waits for the run's keepers, out of their group, to be
+/// reaped.
+const REAP_WAIT: Duration = Duration::from_secs(1);
 /// Where the keeper parks its descriptors before it places them.
 const PARKED_FROM: c_int = 64;
 /// The keeper's descriptors (see the module docs).
@@ -210,6 +213,10 @@ impl OutputKeepers for ForkedOutputKeepers {
             flush: Box::new(keeper.flush),
         })
     }
+
+    fn reap(&self, group: &Path) {
+        reap_group(group, Instant::now() + REAP_WAIT);
+    }
 }
 
 #[async_trait]
@@ -289,10 +296,13 @@ pub(crate) fn settle(run: &RunCgroup) {
     while keepers.pids().is_ok_and(|pids| !pids.is_empty()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Out of the group, a keeper may still be exiting: the ones this process
-    // started are reaped before teardown returns.
-    let key = group_key(&keepers);
-    while reap_ended(Some(&key)) > 0 && Instant::now() < deadline {
+    reap_group(&group_key(&keepers), Instant::now() + REAP_WAIT);
+}
+
+/// Reaps the keepers of `group` this process started as they end, until none
+/// is left or `deadline`: out of their cgroup, they may still be exiting.
+fn reap_group(group: &Path, deadline: Instant) {
+    while reap_ended(Some(group)) > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(2));
     }
 }

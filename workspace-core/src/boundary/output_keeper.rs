@@ -17,7 +17,7 @@
 
 use std::fmt::Debug;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
@@ -29,6 +29,15 @@ pub trait OutputKeepers: Send + Sync + Debug {
     /// command, with the way to ask it to flush once the command ended.
     /// Blocking (it may wait for a process to start).
     fn start(&self, files: KeptFiles<'_>) -> Result<KeptOutput, BoundaryError>;
+
+    /// Reaps the keepers this process started in the cgroup `group` (the
+    /// directory of the first `cgroup.procs` file they were given) that
+    /// ended; for teardown, once the group is empty, so that none lingers as
+    /// a zombie. Blocking and bounded. The default does nothing (keepers that
+    /// are not this process's children).
+    fn reap(&self, group: &Path) {
+        let _ = group;
+    }
 }
 
 /// What a keeper keeps, and where it lives.
