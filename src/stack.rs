@@ -109,6 +109,9 @@ pub fn container_stack(
         // namespace backend's loop-mounted images serve here too.
         disks: backend_namespace::disk::available()
             .then(|| Arc::new(backend_namespace::disk::LoopDisks) as Arc<dyn RunDisks>),
+        // The namespace backend's keepers: a fork of this process each, out of
+        // the container's reach (the container backend has no `unsafe`).
+        output_keepers: Some(Arc::new(backend_namespace::process::ForkedOutputKeepers)),
         ..ContainerOptions::probe(runtime, cgroup_parent)?
     };
     Ok(Stack {

@@ -773,3 +773,30 @@ fn destroy_of_a_run_whose_sandbox_is_gone_neither_seals_it_again_nor_waits_on_a_
     assert!(!fixture.runtime().join("runs").join(&a).exists());
     destroy(&fixture, &b);
 }
+
+/// Late output cannot be erased when the runner that started the command is
+/// gone either: each `exec` is a process of its own that exits, the eraser
+/// (see `support::eraser`) lets its output keeper outlive it, truncates,
+/// seeks and writes at offset 0, and after `destroy` every byte it wrote is in
+/// the bundle; nothing of the run is left.
+#[test]
+fn late_output_written_after_the_exec_exited_survives_truncation() {
+    support::eraser::require_python();
+    let fixture = CliFixture::new("live-late-erased");
+    let run = fixture.create(None);
+    let mark = marker("live-late-erased");
+    for spec in [
+        support::eraser::first_command(&mark),
+        support::eraser::second_command(&mark),
+    ] {
+        let argv: Vec<&str> = spec.argv.iter().map(String::as_str).collect();
+        let out = exec(&fixture, &run, &argv);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let evidence = destroy(&fixture, &run);
+    support::eraser::assert_nothing_erased(&evidence);
+    fixture.assert_verifies(&evidence);
+    // Nothing of the run is left: no process, no run directory.
+    assert!(wait_until_gone(&mark, Duration::from_secs(5)).is_empty());
+    assert!(!fixture.runtime().join("runs").join(&run).exists());
+}

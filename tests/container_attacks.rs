@@ -316,3 +316,35 @@ async fn a_container_can_neither_write_the_base_system_nor_see_the_hosts_interfa
         "the host's port moved"
     );
 }
+
+/// Late output cannot be erased in a container either: the background
+/// process's truncations, seeks and writes at offset 0 fail on the pipe the
+/// output keeper reads, every byte it wrote is in `late.stdout` and
+/// `late.stderr`, the command's own truncation loses nothing of its stream,
+/// and nothing of the run is left (no container, cgroup, run directory or
+/// process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_output_survives_a_process_that_truncates_or_overwrites_its_descriptor() {
+    support::eraser::require_python();
+    let fixture = Fixture::new("container-late-erased");
+    let runner = runner(&fixture);
+    let mark = support::marker("container-late-erased");
+    let mut workspace = create(&runner, fixture.contract()).await;
+    let run_id = workspace.run_id().clone();
+    let io = workspace_core::runner::CommandIo::captured;
+    let ran = workspace
+        .exec(&support::eraser::first_command(&mark), io())
+        .await
+        .unwrap();
+    assert!(ran.succeeded(), "{ran:?}");
+    let said = workspace
+        .exec(&support::eraser::second_command(&mark), io())
+        .await
+        .unwrap();
+    assert!(said.succeeded(), "{said:?}");
+    let report = workspace.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    support::eraser::assert_nothing_erased(&report.evidence);
+    assert!(support::container::runc_knows(&support::container::state(&fixture)).is_empty());
+    fixture.assert_nothing_left(&run_id, &[&mark]);
+}

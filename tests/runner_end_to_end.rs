@@ -9,8 +9,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{
-    Fixture, HELLO, assert_has_files, assert_intact, command, git, journal_states, list_tree,
-    marker, read_json, read_outcome, shell, wait_for_process,
+    Fixture, HELLO, assert_has_files, assert_intact, command, eraser, git, journal_states,
+    list_tree, marker, read_json, read_outcome, shell, wait_for_process,
 };
 use tokio_util::sync::CancellationToken;
 use workspace_core::boundary::KillCause;
@@ -261,6 +261,39 @@ async fn what_a_background_process_writes_after_its_command_ended_is_kept_as_lat
         (late[0].seq, late[0].stdout_bytes, late[0].stderr_bytes),
         (1, 5, 9)
     );
+}
+
+/// Late output cannot be erased: a background process that writes after its
+/// command ended, then truncates its stdout and stderr, seeks and overwrites,
+/// writes at offset 0 and clears `O_APPEND`, still has every byte it wrote in
+/// `late.stdout` and `late.stderr` (the command's streams are pipes copied by
+/// the output keeper: each attempt fails on a pipe or changes nothing). The
+/// command itself truncating its stdout in the foreground loses nothing of its
+/// stream either. Control: the write before the attempts is kept, the bundle
+/// verifies, and nothing of the run is left on the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_output_survives_a_process_that_truncates_or_overwrites_its_descriptor() {
+    eraser::require_python();
+    let fx = Fixture::new("late-output-erased");
+    let mark = marker("late-output-erased");
+    let mut ws = fx
+        .runner()
+        .create(fx.contract(), CreateOptions::default())
+        .await
+        .unwrap();
+    let ran = ws
+        .exec(&eraser::first_command(&mark), CommandIo::captured())
+        .await
+        .unwrap();
+    assert!(ran.succeeded(), "{ran:?}");
+    let said = ws
+        .exec(&eraser::second_command(&mark), CommandIo::captured())
+        .await
+        .unwrap();
+    assert!(said.succeeded(), "{said:?}");
+    let report = ws.finish().await.unwrap();
+    assert_concluded(&fx, &report, &[&mark]);
+    eraser::assert_nothing_erased(&report.evidence);
 }
 
 /// Runs `sleep 30` in a run created with a cancel token, cancels the token

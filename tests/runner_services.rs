@@ -21,9 +21,13 @@ use workspace_core::lifecycle::FailureCause;
 use workspace_core::runner::{CommandIo, CreateOptions, RunErrorKind, RunReport, prune_templates};
 
 fn with_services(fx: &Fixture, services_toml: &str) -> Contract {
+    with_services_at(fx, "HEAD", services_toml)
+}
+
+fn with_services_at(fx: &Fixture, revision: &str, services_toml: &str) -> Contract {
     let toml = format!(
         "objective = \"services test\"\nshape = \"narrow-fix\"\n\
-         [source]\nrepo = {:?}\nrevision = \"HEAD\"\n\
+         [source]\nrepo = {:?}\nrevision = {revision:?}\n\
          [filesystem]\nwritable = [\".\"]\n{services_toml}",
         fx.repo.to_str().unwrap()
     );
@@ -408,4 +412,127 @@ command = ["sh", "-c", "echo made > /var/lib/db/made"]
     assert_eq!(made(&again), true);
     let a_day = std::time::Duration::from_secs(24 * 3600);
     assert_eq!(prune_templates(&fx.runtime, a_day).unwrap(), 0);
+}
+
+/// A template command that reads the checkout (`cat seed.txt`) makes a
+/// template of that checkout only. The attack: a run at revision A makes the
+/// template from A's `seed.txt`; a later run at revision B must not start from
+/// it (its service sees B's seed, from a template of its own). The control: a
+/// second run at A shares A's template. The template keeps no set-id bit, and
+/// nothing of the runs is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_that_reads_the_checkout_is_made_per_revision_and_shared_within_one() {
+    let fx = Fixture::new("services-template-revision");
+    std::fs::write(fx.repo.join("seed.txt"), "seed of A\n").unwrap();
+    support::git(&fx.repo, &["add", "seed.txt"]);
+    support::git(&fx.repo, &["commit", "-q", "-m", "seed A"]);
+    let commit_a = support::git_stdout(&fx.repo, &["rev-parse", "HEAD"]);
+    std::fs::write(fx.repo.join("seed.txt"), "seed of B\n").unwrap();
+    support::git(&fx.repo, &["commit", "-q", "-am", "seed B"]);
+    let commit_b = support::git_stdout(&fx.repo, &["rev-parse", "HEAD"]);
+    let contract = |revision: &str| {
+        with_services_at(
+            &fx,
+            revision,
+            r#"
+[[environment.services]]
+name = "db"
+command = ["sleep", "60"]
+health = { command = ["true"], interval = "20ms", timeout = "30s" }
+[environment.services.template]
+path = "/var/lib/db"
+command = ["sh", "-c", "cat seed.txt > /var/lib/db/seed && cp /bin/true /var/lib/db/idcopy && chmod 4755 /var/lib/db/idcopy && mkdir /var/lib/db/shared && chmod 2777 /var/lib/db/shared"]
+"#,
+        )
+    };
+    let runner = fx.runner();
+    let run = |revision: String| {
+        let runner = &runner;
+        let contract = contract(&revision);
+        async move {
+            let report = runner
+                .run(
+                    contract,
+                    &shell("cat /var/lib/db/seed", "tpl-rev"),
+                    CommandIo::captured(),
+                    CreateOptions::default(),
+                )
+                .await
+                .unwrap();
+            assert!(report.outcome.failure.is_none(), "{:?}", report.outcome);
+            let template = read_json(&report.evidence, "services.json")[0]["template"].clone();
+            let seen = evidence_text(&report, "commands/0001/stdout");
+            (report, template, seen)
+        }
+    };
+    let (first, made_a, seen_a) = run(commit_a.clone()).await;
+    assert_eq!(made_a["made"], true);
+    assert_eq!(seen_a, "seed of A\n");
+    // The control: the same revision shares the template.
+    let (_, again_a, seen_again) = run(commit_a).await;
+    assert_eq!(again_a["made"], false, "{again_a}");
+    assert_eq!(again_a["key"], made_a["key"]);
+    assert_eq!(seen_again, "seed of A\n");
+    // The attack: another revision gets a template of its own checkout.
+    let (_, made_b, seen_b) = run(commit_b).await;
+    assert_eq!(made_b["made"], true, "{made_b}");
+    assert_ne!(made_b["key"], made_a["key"]);
+    assert_eq!(seen_b, "seed of B\n");
+    let store = fx.runtime.join("templates");
+    let mut kept: Vec<String> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    kept.sort();
+    let mut keys = vec![
+        made_a["key"].as_str().unwrap().to_owned(),
+        made_b["key"].as_str().unwrap().to_owned(),
+    ];
+    keys.sort();
+    assert_eq!(kept, keys, "two templates and no staging copy");
+    // No set-id bit reaches the host's store.
+    use std::os::unix::fs::MetadataExt;
+    for key in &keys {
+        let mode = |name: &str| {
+            std::fs::metadata(store.join(key).join(name))
+                .unwrap()
+                .mode()
+                & 0o7777
+        };
+        assert_eq!(mode("idcopy"), 0o755);
+        assert_eq!(mode("shared"), 0o777);
+    }
+    fx.assert_nothing_left(&first.outcome.run_id, &["tpl-rev"]);
+}
+
+/// A template command that leaves a FIFO: the run fails naming the service
+/// and the FIFO's path; nothing is kept in the store (no staging copy either)
+/// and nothing of the run is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_with_a_fifo_fails_the_run_naming_it_and_leaves_no_staging_copy() {
+    let fx = Fixture::new("services-template-fifo");
+    let contract = with_services(
+        &fx,
+        r#"
+[[environment.services]]
+name = "db"
+command = ["sleep", "60"]
+health = { command = ["true"], interval = "50ms", timeout = "30s" }
+[environment.services.template]
+path = "/var/lib/db"
+command = ["sh", "-c", "echo made > /var/lib/db/made && mkdir /var/lib/db/run && mkfifo /var/lib/db/run/queue"]
+"#,
+    );
+    let (error, name, message) = failed_by_a_service(&fx, contract, "true").await;
+    assert_eq!(name, "db");
+    assert!(
+        message.contains("its template was not kept: /var/lib/db/run/queue: a FIFO cannot be part of a service template"),
+        "{message}"
+    );
+    let store = fx.runtime.join("templates");
+    let kept: Vec<_> = std::fs::read_dir(&store)
+        .map(|entries| entries.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(kept.is_empty(), "{kept:?}");
+    fx.assert_nothing_left(&error.run_id, &[]);
 }

@@ -149,6 +149,13 @@ pub enum ContainerError {
         /// The file.
         path: PathBuf,
     },
+    /// The output keeper of a command could not be started.
+    #[error("starting the output keeper of a command")]
+    OutputKeeper {
+        /// Why.
+        #[source]
+        source: workspace_core::boundary::BoundaryError,
+    },
     /// A blocking step's thread panicked.
     #[error("{step}: its thread panicked")]
     ThreadPanicked {

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod container;
 pub mod crash;
 pub mod crash_child;
+pub mod eraser;
 pub mod gates;
 pub mod oci_image;
 

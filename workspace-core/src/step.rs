@@ -60,6 +60,8 @@ pub enum RunnerStep {
     },
     /// Exporting the services' records and logs.
     ExportServices,
+    /// Publishing a service template into the host's store.
+    PublishTemplate,
     /// Exporting what background processes wrote after their command ended.
     ExportLateOutput,
     /// Stopping every process of the run and proving them gone.
@@ -101,6 +103,7 @@ impl fmt::Display for RunnerStep {
             Self::Network => f.write_str("counting network attempts"),
             Self::StopService { name } => write!(f, "stopping service {name:?}"),
             Self::ExportServices => f.write_str("exporting the services"),
+            Self::PublishTemplate => f.write_str("publishing a service template"),
             Self::ExportLateOutput => f.write_str("exporting late output"),
             Self::Teardown => f.write_str("teardown"),
             Self::DiskUsage => f.write_str("reading the run's disk usage"),

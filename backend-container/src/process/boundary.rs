@@ -2,6 +2,7 @@
 //! and started at seal, entered per command, paused, killed and deleted.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -10,12 +11,12 @@ use async_trait::async_trait;
 use nix::sys::signal::Signal;
 use workspace_core::boundary::{
     Attachment, BoundaryError, BoundaryKind, CommandSpec, DiskRecord, DiskUsage, Execution,
-    LeakReport, ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext, RunDisks,
-    SealPlan, Suspension, TerminateReport,
+    KeptFiles, LeakReport, ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext,
+    RunDisks, SealPlan, Suspension, TerminateReport,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 
-use super::exec::ContainerExecution;
+use super::exec::{ContainerExecution, Followed};
 use super::seal;
 use super::{CONNECT_TIMEOUT, ContainerProcess, blocking, output, probe, remove};
 use crate::error::ContainerError;
@@ -96,7 +97,7 @@ impl ProcessBoundary for ContainerProcess {
                 Ok(prepared) => prepared,
                 Err(e) => {
                     let _ = remove(
-                        &options.runtime,
+                        &options,
                         run_c.run_id.as_str(),
                         &seal::cgroups_path(&options, &run_c),
                         &run_c.run_dir.join(seal::BUNDLE_DIR),
@@ -116,7 +117,7 @@ impl ProcessBoundary for ContainerProcess {
                 Ok(observed) => Ok((prepared, observed)),
                 Err(e) => {
                     let _ = remove(
-                        &options.runtime,
+                        &options,
                         &prepared.live.id,
                         &seal::cgroups_path(&options, &run_c),
                         &prepared.live.bundle,
@@ -165,7 +166,7 @@ impl ProcessBoundary for ContainerProcess {
             );
             let live_c = Arc::clone(&live);
             let _ = blocking("removing the container of a failed seal", move || {
-                remove(&options.runtime, &live_c.id, &cgroups_path, &live_c.bundle)
+                remove(&options, &live_c.id, &cgroups_path, &live_c.bundle)
             })
             .await;
             return Err(BoundaryError::new(
@@ -198,6 +199,7 @@ impl ProcessBoundary for ContainerProcess {
         }
         let live = self.live(&run.run_id).map_err(|e| e.into_boundary(OP))?;
         let (runtime, spec) = (self.options.runtime.clone(), command.clone());
+        let keepers = self.options.output_keepers.clone();
         let execution = blocking("starting a command", move || {
             let n = live.next_command.fetch_add(1, Ordering::Relaxed);
             let name = seal::command_cgroup_name(n);
@@ -211,15 +213,29 @@ impl ProcessBoundary for ContainerProcess {
                 .as_ref()
                 .map(output::OutputFiles::open)
                 .transpose()?;
-            let (write_ends, followed) = match files {
+            let (write_ends, followed, flush) = match files {
                 Some(files) => {
                     let follow = spec.output.as_ref().is_some_and(|o| o.follow);
-                    (
-                        Some((files.stdout.0, files.stderr.0)),
-                        follow.then_some((files.stdout.1, files.stderr.1)),
-                    )
+                    let followed = follow.then_some((files.stdout.1, files.stderr.1));
+                    match &keepers {
+                        // The command gets the keeper's pipes; the files are the
+                        // keeper's alone (this side's write ends go here).
+                        Some(keepers) => {
+                            let group = live.cgroups.create_child(output::OUTPUT_CGROUP)?;
+                            let kept = keepers
+                                .start(KeptFiles {
+                                    stdout: files.stdout.0.as_fd(),
+                                    stderr: files.stderr.0.as_fd(),
+                                    limit_bytes: live.template.file_size_bytes,
+                                    cgroup_procs: group.procs_files(),
+                                })
+                                .map_err(|source| ContainerError::OutputKeeper { source })?;
+                            (Some((kept.stdout, kept.stderr)), followed, Some(kept.flush))
+                        }
+                        None => (Some((files.stdout.0, files.stderr.0)), followed, None),
+                    }
                 }
-                None => (None, None),
+                None => (None, None, None),
             };
             // After the mkdirs above, which the lock's switch would hold up;
             // kept until the process runs.
@@ -247,7 +263,10 @@ impl ProcessBoundary for ContainerProcess {
                 started,
                 cgroup,
                 spec.timeout_ms.or(live.wall_time_ms),
-                followed,
+                Followed {
+                    files: followed,
+                    flush,
+                },
             )
         })
         .await
@@ -272,7 +291,7 @@ impl ProcessBoundary for ContainerProcess {
             if let Some(live) = live {
                 live.settle();
             }
-            remove(&options.runtime, &id, &cgroups_path, &bundle)
+            remove(&options, &id, &cgroups_path, &bundle)
         })
         .await
         .map_err(|e| e.into_boundary(OP))?;
@@ -289,10 +308,13 @@ impl ProcessBoundary for ContainerProcess {
             .live(&run.run_id)
             .map_err(|e| e.into_boundary("terminate"))?;
         blocking("stopping the run's processes", move || {
+            // The output keepers end on their own once the processes whose
+            // output they keep are gone.
             let groups: Vec<_> = live
                 .cgroups
                 .children()
                 .iter()
+                .filter(|name| *name != output::OUTPUT_CGROUP)
                 .map(|name| live.cgroups.child(name))
                 .collect();
             let mut report = TerminateReport::default();

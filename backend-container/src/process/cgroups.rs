@@ -143,6 +143,14 @@ impl CommandCgroup {
             .map_or_else(PathBuf::new, |dir| dir.join("cgroup.procs"))
     }
 
+    /// Its `cgroup.procs` in every hierarchy.
+    pub(crate) fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs
+            .iter()
+            .map(|dir| dir.join("cgroup.procs"))
+            .collect()
+    }
+
     /// Its processes.
     pub(crate) fn pids(&self) -> Vec<u32> {
         pids_below(&self.dirs)

@@ -24,7 +24,7 @@ use oci_spec::runtime::{
 };
 use tokio::net::unix::pipe;
 use workspace_core::boundary::{
-    BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputStream,
+    BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputFlush, OutputStream,
 };
 use workspace_core::evidence::ExitStatusRecord;
 
@@ -391,6 +391,15 @@ fn read_event(file: &Path, key: &str) -> Option<u64> {
     })
 }
 
+/// What a command's streams follow: its output files' read ends (when the
+/// streams follow them) and its output keeper's flush (when a keeper copies
+/// its output).
+#[derive(Default)]
+pub(crate) struct Followed {
+    pub(crate) files: Option<(std::fs::File, std::fs::File)>,
+    pub(crate) flush: Option<Box<dyn OutputFlush>>,
+}
+
 /// One command running in a container.
 pub(crate) struct ContainerExecution {
     stdin: Option<OwnedFd>,
@@ -398,6 +407,12 @@ pub(crate) struct ContainerExecution {
     stderr: Option<OwnedFd>,
     /// The output files' read ends, when the streams follow them.
     followed: Option<(std::fs::File, std::fs::File)>,
+    /// The output keeper's flush, asked once the command ended (before the
+    /// followed streams end), when a keeper copies its output.
+    flush: Option<Box<dyn OutputFlush>>,
+    /// The flush asked, as a task of its own: a wait dropped meanwhile loses
+    /// nothing, the next one waits for the same answer.
+    flushing: Option<tokio::task::JoinHandle<bool>>,
     /// Whether the command ended (its followed streams then end).
     ended: tokio::sync::watch::Sender<bool>,
     runtime: RuntimeChild,
@@ -428,13 +443,13 @@ impl fmt::Debug for ContainerExecution {
 
 impl ContainerExecution {
     /// The command `started` in `cgroup`, killed after `timeout_ms`; its
-    /// streams follow `followed` (the read ends of its output files) when
-    /// given.
+    /// streams follow the read ends of its output files when given, until
+    /// its output keeper (if it has one) answered the flush after it ended.
     pub(crate) fn new(
         started: Started,
         cgroup: CommandCgroup,
         timeout_ms: Option<u64>,
-        followed: Option<(std::fs::File, std::fs::File)>,
+        Followed { files, flush }: Followed,
     ) -> Result<Self, ContainerError> {
         let oom = Counter::start(
             cgroup
@@ -447,7 +462,9 @@ impl ContainerExecution {
             stdin: Some(started.stdin),
             stdout: started.stdout,
             stderr: started.stderr,
-            followed,
+            followed: files,
+            flush,
+            flushing: None,
             ended: tokio::sync::watch::Sender::new(false),
             runtime: started.runtime,
             cgroup: Arc::new(cgroup),
@@ -563,6 +580,18 @@ impl Execution for ContainerExecution {
                 .into_boundary("wait for command")
             })?;
         };
+        // Everything the command wrote is in its keeper's pipes: once the
+        // keeper copied it, the followed streams end at the files' sizes.
+        if let Some(flush) = self.flush.take() {
+            self.flushing = Some(tokio::spawn(flush.flushed()));
+        }
+        if let Some(flushing) = &mut self.flushing {
+            let answered = flushing.await.unwrap_or(false);
+            self.flushing = None;
+            if !answered {
+                tracing::warn!(pid = ?self.pid, "the output keeper did not answer: the command's streams end at what reached its files");
+            }
+        }
         self.ended.send_replace(true);
         let exit = self.ended(status);
         self.exit = Some(exit.clone());

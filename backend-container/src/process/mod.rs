@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use workspace_core::RunId;
-use workspace_core::boundary::{LeakReport, RunDisks};
+use workspace_core::boundary::{LeakReport, OutputKeepers, RunDisks};
 use workspace_core::mount_plan::{HostLayout, probe_host_layout};
 
 use crate::error::ContainerError;
@@ -83,6 +83,12 @@ pub struct ContainerOptions {
     /// directory, which the container's checkout and templates then live on;
     /// `None` refuses the cap.
     pub disks: Option<Arc<dyn RunDisks>>,
+    /// What keeps the commands' output ([`OutputKeepers`]): each command's
+    /// stdout and stderr are pipes a keeper copies into the runner's files,
+    /// in the container's `output` cgroup, so that nothing a process does to
+    /// its descriptor after a write takes the write back. `None`: the command
+    /// writes to the files itself (and may truncate or overwrite them).
+    pub output_keepers: Option<Arc<dyn OutputKeepers>>,
 }
 
 impl ContainerOptions {
@@ -110,6 +116,7 @@ impl ContainerOptions {
             images: ImageStore::new(images),
             preview_forwarder: None,
             disks: None,
+            output_keepers: None,
         })
     }
 }
@@ -173,18 +180,19 @@ async fn blocking<T: Send + 'static>(
 /// Kills, deletes and removes everything of container `id` (blocking); what
 /// is left afterwards.
 fn remove(
-    runtime: &Runtime,
+    options: &ContainerOptions,
     id: &str,
     cgroups_path: &str,
     bundle: &Path,
 ) -> Result<LeakReport, ContainerError> {
+    let runtime = &options.runtime;
     let cgroups = ContainerCgroups::of(cgroups_path);
     // What ran besides the container's own pid 1 and its reaper's sleep:
     // commands, services and what they left behind.
     let stopped = cgroups
         .children()
         .iter()
-        .filter(|name| *name != preview::PREVIEW_CGROUP)
+        .filter(|name| *name != preview::PREVIEW_CGROUP && *name != output::OUTPUT_CGROUP)
         .map(|name| cgroups.child(name).pids().len())
         .sum::<usize>();
     let state = runtime.state(id)?;
@@ -192,6 +200,9 @@ fn remove(
         if status.paused {
             runtime.resume(id)?;
         }
+        // The commands' processes first, so that their output keepers copy
+        // what the pipes still hold before the rest is killed.
+        output::settle(&cgroups, options.output_keepers.as_deref());
         // Already stopped (its pid 1 ended) is fine: delete follows.
         let _ = runtime.kill_all(id, "KILL");
         let deadline = Instant::now() + TEARDOWN_WAIT;

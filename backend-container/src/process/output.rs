@@ -2,12 +2,19 @@
 //! ([`CommandOutput`]), read as they grow.
 //!
 //! What a command leaves running in the container keeps the stdout and stderr
-//! it inherited after the command ended (a server's log): with pipes, the
-//! runner would wait for them to close, and a pipe nobody reads blocks its
-//! writer. So the process writes to the files themselves (opened for
-//! appending, owner-only), and each stream follows its file until the command
-//! ended, then ends at the size the file had at that moment; what background
-//! processes write later stays in the file for the runner to keep.
+//! it inherited after the command ended (a server's log): with pipes the
+//! runner reads, the runner would wait for them to close, and a pipe nobody
+//! reads blocks its writer. So the process's output reaches files: through
+//! pipes an output keeper copies into them ([`OutputKeepers`], from
+//! [`ContainerOptions::output_keepers`](super::ContainerOptions::output_keepers):
+//! a host process in the container's `output` cgroup, out of its reach, which
+//! outlives the runner), so that what a process wrote stays written whatever
+//! it does to its descriptor afterwards; without keepers, the process writes
+//! to the files themselves (opened for appending, owner-only), and can
+//! truncate them. Each stream follows its file until the command ended (and,
+//! with a keeper, until the keeper copied what the pipes held then), then ends
+//! at the size the file had at that moment; what background processes write
+//! later stays in the file for the runner to keep.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -18,9 +25,15 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
-use workspace_core::boundary::{CommandOutput, OutputStream};
+use workspace_core::boundary::{CommandOutput, OutputKeepers, OutputStream};
 
+use super::cgroups::ContainerCgroups;
 use crate::error::ContainerError;
+
+/// The container sub-cgroup the output keepers run in.
+pub(crate) const OUTPUT_CGROUP: &str = "output";
+/// How long teardown gives the keepers to copy what is left.
+const SETTLE_WAIT: Duration = Duration::from_secs(5);
 
 /// How often a stream looks for more output while the command runs.
 const POLL: Duration = Duration::from_millis(10);
@@ -101,4 +114,28 @@ pub(crate) fn follow(mut file: File, mut ended: watch::Receiver<bool>) -> Output
         let _ = writer.shutdown().await;
     });
     Box::pin(reader)
+}
+
+/// Kills the processes of every command group of `cgroups` (what holds the
+/// pipes' write ends), then gives the output keepers [`SETTLE_WAIT`] to copy
+/// what the pipes still hold and end, and has `keepers` reap the ended ones
+/// it started. Blocking; for teardown, before the container is killed.
+pub(crate) fn settle(cgroups: &ContainerCgroups, keepers: Option<&dyn OutputKeepers>) {
+    let names = cgroups.children();
+    if !names.iter().any(|name| name == OUTPUT_CGROUP) {
+        return;
+    }
+    for name in names.iter().filter(|name| *name != OUTPUT_CGROUP) {
+        if let Err(e) = cgroups.child(name).kill_all() {
+            tracing::warn!(group = %name, error = %e, "ending a command group before its output is kept failed");
+        }
+    }
+    let group = cgroups.child(OUTPUT_CGROUP);
+    let deadline = std::time::Instant::now() + SETTLE_WAIT;
+    while !group.pids().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if let (Some(keepers), Some(dir)) = (keepers, group.procs_files().first()) {
+        keepers.reap(dir.parent().unwrap_or(dir));
+    }
 }

@@ -12,6 +12,7 @@ use workspace_core::boundary::{
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 
+use super::keeper;
 use super::output;
 use super::seal::{self, Sealed};
 use super::{
@@ -235,7 +236,11 @@ impl ProcessBoundary for NamespaceProcess {
             if let Some(cgroup) = cgroup {
                 // What still runs besides the sandbox's pid 1 and the egress
                 // proxy (each in a cgroup of its own).
-                let own: Vec<u32> = [seal::INIT_CGROUP, egress::EGRESS_CGROUP]
+                let own: Vec<u32> = [
+                    seal::INIT_CGROUP,
+                    egress::EGRESS_CGROUP,
+                    keeper::OUTPUT_CGROUP,
+                ]
                     .into_iter()
                     .filter_map(|name| cgroup.child(name))
                     .flat_map(|child| child.pids_in_one_hierarchy().unwrap_or_default())
@@ -265,6 +270,9 @@ impl ProcessBoundary for NamespaceProcess {
                             tracing::warn!(run_id = %run_id, error = %e, "ending the sandbox's pid 1 failed");
                         }
                     }
+                    // Every other process of the run ended, the output keepers
+                    // copy what the pipes still hold before they go too.
+                    keeper::settle(&cgroup);
                     // Then the whole cgroup (helpers joining it, and everything
                     // when another instance sealed the run) and its directories.
                     // What the removal could not end is what is left.

@@ -1,5 +1,5 @@
-//! Starting one command in a sealed run's sandbox: its cgroup, its stdio (files
-//! or a pseudo-terminal) and the join.
+//! Starting one command in a sealed run's sandbox: its cgroup, its stdio (pipes
+//! kept into files, or a pseudo-terminal) and the join.
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use workspace_core::boundary::{
 };
 
 use super::execution::{EventCounter, NamespaceExecution, Parts};
+use super::keeper::Flush;
 use super::output::{self, OutputFiles};
 use super::pty::{Pty, PtyReader, PtyWriter};
 use super::spec::RunSpec;
@@ -62,15 +63,18 @@ pub(super) async fn spawn(
         Some(_) if command.output.as_ref().is_some_and(|output| !output.follow) => {
             streams.register()?
         }
-        Some((stdout, stderr)) => {
-            let ended = |what| {
+        Some((stdout, stderr, flush)) => {
+            let supervisor =
                 child
                     .pidfd()
                     .try_clone_to_owned()
-                    .map_err(|source| ProcessError::Pipe { step: what, source })
-            };
-            let stdout = output::follow(stdout, ended("duplicating the pidfd for stdout")?)?;
-            let stderr = output::follow(stderr, ended("duplicating the pidfd for stderr")?)?;
+                    .map_err(|source| ProcessError::Pipe {
+                        step: "duplicating the command's pidfd",
+                        source,
+                    })?;
+            let ended = output::ended(supervisor, flush)?;
+            let stdout = output::follow(stdout, ended.clone());
+            let stderr = output::follow(stderr, ended);
             let (stdin, _, _) = streams.register()?;
             (stdin, stdout, stderr)
         }
@@ -97,12 +101,13 @@ pub(super) async fn spawn(
 }
 
 /// A command just started: its cgroup, the supervisor, this side's ends of
-/// its stdio, the output files its streams follow, its event counters.
+/// its stdio, the output files its streams follow (and their keeper's
+/// flush), its event counters.
 struct Started {
     tree: RunCgroup,
     child: SpawnedChild,
     streams: Streams,
-    followed: Option<(std::fs::File, std::fs::File)>,
+    followed: Option<(std::fs::File, std::fs::File, Flush)>,
     oom: Option<EventCounter>,
     forks: Option<EventCounter>,
 }
@@ -125,8 +130,20 @@ fn start(
         })?;
     let files = match (tty, output) {
         (true, _) => None,
-        (false, Some(output)) => Some(OutputFiles::create_at(&output.stdout, &output.stderr)?),
-        (false, None) => Some(OutputFiles::create(&spec.run_dir, name)?),
+        // Their keeper holds the files to the run's file size cap, as
+        // `RLIMIT_FSIZE` would hold a file the command wrote itself.
+        (false, Some(output)) => Some(OutputFiles::create_at(
+            &output.stdout,
+            &output.stderr,
+            spec.rlimits.file_size_bytes,
+            cgroup,
+        )?),
+        (false, None) => Some(OutputFiles::create(
+            &spec.run_dir,
+            name,
+            spec.rlimits.file_size_bytes,
+            cgroup,
+        )?),
     };
     let program = argv.first().cloned().unwrap_or_default();
     let mut request = spec.request(argv, &tree);
@@ -150,12 +167,19 @@ fn start(
             }
             (Streams::Pty(pty.master), None)
         }
-        Some(OutputFiles { stdout, stderr }) => {
+        Some(OutputFiles {
+            stdout,
+            stderr,
+            flush,
+        }) => {
             let (stdin_read, stdin_write) = super::pipe("the command's stdin pipe")?;
             request.stdin = Some(stdin_read);
             request.stdout = Some(stdout.0);
             request.stderr = Some(stderr.0);
-            (Streams::Stdin(stdin_write), Some((stdout.1, stderr.1)))
+            (
+                Streams::Stdin(stdin_write),
+                Some((stdout.1, stderr.1, flush)),
+            )
         }
     };
     let oom = tree.oom_file().map(EventCounter::oom_kills);

@@ -35,10 +35,13 @@
 //!   its [`HostIds`] on the host) and the rlimit baseline (soft = hard):
 //!   `RLIMIT_NOFILE` = `limits.open_files`, `RLIMIT_CORE` = 0, `RLIMIT_FSIZE` =
 //!   `limits.disk` (each file at most the disk cap; unlimited without one). Its
-//!   stdin is a pipe; its stdout and stderr are files of the run (`output.rs`),
+//!   stdin is a pipe; its stdout and stderr are pipes too, which an output
+//!   keeper of the run (a host process in the run's `output` cgroup, out of the
+//!   sandbox's reach: `keeper.rs`) copies into files of the run (`output.rs`),
 //!   followed as tokio streams until the command itself ends, so what it leaves
 //!   running in the background can go on writing after the command and its runner
-//!   are gone. A bare program name is looked up in the run's `PATH` inside the
+//!   are gone, and nothing it does to its descriptors afterwards (`ftruncate`,
+//!   `lseek`, `pwrite`) takes back what it wrote. A bare program name is looked up in the run's `PATH` inside the
 //!   run, as `execvp` does; one with a `/` is relative to `cwd`. `cwd` is relative
 //!   to the workspace root, without `..`.
 //! * **detach / attach**: `detach` lets the sandbox outlive this instance (and
@@ -101,6 +104,7 @@ mod execution;
 mod handover;
 mod host_ids;
 mod in_sandbox;
+mod keeper;
 mod network;
 mod output;
 mod probe;
@@ -122,6 +126,7 @@ pub use error::ProcessError;
 pub use execution::NamespaceExecution;
 pub use handover::{HandoverOutcome, MAX_OPEN_DIRS, hand_over};
 pub use host_ids::{DEFAULT_HOST_ID_BASE, HostIds};
+pub use keeper::ForkedOutputKeepers;
 pub use pty::PTY_WINDOW_SIZE;
 pub use workspace_core::mount_plan::{ETC_PATHS, SYSTEM_PATHS, probe_host_layout};
 

@@ -1,23 +1,26 @@
-//! A command's standard output and error as files of the run, read as they grow.
+//! A command's standard output and error: pipes that the run's output keeper
+//! (`keeper.rs`) copies into files of the run, and streams that follow the
+//! files as they grow.
 //!
 //! A command of a live sandbox may leave processes behind that keep writing to
 //! the stdout and stderr they inherited, after the command ended and after the
-//! runner that started it exited. A pipe would break under them then (`EPIPE`,
-//! or a write blocked forever on a full pipe nobody reads); so each command
-//! writes to two files of the run instead (`<run dir>/output/<name>.stdout`,
-//! `.stderr`, owned by host root, mode 0600, opened for appending): a write
-//! never blocks and never fails for want of a reader. The execution's streams
-//! follow the files until the command itself ended and then end at the size the
-//! files had at that moment; what background processes write later stays in the
-//! files.
+//! runner that started it exited. What they write is still recorded: their
+//! pipes are read by the keeper, a host process outside the sandbox that lives
+//! until the last writer is gone, and appended to two files of the run
+//! (`<run dir>/output/<name>.stdout`, `.stderr`, or the files the runner
+//! names; owned by host root, mode 0600). A pipe cannot be truncated, sought
+//! or written at an offset, so nothing a process does to its descriptor after
+//! a write takes back what it wrote (it could to a file it held for
+//! appending: `ftruncate`, or clearing `O_APPEND` and writing at 0). The
+//! command holds no descriptor of the files at all.
 //!
-//! The command holds a writable descriptor of a host file. It cannot reopen it
-//! for reading (`/proc/self/fd/1` is a root file of mode 0600 to it) nor reach
-//! the directory; it can truncate its own output, which the streams report as the
-//! end of it.
+//! The execution's streams follow the files until the command itself ended:
+//! then the keeper is asked to copy everything the pipes hold at that moment
+//! (all the command wrote), and the streams end at the files' sizes; what
+//! background processes write later stays in the files.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -25,40 +28,68 @@ use std::time::Duration;
 
 use nix::libc;
 use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
 use workspace_core::boundary::OutputStream;
 
 use super::error::ProcessError;
+use super::keeper::{self, Flush};
+use crate::cgroup::RunCgroup;
 
 /// How often a stream looks for more output while the command runs.
 const POLL: Duration = Duration::from_millis(10);
 /// The directory of the run's output files.
 pub(crate) const OUTPUT_DIR: &str = "output";
 
-/// The files of one command: the write ends for the command, the read ends for
-/// its streams.
+/// The output of one command: the write ends of its pipes for the command,
+/// the files' read ends for its streams, and the keeper's flush.
 pub(crate) struct OutputFiles {
     pub(crate) stdout: (OwnedFd, File),
     pub(crate) stderr: (OwnedFd, File),
+    pub(crate) flush: Flush,
 }
 
 impl OutputFiles {
-    /// Creates `<run_dir>/output/<name>.stdout` and `.stderr` (new files).
-    pub(crate) fn create(run_dir: &Path, name: &str) -> Result<Self, ProcessError> {
+    /// Creates `<run_dir>/output/<name>.stdout` and `.stderr` (new files),
+    /// kept by a keeper in `run`'s output group, each at most `limit` bytes.
+    pub(crate) fn create(
+        run_dir: &Path,
+        name: &str,
+        limit: Option<u64>,
+        run: &RunCgroup,
+    ) -> Result<Self, ProcessError> {
         let dir = run_dir.join(OUTPUT_DIR);
         std::fs::create_dir_all(&dir).map_err(io("creating the output directory", &dir))?;
-        Ok(Self {
-            stdout: open_pair(&dir.join(format!("{name}.stdout")), Existing::Refused)?,
-            stderr: open_pair(&dir.join(format!("{name}.stderr")), Existing::Refused)?,
-        })
+        let stdout = open_pair(&dir.join(format!("{name}.stdout")), Existing::Refused)?;
+        let stderr = open_pair(&dir.join(format!("{name}.stderr")), Existing::Refused)?;
+        Self::kept(stdout, stderr, limit, run)
     }
 
     /// Opens `stdout` and `stderr` for appending (created when missing, in
     /// directories the runner chose): a service started again after its sandbox
     /// was lost goes on in the same log.
-    pub(crate) fn create_at(stdout: &Path, stderr: &Path) -> Result<Self, ProcessError> {
+    pub(crate) fn create_at(
+        stdout: &Path,
+        stderr: &Path,
+        limit: Option<u64>,
+        run: &RunCgroup,
+    ) -> Result<Self, ProcessError> {
+        let stdout = open_pair(stdout, Existing::Appended)?;
+        let stderr = open_pair(stderr, Existing::Appended)?;
+        Self::kept(stdout, stderr, limit, run)
+    }
+
+    /// The files' keeper started; the files' write ends are its alone.
+    fn kept(
+        (stdout, stdout_read): (OwnedFd, File),
+        (stderr, stderr_read): (OwnedFd, File),
+        limit: Option<u64>,
+        run: &RunCgroup,
+    ) -> Result<Self, ProcessError> {
+        let keeper = keeper::start([&stdout, &stderr], limit, run)?;
         Ok(Self {
-            stdout: open_pair(stdout, Existing::Appended)?,
-            stderr: open_pair(stderr, Existing::Appended)?,
+            stdout: (keeper.stdout, stdout_read),
+            stderr: (keeper.stderr, stderr_read),
+            flush: keeper.flush,
         })
     }
 }
@@ -96,17 +127,36 @@ fn open_pair(path: &Path, existing: Existing) -> Result<(OwnedFd, File), Process
     Ok((write.into(), read))
 }
 
-/// A stream of `file` as it grows, until `ended` (a pidfd of the command's
-/// supervisor) is readable; then up to the size the file had at that moment.
-/// Must be called inside a tokio runtime (it spawns the reader task).
-pub(crate) fn follow(file: File, ended: OwnedFd) -> Result<OutputStream, ProcessError> {
-    let ended =
-        crate::sys::reactor::register(ended, tokio::io::Interest::READABLE).map_err(|source| {
-            ProcessError::Pipe {
-                step: "registering the command's pidfd",
-                source,
-            }
+/// When the command ended and its output is in the files: a pidfd of the
+/// command's supervisor, readable once it ended, then the keeper's answer
+/// that it copied what the pipes held. Must be called inside a tokio runtime
+/// (it spawns the task that waits).
+pub(crate) fn ended(
+    supervisor: OwnedFd,
+    flush: Flush,
+) -> Result<watch::Receiver<bool>, ProcessError> {
+    let supervisor = crate::sys::reactor::register(supervisor, tokio::io::Interest::READABLE)
+        .map_err(|source| ProcessError::Pipe {
+            step: "registering the command's pidfd",
+            source,
         })?;
+    let (sender, receiver) = watch::channel(false);
+    tokio::spawn(async move {
+        let _ = supervisor.readable().await;
+        if !flush.wait_flushed().await {
+            tracing::warn!(
+                "the output keeper did not answer: the command's streams end at what reached its files"
+            );
+        }
+        sender.send_replace(true);
+    });
+    Ok(receiver)
+}
+
+/// A stream of `file` as it grows, until `ended` says the command ended and
+/// its output is in the file; then up to the size the file has at that
+/// moment. Must be called inside a tokio runtime (it spawns the reader task).
+pub(crate) fn follow(file: File, mut ended: watch::Receiver<bool>) -> OutputStream {
     let (mut writer, reader) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
         let mut file = file;
@@ -134,17 +184,18 @@ pub(crate) fn follow(file: File, ended: OwnedFd) -> Result<OutputStream, Process
                 continue;
             }
             if end.is_some() {
-                // Truncated below what it was when the command ended.
+                // Shorter than it was when the command ended: only the
+                // runner could have cut it.
                 break;
             }
-            if truncated(&mut file, offset) {
-                break;
+            if *ended.borrow_and_update() {
+                end = Some(file.metadata().map_or(offset, |m| m.len()));
+                continue;
             }
             tokio::select! {
-                ready = ended.readable() => {
-                    let size = file.metadata().map_or(offset, |m| m.len());
-                    end = Some(size);
-                    if ready.is_err() {
+                changed = ended.changed() => {
+                    if changed.is_err() {
+                        // The waiting task is gone (the runtime ends).
                         break;
                     }
                 }
@@ -153,18 +204,7 @@ pub(crate) fn follow(file: File, ended: OwnedFd) -> Result<OutputStream, Process
         }
         let _ = writer.shutdown().await;
     });
-    Ok(Box::pin(reader))
-}
-
-/// Whether the file is now shorter than what was read (the command truncated
-/// its own output).
-fn truncated(file: &mut File, offset: u64) -> bool {
-    let size = file.metadata().map_or(offset, |m| m.len());
-    if size < offset {
-        let _ = file.seek(SeekFrom::End(0));
-        return true;
-    }
-    false
+    Box::pin(reader)
 }
 
 /// Removes the run's output files, once every process of the run has ended. The

@@ -1,8 +1,8 @@
 //! Stopping what runs in a live sandbox, gently, without ending the sandbox.
 //!
 //! Every process of the run lives in a child cgroup of the run's: `init` holds
-//! the sandbox's pid 1, each command (and service) has its own. Terminating
-//! signals every process of every other group with `SIGTERM` through a pidfd
+//! the sandbox's pid 1, `output` the output keepers, each command (and
+//! service) has its own. Terminating signals every process of every other group with `SIGTERM` through a pidfd
 //! (never by pid number: a pid reused since the group was read is never hit),
 //! waits until the groups are empty or the grace period ends, then kills
 //! what is left, group by group.
@@ -14,6 +14,7 @@ use nix::libc;
 use workspace_core::boundary::TerminateReport;
 
 use super::error::ProcessError;
+use super::keeper::OUTPUT_CGROUP;
 use super::seal::INIT_CGROUP;
 use crate::cgroup::RunCgroup;
 use crate::sys::pidfd;
@@ -29,7 +30,9 @@ pub(super) fn terminate(run: &RunCgroup, grace: Duration) -> Result<TerminateRep
         .children()
         .map_err(cgroup_error("listing the run's command groups"))?
         .iter()
-        .filter(|name| name.as_str() != INIT_CGROUP)
+        // Pid 1 holds the sandbox; the output keepers end on their own once
+        // the processes whose output they keep are gone.
+        .filter(|name| name.as_str() != INIT_CGROUP && name.as_str() != OUTPUT_CGROUP)
         .filter_map(|name| run.child(name))
         .collect();
     let mut report = TerminateReport::default();

@@ -19,6 +19,7 @@ pub(crate) mod mount;
 pub(crate) mod net;
 pub(crate) mod path;
 pub(crate) mod pidfd;
+pub(crate) mod pipe_io;
 pub(crate) mod process;
 pub(crate) mod reactor;
 pub(crate) mod signal;

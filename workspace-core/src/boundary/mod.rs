@@ -28,6 +28,7 @@ mod environment;
 mod error;
 mod filesystem;
 mod identity;
+mod output_keeper;
 mod process;
 mod promotion;
 mod source;
@@ -48,6 +49,7 @@ pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
 pub use identity::{
     CredentialSource, IdentityBoundary, IdentityError, IdentityPlan, IssuedCredential, RUN_USER_ID,
 };
+pub use output_keeper::{KeptFiles, KeptOutput, OutputFlush, OutputKeepers};
 pub use process::{
     Attachment, CommandOutput, CommandSpec, Execution, ExitRecord, InputStream, KillCause,
     LeakReport, ObservedBoundary, OutputStream, PreviewEndpoint, ProcessBoundary, SealPlan,
@@ -74,4 +76,5 @@ const _: () = {
     assert_send_sync::<dyn IdentityBoundary>();
     assert_send_sync::<dyn PromotionBoundary>();
     assert_send_sync::<BoundaryError>();
+    assert_send_sync::<dyn OutputKeepers>();
 };

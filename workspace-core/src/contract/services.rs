@@ -54,10 +54,24 @@ pub struct Service {
 /// `path` through a copy-on-write layer of its own: it may change anything
 /// there, and neither the template nor another run sees the change. The
 /// template is found again by a key: the command, the path, the run's
-/// identity, the contract's `environment.env`, and the names, sizes, modes
-/// and modification times of everything under `inputs` (so an upgraded
-/// package makes a new template). `command` must not depend on what differs
-/// between runs (leased names, ports).
+/// identity, the contract's `environment.env` and `environment.runtime`, the
+/// checkout's initial state, and the names, sizes, modes and modification
+/// times of everything under `inputs` (so an upgraded package makes a new
+/// template). `command` must not depend on what differs between runs (leased
+/// names, ports).
+///
+/// The command runs with the whole checkout visible and may read any file of
+/// it, so the checkout is always part of the key: its commit's tree id, where
+/// it came from (fresh, resumed, restored), its initial diff, the untracked
+/// inputs copied in and the submodules initialised. Runs of one revision share
+/// a template; a run of another revision makes its own (one run never sets
+/// another's starting state). `inputs` names what the command reads from the
+/// *host* (an installation directory); nothing needs naming in the checkout.
+///
+/// A template holds directories, regular files and symbolic links: set-uid
+/// and set-gid bits are dropped when it is stored, extended attributes are not
+/// kept, and a FIFO, socket or device node the command leaves fails the
+/// service, naming its path, with nothing stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceTemplate {

@@ -74,6 +74,9 @@ pub enum RunErrorKind {
         #[source]
         source: std::io::Error,
     },
+    /// A service template could not be published into the host's store.
+    #[error(transparent)]
+    Template(#[from] super::template_store::TemplateError),
     /// The run has ended: nothing of it is live any more.
     #[error("the run has ended ({state})")]
     Ended {
@@ -138,6 +141,7 @@ impl RunErrorKind {
             Self::Evidence(_) => RunnerStep::Evidence,
             Self::Lease(_) => RunnerStep::Lease,
             Self::Io { path, .. } => RunnerStep::RunState { path: path.clone() },
+            Self::Template(_) => RunnerStep::PublishTemplate,
             Self::LostSandboxLeft(_) => RunnerStep::Teardown,
             Self::Ended { .. }
             | Self::NotSuspended { .. }

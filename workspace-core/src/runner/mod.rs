@@ -51,6 +51,7 @@ mod run_files;
 mod scrub;
 mod services;
 mod state_files;
+mod template_store;
 mod templates;
 mod workspace;
 
@@ -70,6 +71,7 @@ pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
 pub use scrub::Scrubber;
 pub use services::{BACKGROUND_PREFIX, SERVICES_STATE_FILE, ServiceRecord, log_files};
+pub use template_store::{SpecialFile, TemplateError};
 pub use templates::{TEMPLATES_STATE_FILE, TemplateRecord, prune_templates};
 pub use workspace::{DetachedRun, SuspendedRun, Workspace};
 use workspace::{Opened, Provisioned};

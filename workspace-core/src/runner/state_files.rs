@@ -78,7 +78,7 @@ pub(super) fn remove_if_present(path: &Path, errors: &mut StepErrors) {
 /// Removes the directory tree `path`, links as links, making directories of
 /// the runner's own it may not read or change its owner's first
 /// ([`crate::own_dirs`]: overlayfs's `work/work` is mode 0).
-fn remove_tree(path: &Path) -> std::io::Result<()> {
+pub(super) fn remove_tree(path: &Path) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     return crate::own_dirs::remove_tree(path);
     #[cfg(not(target_os = "linux"))]

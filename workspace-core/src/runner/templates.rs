@@ -27,9 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::RunErrorKind;
 use super::state_files::{read_state, remove_if_present, write_state};
-use crate::RunId;
+use super::template_store::{self, TemplateError};
 use crate::boundary::{
-    CommandOutput, CommandSpec, IdentityPlan, ProcessBoundary, RunContext, TemplateLayer,
+    CommandOutput, CommandSpec, IdentityPlan, ProcessBoundary, RunContext, SourceRecord,
+    TemplateLayer,
 };
 use crate::contract::{Contract, Service, ServiceTemplate};
 use crate::digest::sha256_hex;
@@ -59,6 +60,7 @@ pub struct TemplateRecord {
 /// host's store or empty for the run to fill, recorded.
 pub(super) fn layers(
     run: &RunContext,
+    checkout: &SourceRecord,
     identity: &IdentityPlan,
 ) -> Result<Vec<TemplateLayer>, RunErrorKind> {
     let state = run.run_dir.join(TEMPLATES_STATE_FILE);
@@ -70,7 +72,7 @@ pub(super) fn layers(
         let Some(template) = &service.template else {
             continue;
         };
-        layers.push(layer(run, service, template, identity)?);
+        layers.push(layer(run, service, template, (checkout, identity))?);
     }
     if !layers.is_empty() {
         write_state(&state, &layers)?;
@@ -82,9 +84,9 @@ fn layer(
     run: &RunContext,
     service: &Service,
     template: &ServiceTemplate,
-    identity: &IdentityPlan,
+    (checkout, identity): (&SourceRecord, &IdentityPlan),
 ) -> Result<TemplateLayer, RunErrorKind> {
-    let key = key(template, &run.contract, identity)?;
+    let key = key(template, &run.contract, checkout, identity)?;
     let stored = run.runtime_dir.join(TEMPLATES_DIR).join(&key);
     // On the run's disk, when it has one: what the service writes is the run's.
     let dir = run.layer_dir().join(TEMPLATES_DIR).join(&service.name);
@@ -119,10 +121,18 @@ fn layer(
 }
 
 /// The template's key: the SHA-256 of its command, path, the run's identity,
-/// the contract's variables and a listing of its inputs.
+/// the contract's variables and runtime, the checkout's initial state
+/// ([`checkout_state`]) and a listing of its inputs.
+///
+/// The command runs with the whole checkout visible at the workspace root and
+/// may read any file of it (`cat seed.txt > $P/seed`): a template made from
+/// one revision must never be handed to a run of another, or one run would set
+/// another's starting state. So the key covers everything the checkout starts
+/// with, not only the `inputs` the contract names.
 fn key(
     template: &ServiceTemplate,
     contract: &Contract,
+    checkout: &SourceRecord,
     identity: &IdentityPlan,
 ) -> Result<String, RunErrorKind> {
     let mut inputs = Vec::new();
@@ -138,9 +148,32 @@ fn key(
         "uid": identity.uid,
         "gid": identity.gid,
         "env": contract.environment.env,
+        "runtime": contract.environment.runtime,
+        "checkout": checkout_state(checkout),
         "inputs": inputs,
     });
     Ok(sha256_hex(what.to_string().as_bytes()))
+}
+
+/// What a run's checkout holds before any command ran, as far as a template
+/// command can read it: the commit's tree (the content of every tracked file,
+/// whatever commit it came from), where the checkout came from and what it
+/// changed on the tree (a resumed or restored checkout's initial diff), the
+/// untracked inputs copied in (where they went and their digests, not the host
+/// path they came from) and which submodules were initialised.
+fn checkout_state(checkout: &SourceRecord) -> serde_json::Value {
+    let inputs: Vec<_> = checkout
+        .inputs
+        .iter()
+        .map(|input| (&input.to, &input.sha256))
+        .collect();
+    serde_json::json!({
+        "tree": checkout.tree,
+        "origin": checkout.origin,
+        "initial_diff": sha256_hex(checkout.initial_diff.as_bytes()),
+        "inputs": inputs,
+        "submodules": checkout.submodules,
+    })
 }
 
 /// One line per file under `path` (itself included, links not followed):
@@ -203,7 +236,15 @@ pub(super) async fn make(
             exit.status
         )));
     }
-    publish(&run.runtime_dir, layer, &run.run_id)?;
+    let store = run.runtime_dir.join(TEMPLATES_DIR);
+    match template_store::publish(&store, layer, &run.run_id) {
+        Ok(()) => {}
+        // What the command made cannot be a template: the service's failure.
+        Err(refused @ TemplateError::Unsupported { .. }) => {
+            return Ok(Err(format!("its template was not kept: {refused}")));
+        }
+        Err(error) => return Err(RunErrorKind::Template(error)),
+    }
     let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     tracing::info!(run_id = %run.run_id, service = %layer.service, key = %layer.key, took_ms,
         "service template made");
@@ -212,69 +253,6 @@ pub(super) async fn make(
         made: true,
         took_ms: Some(took_ms),
     }))
-}
-
-/// Keeps what the run made in its layer as the template `layer.key`: copied
-/// into the store beside its final name, synced, then renamed into place (the
-/// run's layer is mounted without syncs, and every later run of the host
-/// starts from the template: it is on disk before it is found). When another
-/// run published the same template first, its copy is kept and this one
-/// dropped.
-fn publish(runtime_dir: &Path, layer: &TemplateLayer, run_id: &RunId) -> Result<(), RunErrorKind> {
-    let store = runtime_dir.join(TEMPLATES_DIR);
-    let target = store.join(&layer.key);
-    let staging = store.join(format!(".{}.{run_id}", layer.key));
-    std::fs::create_dir_all(&store).map_err(|source| io_error(&store, source))?;
-    copy_tree(&layer.upper, &staging).map_err(|source| io_error(&staging, source))?;
-    match std::fs::rename(&staging, &target) {
-        Ok(()) => std::fs::File::open(&store)
-            .and_then(|dir| dir.sync_all())
-            .map_err(|source| io_error(&store, source)),
-        Err(_) if target.is_dir() => {
-            std::fs::remove_dir_all(&staging).map_err(|source| io_error(&staging, source))
-        }
-        Err(source) => Err(io_error(&target, source)),
-    }
-}
-
-/// Copies the directory tree `from` to `to` (which must not exist), keeping
-/// each entry's owner and permissions, and syncs what it made (a symbolic
-/// link's entry with its directory); directories, regular files and symbolic
-/// links only (anything else cannot be part of a template).
-fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
-    let meta = std::fs::symlink_metadata(from)?;
-    let kind = meta.file_type();
-    // Held open from before the owner and mode change (which may take this
-    // process's own access away), for the sync after them.
-    let made = if kind.is_symlink() {
-        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
-        None
-    } else if kind.is_dir() {
-        std::fs::create_dir(to)?;
-        let dir = std::fs::File::open(to)?;
-        for entry in std::fs::read_dir(from)? {
-            let entry = entry?;
-            copy_tree(&entry.path(), &to.join(entry.file_name()))?;
-        }
-        Some(dir)
-    } else if kind.is_file() {
-        let mut file = std::fs::File::create_new(to)?;
-        io::copy(&mut std::fs::File::open(from)?, &mut file)?;
-        Some(file)
-    } else {
-        return Err(io::Error::other(format!(
-            "{} is neither a directory, a file nor a symbolic link",
-            from.display()
-        )));
-    };
-    std::os::unix::fs::lchown(to, Some(meta.uid()), Some(meta.gid()))?;
-    match made {
-        Some(made) => {
-            std::fs::set_permissions(to, std::fs::Permissions::from_mode(meta.mode()))?;
-            made.sync_all()
-        }
-        None => Ok(()),
-    }
 }
 
 /// Removes the run's template layers and their record from the run directory
@@ -354,30 +332,6 @@ fn io_error(path: &Path, source: io::Error) -> RunErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_copied_tree_keeps_its_links_modes_and_contents() {
-        let dir = tempfile::tempdir().unwrap();
-        let from = dir.path().join("from");
-        std::fs::create_dir_all(from.join("base/1")).unwrap();
-        std::fs::write(from.join("base/1/pg_filenode.map"), b"map").unwrap();
-        std::fs::set_permissions(&from, std::fs::Permissions::from_mode(0o700)).unwrap();
-        std::os::unix::fs::symlink("base/1", from.join("link")).unwrap();
-        let to = dir.path().join("to");
-        copy_tree(&from, &to).unwrap();
-        assert_eq!(
-            std::fs::read(to.join("base/1/pg_filenode.map")).unwrap(),
-            b"map"
-        );
-        assert_eq!(
-            std::fs::read_link(to.join("link")).unwrap(),
-            Path::new("base/1")
-        );
-        let mode = std::fs::metadata(&to).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
-        // A target that exists is refused, never merged into.
-        assert!(copy_tree(&from, &to).is_err());
-    }
 
     #[test]
     fn a_listing_changes_with_a_file_under_the_inputs() {

@@ -179,7 +179,7 @@ impl Workspace {
         environment: EnvironmentPlan,
         identity: IdentityPlan,
     ) -> Result<SealPlan, RunErrorKind> {
-        let templates = templates::layers(&self.run, &identity)?;
+        let templates = templates::layers(&self.run, &provisioned.source, &identity)?;
         Ok(SealPlan {
             source: provisioned.source.clone(),
             filesystem: provisioned.filesystem.clone(),
