@@ -135,7 +135,7 @@ fn a_second_run_waits_for_the_first_and_ls_shows_both() {
     assert_eq!(waited.len(), 1, "{stderr}");
     assert!(waited[0].contains(first_id.as_str().unwrap()), "{stderr}");
     assert!(
-        waited[0].contains("needs 0.5 cpu, 512 MiB, 1 run"),
+        waited[0].contains("needs 0.01 cpu, 64 MiB, 1 run"),
         "{stderr}"
     );
     // The slot it waits for is named: one run at once, held by the first.
@@ -226,4 +226,40 @@ fn parked_workspace_keeps_its_capacity(name: &str, backend: &str) {
         "second\n"
     );
     assert!(holding(&ls_json(&fixture)).is_empty());
+}
+
+#[test]
+fn a_run_given_a_wait_limit_gives_up_with_75_naming_what_it_waited_for() {
+    let fixture = CliFixture::new("capacity-wait");
+    // A live workspace holds the only slot.
+    let held = one_slot_ok(
+        &fixture,
+        &["create", "--repo", fixture.repo().to_str().unwrap()],
+    );
+    let held = held.trim();
+    let repo = fixture.repo();
+    let started = std::time::Instant::now();
+    let out = with_one_slot(fixture.command())
+        .args(["run", "--wait", "1", "--repo", repo.to_str().unwrap()])
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agent-workspace");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{stderr}"
+    );
+    // It said for what it waited and behind whom, then that it gave up.
+    assert!(
+        stderr.contains("waits for capacity: needs 0.01 cpu, 64 MiB, 1 run")
+            && stderr.contains(held),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("gave up waiting for capacity after 1 s (--wait)"),
+        "{stderr}"
+    );
+    one_slot_ok(&fixture, &["destroy", held]);
 }

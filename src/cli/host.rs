@@ -50,12 +50,26 @@ pub(crate) struct HostArgs {
         default_value_t = 10
     )]
     stop_grace: u64,
+    /// How long a run may wait for capacity on a full host before it gives up
+    /// (exit 75, saying for what it waited), in seconds [default: 3600].
+    #[arg(
+        long = "wait",
+        global = true,
+        value_name = "SECONDS",
+        env = "AGENT_WORKSPACE_WAIT"
+    )]
+    wait: Option<u64>,
 }
 
 impl HostArgs {
     /// How long a command gets to stop when the run is interrupted.
     pub(crate) fn stop_grace(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.stop_grace)
+    }
+
+    /// The longest a run waits for capacity, when `--wait` says.
+    pub(crate) fn wait(&self) -> Option<std::time::Duration> {
+        self.wait.map(std::time::Duration::from_secs)
     }
 
     /// The cgroup directory this user's runs are made in, with the flag applied.

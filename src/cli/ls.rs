@@ -307,7 +307,7 @@ fn pool_table(pool: &CapacitySnapshot, now: u64) -> String {
             label.to_owned(),
             utc(since),
             age(now.saturating_sub(since)),
-            format!("{:.1}", resources.cpu_millis as f64 / 1000.0),
+            super::waiting::cores(resources.cpu_millis),
             format!("{}M", resources.memory_bytes >> 20),
         ]
     };

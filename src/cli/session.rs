@@ -96,7 +96,10 @@ pub(crate) fn runner_on(
         ),
     };
     let capacity = host_capacity(host);
-    let config = RunnerConfig::new(dirs.runtime, evidence.unwrap_or(dirs.evidence));
+    let mut config = RunnerConfig::new(dirs.runtime, evidence.unwrap_or(dirs.evidence));
+    if let Some(wait) = host.wait() {
+        config.timeouts.waiting = wait;
+    }
     Ok(Runner::with_admission(stack, config, Arc::new(capacity)))
 }
 

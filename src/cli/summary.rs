@@ -295,6 +295,19 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
         .as_ref()
         .map(|dir| format!("; evidence: {}", dir.display()))
         .unwrap_or_default();
+    // Capacity that did not come in time (`--wait`): try again later, as a
+    // busy run says.
+    if let RunErrorKind::Failed(FailureCause::Timeout {
+        state: StateName::Waiting,
+        limit_ms,
+    }) = error.kind.as_ref()
+    {
+        eprintln!(
+            "agent-workspace: run {run} gave up waiting for capacity after {} s (--wait); try again later{evidence}",
+            limit_ms / 1000
+        );
+        return ExitCode::from(EXIT_BUSY);
+    }
     eprintln!(
         "agent-workspace: {}{evidence}",
         one_line(&workspace_core::error_chain(error))

@@ -41,7 +41,7 @@ pub(crate) fn observer(
     })
 }
 
-/// `run R waits for capacity: needs 0.5 cpu, 512 MiB, 1 run; N in use of M; behind A, B`.
+/// `run R waits for capacity: needs 0.01 cpu, 64 MiB, 1 run; N in use of M; behind A, B`.
 fn line(run: &str, snapshot: &CapacitySnapshot) -> String {
     let needs = snapshot
         .waiters
@@ -73,10 +73,20 @@ fn line(run: &str, snapshot: &CapacitySnapshot) -> String {
 /// once, `AGENT_WORKSPACE_CAPACITY_SLOTS`, too).
 fn amounts(r: &Resources) -> String {
     format!(
-        "{:.1} cpu, {} MiB, {} run{}",
-        r.cpu_millis as f64 / 1000.0,
+        "{} cpu, {} MiB, {} run{}",
+        cores(r.cpu_millis),
         r.memory_bytes >> 20,
         r.slots,
         if r.slots == 1 { "" } else { "s" }
     )
+}
+
+/// Cores of `millis` thousandths: `0.5`, `1.5`, `0.01` (a share as small as
+/// the default reservation still shows).
+pub(crate) fn cores(millis: u64) -> String {
+    if millis % 100 == 0 {
+        format!("{:.1}", millis as f64 / 1000.0)
+    } else {
+        format!("{:.2}", millis as f64 / 1000.0)
+    }
 }

@@ -39,7 +39,8 @@ pub struct EnvironmentSection {
     #[serde(default)]
     pub limits: Limits,
     /// What the run needs, as host capacity admission counts it (the caps are
-    /// `limits`); without it, half a core and 512 MiB, or the caps when smaller.
+    /// `limits`); without it, a hundredth of a core and 64 MiB (sized for a
+    /// workspace idle most of its life), or the caps when smaller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<Reservation>,
     /// What happens when a declared layer cannot be applied or observed.
@@ -323,10 +324,16 @@ impl Limits {
 /// at least) must fit.
 pub const MIN_DISK_BYTES: u64 = 1 << 20;
 
-/// What a run reserves without `environment.reservation`: half a core.
-pub const DEFAULT_RESERVED_CPU_MILLIS: u64 = 500;
-/// What a run reserves without `environment.reservation`: 512 MiB.
-pub const DEFAULT_RESERVED_MEMORY: u64 = 512 << 20;
+/// What a run reserves without `environment.reservation`: a hundredth of a
+/// core. An agent's workspace waits for a model most of its life; its CPU is
+/// a share of the host's (its `limits.cpus` caps it), not a core set aside,
+/// so a 2-core host admits 200 of them.
+pub const DEFAULT_RESERVED_CPU_MILLIS: u64 = 10;
+/// What a run reserves without `environment.reservation`: 64 MiB (an idle
+/// live workspace uses about 2 MiB; a workspace that needs more for long says
+/// so in `environment.reservation.memory`). Memory is admitted honestly: the
+/// reservations of the runs on a host never add up to more than it has.
+pub const DEFAULT_RESERVED_MEMORY: u64 = 64 << 20;
 
 impl Reservation {
     fn validate(&self, limits: &Limits, problems: &mut Problems) {
@@ -388,12 +395,12 @@ mod tests {
 
     #[test]
     fn a_run_reserves_what_it_needs_not_its_caps() {
-        // The default preset's caps (2 cores, 4 GiB): half a core and 512 MiB.
-        assert_eq!(Reservation::cpu_millis(None, Some(2000)), 500);
-        assert_eq!(Reservation::memory_bytes(None, Some(4 << 30)), 512 << 20);
+        // The default preset's caps (2 cores, 4 GiB): a hundredth of a core, 64 MiB.
+        assert_eq!(Reservation::cpu_millis(None, Some(2000)), 10);
+        assert_eq!(Reservation::memory_bytes(None, Some(4 << 30)), 64 << 20);
         // Caps smaller than the default need are the need.
-        assert_eq!(Reservation::cpu_millis(None, Some(250)), 250);
-        assert_eq!(Reservation::memory_bytes(None, Some(64 << 20)), 64 << 20);
+        assert_eq!(Reservation::cpu_millis(None, Some(5)), 5);
+        assert_eq!(Reservation::memory_bytes(None, Some(32 << 20)), 32 << 20);
         // A declared need is what is reserved.
         let declared = Reservation {
             cpus: Some(1.5),
