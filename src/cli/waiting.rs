@@ -84,7 +84,7 @@ fn amounts(r: &Resources) -> String {
 /// Cores of `millis` thousandths: `0.5`, `1.5`, `0.01` (a share as small as
 /// the default reservation still shows).
 pub(crate) fn cores(millis: u64) -> String {
-    if millis % 100 == 0 {
+    if millis.is_multiple_of(100) {
         format!("{:.1}", millis as f64 / 1000.0)
     } else {
         format!("{:.2}", millis as f64 / 1000.0)
