@@ -52,6 +52,7 @@ mod scrub;
 mod services;
 mod state_files;
 mod templates;
+mod withhold;
 mod workspace;
 
 use std::path::PathBuf;
@@ -325,7 +326,7 @@ impl Runner {
             .map_err(|kind| RunError::refused(run_id, kind))?;
         drop(parked); // releases the journal
         if let Some(identity) = identity {
-            export::withhold_leaks(&mut patch, &Scrubber::new(&identity.credentials));
+            withhold::withhold_leaks(&mut patch, &Scrubber::new(&identity.credentials));
         }
         Ok(patch)
     }
