@@ -174,13 +174,28 @@ pub fn changes_against(
     workspace: &Path,
     options: &ChangeOptions,
 ) -> Result<(Vec<Change>, std::collections::BTreeMap<String, Entry>), ChangesError> {
-    let (changes, current, uncarried) = changes_against_recording(base, workspace, options)?;
-    match uncarried.iter().find(|u| u.reason == NotInPatch::NotUtf8) {
+    let compared = changes_against_recording(base, workspace, options)?;
+    match compared
+        .uncarried
+        .iter()
+        .find(|u| u.reason == NotInPatch::NotUtf8)
+    {
         Some(found) => Err(ChangesError::NonUtf8Path {
             path: workspace.join(&found.path),
         }),
-        None => Ok((changes, current)),
+        None => Ok((compared.changes, compared.current)),
     }
+}
+
+/// What [`changes_against_recording`] found.
+#[derive(Debug)]
+pub struct Compared {
+    /// The changes a patch can name, sorted by path.
+    pub changes: Vec<Change>,
+    /// The walked workspace listing they were computed from.
+    pub current: std::collections::BTreeMap<String, Entry>,
+    /// What a patch cannot name, sorted by path.
+    pub uncarried: Vec<Uncarried>,
 }
 
 /// [`changes_against`], with what a patch cannot name recorded as [`Uncarried`]
@@ -189,14 +204,7 @@ pub fn changes_against_recording(
     base: &BaseTree,
     workspace: &Path,
     options: &ChangeOptions,
-) -> Result<
-    (
-        Vec<Change>,
-        std::collections::BTreeMap<String, Entry>,
-        Vec<Uncarried>,
-    ),
-    ChangesError,
-> {
+) -> Result<Compared, ChangesError> {
     let mut filter = PathFilter::new(&options.skip)?;
     for gitlink in &base.gitlinks {
         filter.prune(gitlink.clone());
@@ -211,5 +219,9 @@ pub fn changes_against_recording(
         uncarried = walked.uncarried.len(),
         "workspace compared with base tree"
     );
-    Ok((changes, walked.entries, walked.uncarried))
+    Ok(Compared {
+        changes,
+        current: walked.entries,
+        uncarried: walked.uncarried,
+    })
 }

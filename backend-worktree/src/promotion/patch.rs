@@ -69,8 +69,9 @@ pub(crate) fn export_patch_within(
     let _span = tracing::info_span!("export_patch", base = base_commit).entered();
     let repo = open_source(source_repo)?;
     let base = base_tree(&repo, base_commit).map_err(PromotionError::changes("read base tree"))?;
-    let (changes, _, mut uncarried) = changes_against_recording(&base, workspace, options)
+    let compared = changes_against_recording(&base, workspace, options)
         .map_err(PromotionError::changes("compute changes"))?;
+    let (changes, mut uncarried) = (compared.changes, compared.uncarried);
     let (changes, ignored) = super::ignored::split_ignored(&repo, base_commit, changes)?;
     let (changes, refused) = split_refused(changes);
     uncarried.extend(refused);
