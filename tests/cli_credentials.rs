@@ -194,7 +194,18 @@ fn forms(value: &str) -> Vec<String> {
 
 #[test]
 fn a_credential_in_a_name_or_a_link_target_never_reaches_the_bundle_or_the_summary() {
-    let fixture = CliFixture::new("credential-names");
+    names_never_show_the_credential("credential-names", &[]);
+}
+
+#[test]
+fn on_the_container_backend_a_credential_in_a_name_never_reaches_the_bundle_or_the_summary() {
+    names_never_show_the_credential("credential-names-container", &["--backend", "container"]);
+}
+
+/// Runs the name attacks through `run` (with `backend` arguments) and checks
+/// that no form of the value reaches the summary or any file of the bundle.
+fn names_never_show_the_credential(test: &str, backend: &[&str]) {
+    let fixture = CliFixture::new(test);
     let file = fixture.path().join("names.toml");
     std::fs::write(&file, RUN_CONTRACT).unwrap();
     let token = format!("tok-{}-name-s3cr3t", std::process::id());
@@ -222,6 +233,7 @@ fn a_credential_in_a_name_or_a_link_target_never_reaches_the_bundle_or_the_summa
         .args(["run", "--contract", file.to_str().unwrap(), "--repo"])
         .arg(&repo)
         .args(["--evidence", fixture.evidence().to_str().unwrap()])
+        .args(backend)
         .args(["--", "sh", "-c", script])
         .env("AW_TEST_TOKEN", &token)
         .output()

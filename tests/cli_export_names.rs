@@ -340,3 +340,47 @@ fn an_export_that_fails_says_so_in_its_summary_its_status_and_verify() {
     );
     assert_eq!(host_state(&repo), before, "the host repository changed");
 }
+
+#[test]
+fn on_the_container_backend_every_such_name_is_listed_and_the_rest_exported() {
+    let fixture = CliFixture::new("names-container");
+    let before = host_state(&fixture.repo());
+    let script = format!(
+        "{CONTROL}; mkdir .GIT; echo '[core]' > .GIT/config; \
+         echo y > \"$(printf 'bad-\\377')\"; \
+         mkdir -p sub/.git; echo '[core]' > sub/.git/config"
+    );
+    let out = fixture.run(&["--backend", "container", "--", "sh", "-c", &script]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let dir = bundle(&fixture);
+    let changes: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("changes.json")).unwrap()).unwrap();
+    let listed: Vec<(&str, &str)> = changes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| Some((c["path"].as_str()?, c["not_in_patch"]["reason"].as_str()?)))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (".GIT/config", "refused-by-git"),
+            ("bad-\\xff", "not-utf8"),
+            ("sub/.git", "nested-repository"),
+        ],
+        "{changes}"
+    );
+    for (path, _) in &listed {
+        assert!(stderr.contains(path), "{path} not in the summary: {stderr}");
+    }
+    let checked = applies(&fixture, &dir.join("diff.patch"));
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+    let verified = fixture.assert_verifies(&dir);
+    assert!(verified.contains("not in diff.patch"), "{verified}");
+    assert_eq!(
+        host_state(&fixture.repo()),
+        before,
+        "the host repository changed"
+    );
+}
