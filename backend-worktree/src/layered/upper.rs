@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, Metadata, MetadataExt};
+use cap_std::fs::{Dir, FileTypeExt, Metadata, MetadataExt};
 use workspace_core::boundary::{ChangeKind, NotInPatch};
 
 use crate::changes::Uncarried;
@@ -165,16 +165,21 @@ fn list(
         let file_type = meta.file_type();
         let named = file_type.is_dir() || file_type.is_file() || file_type.is_symlink();
         let Some(text) = name.to_str() else {
-            // The patch names paths as UTF-8 text: record it, read nothing.
-            entries.push(UpperEntry::Uncarried(Uncarried {
-                path: shown,
-                kind: if named {
-                    ChangeKind::Added
-                } else {
-                    ChangeKind::Deleted
-                },
-                reason: NotInPatch::NotUtf8,
-            }));
+            // The patch names paths as UTF-8 text: record it, read nothing. A
+            // whiteout deletes such a name of the base; a fifo, socket or device
+            // is left out, as git leaves it out.
+            let whiteout = file_type.is_char_device() && meta.rdev() == 0;
+            if named || whiteout {
+                entries.push(UpperEntry::Uncarried(Uncarried {
+                    path: shown,
+                    kind: if named {
+                        ChangeKind::Added
+                    } else {
+                        ChangeKind::Deleted
+                    },
+                    reason: NotInPatch::NotUtf8,
+                }));
+            }
             continue;
         };
         if text == ".git" {
