@@ -162,3 +162,149 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+/// A run with the `TOKEN` credential whose command is `script`, through `run`.
+const RUN_CONTRACT: &str = r#"
+objective = "a credential in names"
+shape = "narrow-fix"
+[source]
+repo = "."
+revision = "HEAD"
+[filesystem]
+writable = ["."]
+[[identity.credentials]]
+name = "TOKEN"
+source = "env:AW_TEST_TOKEN"
+ttl = "10m"
+scope = ["test"]
+"#;
+
+/// The forms of `value` a bundle must hold in no file: as it is, base64 (the
+/// characters only the value decides), hex.
+fn forms(value: &str) -> Vec<String> {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "printf %s \"$V\" | base64 -w0"])
+        .env("V", value)
+        .output()
+        .unwrap();
+    let base64 = text(&out.stdout);
+    let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+    vec![value.to_owned(), base64[..base64.len() - 4].to_owned(), hex]
+}
+
+#[test]
+fn a_credential_in_a_name_or_a_link_target_never_reaches_the_bundle_or_the_summary() {
+    names_never_show_the_credential("credential-names", &[]);
+}
+
+#[test]
+fn on_the_container_backend_a_credential_in_a_name_never_reaches_the_bundle_or_the_summary() {
+    names_never_show_the_credential("credential-names-container", &["--backend", "container"]);
+}
+
+/// Runs the name attacks through `run` (with `backend` arguments) and checks
+/// that no form of the value reaches the summary or any file of the bundle.
+fn names_never_show_the_credential(test: &str, backend: &[&str]) {
+    let fixture = CliFixture::new(test);
+    let file = fixture.path().join("names.toml");
+    std::fs::write(&file, RUN_CONTRACT).unwrap();
+    let token = format!("tok-{}-name-s3cr3t", std::process::id());
+    let repo = fixture.repo();
+    let head = |repo: &std::path::Path| {
+        let out = std::process::Command::new("git")
+            .args(["for-each-ref", "--format=%(refname) %(objectname)"])
+            .current_dir(repo)
+            .output()
+            .unwrap();
+        (text(&out.stdout), std::fs::read_dir(repo).unwrap().count())
+    };
+    let before = head(&repo);
+    // The positive control (fine.txt) beside a file, a directory, a link
+    // target, a rename and an encoded name that each carry the value.
+    let script = "echo fine > fine.txt; \
+        touch \"f-$TOKEN\"; \
+        mkdir \"d-$TOKEN\"; echo in > \"d-$TOKEN/in.txt\"; \
+        ln -s \"x-$TOKEN\" lnk; \
+        mv src/lib.txt \"src/lib-$TOKEN.txt\"; \
+        echo b64 > \"$(printf %s \"$TOKEN\" | base64 -w0)\"; \
+        echo hex > \"h-$(printf %s \"$TOKEN\" | od -An -tx1 | tr -d ' \\n')\"";
+    let out = fixture
+        .command()
+        .args(["run", "--contract", file.to_str().unwrap(), "--repo"])
+        .arg(&repo)
+        .args(["--evidence", fixture.evidence().to_str().unwrap()])
+        .args(backend)
+        .args(["--", "sh", "-c", script])
+        .env("AW_TEST_TOKEN", &token)
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for form in forms(&token) {
+        assert!(
+            !stderr.contains(&form) && !text(&out.stdout).contains(&form),
+            "the summary shows the credential ({form}): {stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("a credential's value is in ") && stderr.contains("f-[redacted:TOKEN]"),
+        "{stderr}"
+    );
+
+    let runs: Vec<_> = std::fs::read_dir(fixture.evidence()).unwrap().collect();
+    assert_eq!(runs.len(), 1);
+    let evidence = runs.into_iter().next().unwrap().unwrap().path();
+    fixture.assert_verifies(&evidence);
+    for entry in walk(&evidence) {
+        let bytes = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
+        for form in forms(&token) {
+            assert!(
+                !bytes.contains(&form),
+                "{} holds the credential ({form})",
+                entry.display()
+            );
+        }
+    }
+    let changes: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(evidence.join("changes.json")).unwrap()).unwrap();
+    let withheld: Vec<&str> = changes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["not_in_patch"]["reason"] == "credential-in-name")
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    for expected in [
+        "f-[redacted:TOKEN]",
+        "d-[redacted:TOKEN]/in.txt",
+        "src/lib-[redacted:TOKEN].txt",
+    ] {
+        assert!(withheld.contains(&expected), "{expected}: {changes}");
+    }
+    // Both encoded names are listed, redacted, as not in the patch.
+    assert_eq!(withheld.len(), 5, "{changes}");
+    // The link's target is its content: withheld as content is.
+    let patch = text(&std::fs::read(evidence.join("diff.patch")).unwrap());
+    assert!(patch.contains("+fine"), "{patch}");
+    assert!(
+        patch.contains("diff --git a/lnk b/lnk\n# withheld: "),
+        "{patch}"
+    );
+    let clone = fixture.path().join("clone");
+    let cloned = std::process::Command::new("git")
+        .args(["clone", "-q"])
+        .arg(&repo)
+        .arg(&clone)
+        .status()
+        .unwrap();
+    assert!(cloned.success());
+    // What is carried applies (a withheld section is a header git passes over).
+    let check = std::process::Command::new("git")
+        .args(["apply", "--check"])
+        .arg(evidence.join("diff.patch"))
+        .current_dir(&clone)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}\n{patch}", text(&check.stderr));
+    assert_eq!(head(&repo), before, "the host repository changed");
+}

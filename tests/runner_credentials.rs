@@ -240,3 +240,51 @@ async fn a_credential_written_into_the_workspace_in_any_encoding_is_withheld_and
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_credential_in_a_name_is_withheld_whole_and_never_promoted() {
+    let f = Fixture::new("credential-name");
+    let token = format!("tok-{}-s3cr3t-name", std::process::id());
+    let (runner, contract) = runner_with_token(&f, &token);
+    let mut ws = runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap();
+    let script = "echo fine > fine.txt; echo x > \"f-$REVIEW_TOKEN\"";
+    let outcome = ws
+        .exec(&shell(script, "credential-name"), CommandIo::captured())
+        .await
+        .unwrap();
+    assert_eq!(outcome.exit.status, ExitStatusRecord::Code(0));
+    let report = ws
+        .finish_with(FinishOptions {
+            promote: Some(Vec::new()),
+        })
+        .await
+        .unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    assert_intact(&report.evidence);
+    match &report.promotion {
+        Some(PromotionOutcome::CredentialInPatch { leaks }) => {
+            assert_eq!(leaks.len(), 1, "{leaks:?}");
+            assert_eq!(leaks[0].path, "f-[redacted:REVIEW_TOKEN]");
+        }
+        other => panic!("promoted or refused for another reason: {other:?}"),
+    }
+    let withheld: Vec<&str> = report
+        .outcome
+        .not_in_patch
+        .iter()
+        .map(|c| c.path.as_str())
+        .collect();
+    assert_eq!(withheld, ["f-[redacted:REVIEW_TOKEN]"]);
+    let patch = std::fs::read_to_string(report.evidence.join("diff.patch")).unwrap();
+    assert!(patch.contains("+fine") && !patch.contains("f-"), "{patch}");
+    for (path, bytes) in files(&report.evidence) {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(&token),
+            "{} holds the credential's value",
+            path.display()
+        );
+    }
+}

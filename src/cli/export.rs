@@ -37,8 +37,20 @@ pub(crate) fn run(args: ExportArgs, host: &HostArgs) -> ExitCode {
             eprintln!("agent-workspace: cannot write the patch: {e}");
             return ExitCode::from(EXIT_RUNNER_FAILED);
         }
+        let not_in_patch: Vec<String> = patch
+            .changes
+            .iter()
+            .filter_map(|c| {
+                let why = c.not_in_patch.as_ref()?;
+                Some(format!("{} ({why})", super::text::escaped(&c.path)))
+            })
+            .collect();
+        let left_out = match not_in_patch.as_slice() {
+            [] => String::new(),
+            paths => format!("; not in the patch: {}", paths.join(", ")),
+        };
         eprintln!(
-            "agent-workspace: run {run_id}: {} changed path(s), sha256 {}",
+            "agent-workspace: run {run_id}: {} changed path(s), sha256 {}{left_out}",
             patch.changes.iter().filter(|c| !c.ignored).count(),
             patch.patch_sha256
         );

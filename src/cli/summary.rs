@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use std::process::ExitCode;
-use workspace_core::boundary::KillCause;
+use workspace_core::boundary::{ChangedPath, KillCause, NotInPatch};
+use workspace_core::step::StepFailure;
 
 use workspace_core::journal::JournalError;
 use workspace_core::lifecycle::{FailureCause, LifecycleError, StateName};
@@ -35,6 +36,12 @@ pub(crate) struct Summary {
     /// Paths changed after the required checks' patch was taken (not in it).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changed_after_checks: Vec<String>,
+    /// Changes `diff.patch` does not carry, with why (`changes.json`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_in_patch: Vec<ChangedPath>,
+    /// Why the run's changes could not be exported, when they could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export_failed: Option<StepFailure>,
     /// Credential values found in the patch (those files withheld).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub credential_leaks: Vec<CredentialLeak>,
@@ -74,6 +81,8 @@ impl Summary {
             evidence_sealed: report.evidence_sealed,
             changed_paths: report.outcome.changed_paths,
             changed_after_checks: report.outcome.changed_after_checks.clone(),
+            not_in_patch: report.outcome.not_in_patch.clone(),
+            export_failed: report.outcome.export_failed.clone(),
             credential_leaks: report.outcome.credential_leaks.clone(),
             patch_sha256: report.outcome.patch_sha256.clone(),
             network: report.outcome.network,
@@ -98,6 +107,8 @@ impl Summary {
             None => "no command ran".to_owned(),
         };
         let files = match self.changed_paths {
+            // Nothing was counted: zero would claim the run changed nothing.
+            _ if self.export_failed.is_some() => "changes not exported".to_owned(),
             1 => "1 changed file".to_owned(),
             n => format!("{n} changed files"),
         };
@@ -145,6 +156,31 @@ impl Summary {
         {
             // A service's failure quotes its log: one line, escaped.
             line.push_str(&format!("; run failed: {}", one_line(&failure.to_string())));
+        }
+        if let Some(failed) = &self.export_failed {
+            line.push_str(&format!(
+                "; the export failed, its changes are not recorded ({}): {}",
+                failed.step,
+                escaped(&failed.cause)
+            ));
+        }
+        if !self.not_in_patch.is_empty() {
+            // A name holding a credential's value is named with the leaks below.
+            let paths: Vec<String> = self
+                .not_in_patch
+                .iter()
+                .filter_map(|c| match &c.not_in_patch {
+                    Some(NotInPatch::CredentialInName { .. }) => None,
+                    Some(why) => Some(format!("{} ({why})", escaped(&c.path))),
+                    None => Some(escaped(&c.path).into_owned()),
+                })
+                .collect();
+            if !paths.is_empty() {
+                line.push_str(&format!(
+                    "; not in the patch, and not promoted: {} (changes.json)",
+                    paths.join(", ")
+                ));
+            }
         }
         if !self.credential_leaks.is_empty() {
             let paths: Vec<_> = self
@@ -227,10 +263,13 @@ fn ended_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome
 
 /// The exit status of `run`: the command's, as a shell reports it (127 when it
 /// could not start, 124 after a timeout, 128+N after signal N); 130 when the run
-/// was cancelled (Ctrl-C); 125 when the run failed before its command.
+/// was cancelled (Ctrl-C); 125 when the run failed before its command, or when
+/// its changes could not be exported (the evidence does not record them, so
+/// the command's own status would call the run done).
 pub(crate) fn exit_code(report: &RunReport) -> u8 {
     match report.last_command() {
         Some(command) if command.exit.killed == Some(KillCause::Cancelled) => interrupted_status(),
+        Some(_) if report.outcome.export_failed.is_some() => EXIT_RUNNER_FAILED,
         Some(command) => {
             u8::try_from(command.shell_status().clamp(0, 255)).unwrap_or(EXIT_RUNNER_FAILED)
         }

@@ -7,7 +7,7 @@ use clap::Args;
 use workspace_core::evidence;
 
 use super::EXIT_BAD_INPUT;
-use super::text::one_line;
+use super::text::{self, one_line};
 
 #[derive(Debug, Args)]
 pub(crate) struct VerifyArgs {
@@ -22,10 +22,13 @@ pub(crate) struct VerifyArgs {
 
 /// Re-hashes every file of the bundle and compares it with `manifest.json`.
 ///
-/// Exit 0 and `DIR: intact (N files)` when everything matches; exit 1 with one
+/// Exit 0 and `DIR: intact (N files)` when everything matches (after a line
+/// naming the changes `diff.patch` does not carry, if any); exit 1 with one
 /// line per problem (changed, missing, extra or irregular files) when anything
-/// does not, or when the bundle cannot be checked at all (no manifest, an
-/// unreadable file); exit 2 when `DIR` is not a directory.
+/// does not, when the bundle's outcome says the run's export failed (the
+/// bundle then does not record the run's changes), or when the bundle cannot
+/// be checked at all (no manifest, an unreadable file); exit 2 when `DIR` is
+/// not a directory.
 pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
     let dir = &args.dir;
     let shown = dir.display();
@@ -50,8 +53,11 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
             Ok(report) => serde_json::json!({
                 "dir": dir,
                 "intact": report.is_intact(),
+                "complete": report.is_complete(),
                 "files_checked": report.files_checked,
                 "problems": report.problems,
+                "export_failed": report.completeness.export_failed,
+                "not_in_patch": report.completeness.not_in_patch,
             }),
             Err(err) => serde_json::json!({
                 "dir": dir,
@@ -61,7 +67,7 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
         };
         println!("{value}");
         return match verified {
-            Ok(report) if report.is_intact() => ExitCode::SUCCESS,
+            Ok(report) if report.is_complete() => ExitCode::SUCCESS,
             _ => ExitCode::FAILURE,
         };
     }
@@ -71,8 +77,35 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
                 1 => "1 file".to_owned(),
                 n => format!("{n} files"),
             };
-            println!("{shown}: intact ({files})");
-            ExitCode::SUCCESS
+            let not_in_patch = &report.completeness.not_in_patch;
+            if !not_in_patch.is_empty() {
+                let paths: Vec<String> = not_in_patch
+                    .iter()
+                    .map(|p| text::escaped(p).into_owned())
+                    .collect();
+                println!(
+                    "{shown}: not in diff.patch (changes.json says why): {}",
+                    paths.join(", ")
+                );
+            }
+            match &report.completeness.export_failed {
+                None => {
+                    println!("{shown}: intact ({files})");
+                    ExitCode::SUCCESS
+                }
+                Some(failed) => {
+                    println!(
+                        "{shown}: intact ({files}), but the run's export failed ({}): {}",
+                        failed.step,
+                        text::escaped(&failed.cause)
+                    );
+                    eprintln!(
+                        "agent-workspace: {shown}: the bundle does not record the run's changes \
+                         (no complete diff.patch and changes.json)"
+                    );
+                    ExitCode::FAILURE
+                }
+            }
         }
         Ok(report) => {
             // A problem names a file of the bundle, which a workspace may

@@ -288,6 +288,8 @@ impl ChildRun {
             patch_sha256: Some(patch.patch_sha256.clone()),
             changed_paths: patch.changes.len(),
             changed_after_checks: Vec::new(),
+            not_in_patch: Vec::new(),
+            export_failed: None,
             credential_leaks: Vec::new(),
             leases: Vec::new(),
             network: None,

@@ -56,7 +56,13 @@ impl PathFilter {
     /// already checked (what a walk that descends one level at a time needs).
     pub fn skips_entry(&self, path: &str) -> bool {
         let name = path.rsplit('/').next().unwrap_or(path);
-        name == ".git" || self.pruned.contains(path) || self.skip.is_match(path)
+        name == ".git" || self.excludes(path)
+    }
+
+    /// Whether `path` itself is left out by a `skip` glob or a pruned path (not
+    /// merely for being a `.git`), assuming its parents were already checked.
+    pub fn excludes(&self, path: &str) -> bool {
+        self.pruned.contains(path) || self.skip.is_match(path)
     }
 
     /// Whether `path` or any directory above it is left out.

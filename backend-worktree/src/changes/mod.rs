@@ -14,8 +14,10 @@
 //! without touching the comparison.
 //!
 //! # Limitations
-//! * Paths must be UTF-8 ([`ChangesError::NonUtf8Path`]); spaces and any non-ASCII
-//!   UTF-8 are fine.
+//! * Paths must be UTF-8; spaces and any non-ASCII UTF-8 are fine. A workspace
+//!   name that is not UTF-8 is recorded as an [`Uncarried`] change by the
+//!   recording functions ([`changes_against_recording`]) and is
+//!   [`ChangesError::NonUtf8Path`] for the others; so is one in the base tree.
 //! * Fifos, sockets and devices cannot be recorded by git: like git, the walk leaves
 //!   them out (a socket a test database left in the workspace does not stop an
 //!   export), so one standing where a tracked file was reads as its deletion.
@@ -27,13 +29,17 @@
 //!   1 GiB for one export or promotion.
 //! * A path git would refuse to write ([`check_path`]: `.git` in any spelling, a
 //!   symlinked `.gitmodules`, ...) is refused when it would enter a patch or a
-//!   review tree ([`ChangesError::RefusedPath`]); computing changes reports it.
+//!   review tree ([`ChangesError::RefusedPath`]); an export sets such changes
+//!   aside as [`Uncarried`] first ([`split_refused`]), so it still lists them.
+//! * A `.git` below the root (a nested repository) is recorded as [`Uncarried`],
+//!   never walked into.
 
 pub(crate) mod base;
 mod diff;
 mod error;
 mod filter;
 mod limits;
+pub(crate) mod uncarried;
 mod validate;
 mod walk;
 
@@ -43,16 +49,18 @@ pub(crate) mod tests;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use workspace_core::boundary::ChangeKind;
+use workspace_core::boundary::{ChangeKind, NotInPatch};
 
 pub use base::{BaseTree, base_tree, parse_commit_id};
 pub use diff::compare;
 pub use error::ChangesError;
 pub use filter::PathFilter;
 pub use limits::{ContentBudget, ContentLimits, MAX_CONTENT_BYTES, MAX_TOTAL_CONTENT_BYTES};
-pub use validate::{PathRefusal, check_change, check_changes, check_path};
+pub use uncarried::{Uncarried, shown_name};
+pub use validate::{PathRefusal, check_change, check_changes, check_path, split_refused};
 pub use walk::{
-    current_entry, read_current, read_current_within, read_entry, read_entry_within, walk_workspace,
+    Walked, current_entry, read_current, read_current_within, read_entry, read_entry_within,
+    walk_workspace, walk_workspace_recording,
 };
 
 /// Git mode of a regular file.
@@ -158,21 +166,62 @@ pub fn workspace_changes(
 
 /// The changes of `workspace` against an already-read base tree, and the walked
 /// workspace listing they were computed from (to read contents back with
-/// [`read_entry`]).
+/// [`read_entry`]). A workspace name that is not UTF-8 is
+/// [`ChangesError::NonUtf8Path`], and a nested repository is left out; see
+/// [`changes_against_recording`] for an export, which must record both.
 pub fn changes_against(
     base: &BaseTree,
     workspace: &Path,
     options: &ChangeOptions,
 ) -> Result<(Vec<Change>, std::collections::BTreeMap<String, Entry>), ChangesError> {
+    let compared = changes_against_recording(base, workspace, options)?;
+    match compared
+        .uncarried
+        .iter()
+        .find(|u| u.reason == NotInPatch::NotUtf8)
+    {
+        Some(found) => Err(ChangesError::NonUtf8Path {
+            path: workspace.join(&found.path),
+        }),
+        None => Ok((compared.changes, compared.current)),
+    }
+}
+
+/// What [`changes_against_recording`] found.
+#[derive(Debug)]
+pub struct Compared {
+    /// The changes a patch can name, sorted by path.
+    pub changes: Vec<Change>,
+    /// The walked workspace listing they were computed from.
+    pub current: std::collections::BTreeMap<String, Entry>,
+    /// What a patch cannot name, sorted by path.
+    pub uncarried: Vec<Uncarried>,
+}
+
+/// [`changes_against`], with what a patch cannot name recorded as [`Uncarried`]
+/// changes (sorted by path) instead of refused or left out.
+pub fn changes_against_recording(
+    base: &BaseTree,
+    workspace: &Path,
+    options: &ChangeOptions,
+) -> Result<Compared, ChangesError> {
     let mut filter = PathFilter::new(&options.skip)?;
     for gitlink in &base.gitlinks {
         filter.prune(gitlink.clone());
     }
     let mut base_entries = base.entries.clone();
     base_entries.retain(|path, _| !filter.skips(path));
-    let current = walk_workspace(workspace, &filter)?;
+    let walked = walk_workspace_recording(workspace, &filter)?;
     let _span = tracing::debug_span!("compare", workspace = %workspace.display()).entered();
-    let changes = compare(&base_entries, &current);
-    tracing::debug!(changed = changes.len(), "workspace compared with base tree");
-    Ok((changes, current))
+    let changes = compare(&base_entries, &walked.entries);
+    tracing::debug!(
+        changed = changes.len(),
+        uncarried = walked.uncarried.len(),
+        "workspace compared with base tree"
+    );
+    Ok(Compared {
+        changes,
+        current: walked.entries,
+        uncarried: walked.uncarried,
+    })
 }

@@ -15,8 +15,9 @@
 
 use gix::bstr::BStr;
 use gix::validate::path::component;
+use workspace_core::boundary::{ChangeKind, NotInPatch};
 
-use super::{Change, ChangesError, MODE_SYMLINK};
+use super::{Change, ChangesError, MODE_SYMLINK, Uncarried};
 
 /// Why a path cannot be part of a patch or a review tree.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +91,60 @@ pub fn check_change(change: &Change) -> Result<(), ChangesError> {
 /// Checks every change (see [`check_change`]); the first refused path is the error.
 pub fn check_changes(changes: &[Change]) -> Result<(), ChangesError> {
     changes.iter().try_for_each(check_change)
+}
+
+/// Sets aside the changes a patch must not carry because git would refuse a path
+/// of theirs ([`check_change`]): the others, and those as [`Uncarried`] with the
+/// rule broken. A rename with one refused side is split into the deletion of its
+/// old path and the addition of its new one, each judged on its own, so the side
+/// git accepts is still carried.
+pub fn split_refused(changes: Vec<Change>) -> (Vec<Change>, Vec<Uncarried>) {
+    let mut carried = Vec::with_capacity(changes.len());
+    let mut refused = Vec::new();
+    let mut judge = |change: Change| match check_change(&change) {
+        Ok(()) => carried.push(change),
+        Err(err) => refused.push(Uncarried {
+            path: change.path,
+            kind: change.kind,
+            reason: NotInPatch::RefusedByGit {
+                rule: refusal_words(&err),
+            },
+        }),
+    };
+    for change in changes {
+        match &change.kind {
+            ChangeKind::Renamed { from } if check_change(&change).is_err() => {
+                judge(Change {
+                    path: from.clone(),
+                    kind: ChangeKind::Deleted,
+                    old: change.old,
+                    new: None,
+                });
+                judge(Change {
+                    path: change.path,
+                    kind: ChangeKind::Added,
+                    old: None,
+                    new: change.new,
+                });
+            }
+            _ => judge(change),
+        }
+    }
+    carried.sort_by(|a, b| a.path.cmp(&b.path));
+    refused.sort_by(|a, b| a.path.cmp(&b.path));
+    (carried, refused)
+}
+
+/// The rule a refused path breaks, in words: the refusal and its causes, without
+/// the path (the record names it).
+fn refusal_words(err: &ChangesError) -> String {
+    let mut words = Vec::new();
+    let mut cause = std::error::Error::source(err);
+    while let Some(next) = cause {
+        words.push(next.to_string());
+        cause = next.source();
+    }
+    words.join(": ")
 }
 
 /// Whether `name` is, on HFS+ or NTFS, one of the files git reads rules from.

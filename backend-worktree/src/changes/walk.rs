@@ -18,14 +18,18 @@ use std::sync::atomic::AtomicBool;
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, Metadata, MetadataExt, PermissionsExt};
 
+use workspace_core::boundary::{ChangeKind, NotInPatch};
+
 use super::filter::PathFilter;
 use super::limits::ContentBudget;
+use super::uncarried::{Uncarried, shown_path};
 use super::{ChangesError, Entry, MODE_EXECUTABLE, MODE_FILE, MODE_SYMLINK};
 
 /// Walks `workspace` and returns every regular file and symlink not left out by
 /// `filter`, keyed by its `/`-separated path relative to the root, with its git mode
 /// and blob id. `.git` directories are never entered; empty directories yield
-/// nothing.
+/// nothing. A name that is not UTF-8 is [`ChangesError::NonUtf8Path`]; use
+/// [`walk_workspace_recording`] to have it (and nested repositories) recorded.
 ///
 /// # Ambient authority
 /// `workspace` is a host path, opened as given; nothing outside it is reached.
@@ -33,12 +37,75 @@ pub fn walk_workspace(
     workspace: &Path,
     filter: &PathFilter,
 ) -> Result<BTreeMap<String, Entry>, ChangesError> {
+    let walked = walk_workspace_recording(workspace, filter)?;
+    match walked
+        .uncarried
+        .iter()
+        .find(|u| u.reason == NotInPatch::NotUtf8)
+    {
+        Some(found) => Err(ChangesError::NonUtf8Path {
+            path: workspace.join(&found.path),
+        }),
+        None => Ok(walked.entries),
+    }
+}
+
+/// What [`walk_workspace_recording`] found.
+#[derive(Debug, Default)]
+pub struct Walked {
+    /// Every regular file and symlink a patch can name, by path.
+    pub entries: BTreeMap<String, Entry>,
+    /// What is there but cannot be named in a patch: an entry whose name is not
+    /// UTF-8 (a directory is one entry: nothing below it is read), and a `.git`
+    /// below the root (a nested repository), each an addition.
+    pub uncarried: Vec<Uncarried>,
+}
+
+/// [`walk_workspace`], recording instead of refusing what a patch cannot name
+/// ([`Walked::uncarried`]). The root's own `.git` is left out without a record
+/// (it is the checkout's repository), and so is anything `filter` leaves out.
+///
+/// # Ambient authority
+/// `workspace` is a host path, opened as given; nothing outside it is reached.
+pub fn walk_workspace_recording(
+    workspace: &Path,
+    filter: &PathFilter,
+) -> Result<Walked, ChangesError> {
     let root = open_root(workspace)?;
-    let mut out = BTreeMap::new();
+    let mut out = Walked::default();
     let mut stack = vec![(root, String::new())];
     while let Some((dir, prefix)) = stack.pop() {
         for name in sorted_names(&dir, workspace, &prefix)? {
-            let rel = join(&prefix, &name, workspace)?;
+            let Some(text) = name.to_str() else {
+                // The patch names paths as UTF-8 text: record it, read nothing.
+                let meta = dir
+                    .symlink_metadata(&name)
+                    .map_err(|source| io("inspect", workspace, &prefix, source))?;
+                let kind = meta.file_type();
+                if kind.is_dir() || kind.is_file() || kind.is_symlink() {
+                    out.uncarried.push(Uncarried {
+                        path: shown_path(&prefix, &name),
+                        kind: ChangeKind::Added,
+                        reason: NotInPatch::NotUtf8,
+                    });
+                }
+                continue;
+            };
+            let rel = if prefix.is_empty() {
+                text.to_owned()
+            } else {
+                format!("{prefix}/{text}")
+            };
+            if text == ".git" && !prefix.is_empty() && !filter.excludes(&rel) {
+                // git leaves a nested repository's files out of the parent's
+                // tree; the change is still recorded.
+                out.uncarried.push(Uncarried {
+                    path: rel,
+                    kind: ChangeKind::Added,
+                    reason: NotInPatch::NestedRepository,
+                });
+                continue;
+            }
             if filter.skips_entry(&rel) {
                 continue;
             }
@@ -58,11 +125,11 @@ pub fn walk_workspace(
             } else if kind.is_symlink() {
                 let target = read_link(&dir, &name, workspace, &rel)?;
                 let id = blob_id(&mut target.as_slice(), target.len() as u64, &rel)?;
-                out.insert(rel, Entry::new(MODE_SYMLINK, id));
+                out.entries.insert(rel, Entry::new(MODE_SYMLINK, id));
             } else if kind.is_file() {
                 let mut file = open_file(&dir, &name, &meta, workspace, &rel)?;
                 let id = blob_id(&mut file, meta.len(), &rel)?;
-                out.insert(rel, Entry::new(file_mode(&meta), id));
+                out.entries.insert(rel, Entry::new(file_mode(&meta), id));
             } else {
                 // A fifo, socket or device cannot be recorded by git (a test
                 // database's unix socket, say): like git, leave it out.
@@ -70,6 +137,7 @@ pub fn walk_workspace(
             }
         }
     }
+    out.uncarried.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
@@ -272,19 +340,6 @@ fn sorted_names(dir: &Dir, workspace: &Path, prefix: &str) -> Result<Vec<OsStrin
     }
     names.sort();
     Ok(names)
-}
-
-fn join(prefix: &str, name: &OsString, workspace: &Path) -> Result<String, ChangesError> {
-    let Some(name) = name.to_str() else {
-        return Err(ChangesError::NonUtf8Path {
-            path: workspace.join(prefix).join(name),
-        });
-    };
-    Ok(if prefix.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{prefix}/{name}")
-    })
 }
 
 fn read_link(

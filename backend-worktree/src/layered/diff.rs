@@ -13,13 +13,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use workspace_core::boundary::PatchExport;
+use workspace_core::boundary::{NotInPatch, PatchExport};
 use workspace_core::digest::sha256_hex;
 
 use super::upper::{UpperEntry, UpperError, walk_upper};
 use crate::changes::{
     Change, ChangeOptions, ChangesError, ContentBudget, ContentLimits, Entry, MODE_GITLINK,
-    PathFilter, compare, current_entry, parse_commit_id, read_entry_within,
+    PathFilter, Uncarried, compare, current_entry, parse_commit_id, read_entry_within,
+    split_refused,
 };
 use crate::promotion::PromotionError;
 
@@ -94,6 +95,25 @@ pub fn layered_changes(
     upper: &Path,
     options: &ChangeOptions,
 ) -> Result<Vec<Change>, LayeredDiffError> {
+    let (changes, uncarried) = layered_changes_recording(repo, base_commit, upper, options)?;
+    match uncarried.iter().find(|u| u.reason == NotInPatch::NotUtf8) {
+        Some(found) => Err(LayeredDiffError::Upper(UpperError::NonUtf8Path {
+            path: upper.join(&found.path),
+        })),
+        None => Ok(changes),
+    }
+}
+
+/// [`layered_changes`], with what a patch cannot name (a name that is not UTF-8,
+/// a nested repository's `.git`) recorded as [`Uncarried`] changes instead of
+/// refused or left out. Like the other entries, one inside a submodule or left
+/// out by `options.skip` is not recorded.
+pub fn layered_changes_recording(
+    repo: &gix::Repository,
+    base_commit: &str,
+    upper: &Path,
+    options: &ChangeOptions,
+) -> Result<(Vec<Change>, Vec<Uncarried>), LayeredDiffError> {
     let changes_error = |operation| move |source| LayeredDiffError::Changes { operation, source };
     let filter = PathFilter::new(&options.skip).map_err(changes_error("compile skip patterns"))?;
     let commit = parse_commit_id(base_commit).map_err(changes_error("parse the base commit"))?;
@@ -127,6 +147,7 @@ pub fn layered_changes(
     let mut cache = HashMap::new();
     let mut base = BTreeMap::new();
     let mut kept = Vec::with_capacity(entries.len());
+    let mut uncarried = Vec::new();
     'entries: for entry in &entries {
         let path = super::upper::entry_path(entry);
         // Each parent directory: a base file there was replaced by a directory; a
@@ -142,6 +163,15 @@ pub fn layered_changes(
                 }
                 BaseAt::Absent | BaseAt::Tree(_) => {}
             }
+        }
+        if let UpperEntry::Uncarried(found) = entry {
+            if filter.skips(super::upper::parent(path)) || filter.excludes(path) {
+                continue;
+            }
+            // Kept: the directories above it still hide what the base had there.
+            uncarried.push(found.clone());
+            kept.push(entry);
+            continue;
         }
         match base_at(path, &mut cache)? {
             BaseAt::Gitlink => continue,
@@ -172,6 +202,7 @@ pub fn layered_changes(
                 current.remove(path);
                 remove_below(&mut current, path);
             }
+            UpperEntry::Uncarried(_) => {}
             UpperEntry::File { .. } | UpperEntry::Symlink { .. } => {
                 remove_below(&mut current, path);
                 if filter.skips(path) {
@@ -186,15 +217,16 @@ pub fn layered_changes(
             }
         }
     }
-    Ok(compare(&base, &current))
+    Ok((compare(&base, &current), uncarried))
 }
 
 /// `diff.patch` and `changes.json` of a layered run: the same format, bytes and
 /// scope as [`crate::promotion::export_patch`] gives for a standalone checkout with
 /// the same changes.
 ///
-/// Refused, as the standalone export is, when a changed path breaks git's path
-/// rules or the changed content exceeds [`ContentLimits::default`].
+/// As the standalone export does, a change the patch cannot carry is listed with
+/// why and left out of the patch; refused when the changed content exceeds
+/// [`ContentLimits::default`].
 ///
 /// # Ambient authority
 /// `source_repo` and `upper` are host paths, used as given; nothing in `upper` is
@@ -233,8 +265,10 @@ pub(crate) fn export_layered_patch_within(
                 source,
             },
         })?;
-    let changes = layered_changes(&repo, base_commit, upper, options)?;
+    let (changes, mut uncarried) = layered_changes_recording(&repo, base_commit, upper, options)?;
     let (changes, ignored) = crate::promotion::ignored::split_ignored(&repo, base_commit, changes)?;
+    let (changes, refused) = split_refused(changes);
+    uncarried.extend(refused);
     let mut budget = ContentBudget::new(limits);
     let mut read_new = |path: &str, entry: &Entry| {
         read_entry_within(upper, path, entry, &mut budget)
@@ -243,7 +277,7 @@ pub(crate) fn export_layered_patch_within(
     let patch = crate::promotion::patch::render_patch(&repo, &changes, &mut read_new)?;
     Ok(PatchExport {
         patch_sha256: sha256_hex(&patch),
-        changes: crate::promotion::patch::changed_paths(&changes, &ignored, outputs),
+        changes: crate::promotion::patch::changed_paths(&changes, &ignored, &uncarried, outputs),
         patch,
     })
 }

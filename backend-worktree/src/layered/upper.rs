@@ -24,7 +24,11 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, Metadata, MetadataExt};
+use cap_std::fs::{Dir, FileTypeExt, Metadata, MetadataExt};
+use workspace_core::boundary::{ChangeKind, NotInPatch};
+
+use crate::changes::Uncarried;
+use crate::changes::uncarried::shown_path;
 
 /// One entry of an upper directory, by path relative to the upper directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +55,10 @@ pub enum UpperEntry {
         /// Relative path.
         path: String,
     },
+    /// What a patch cannot name: an entry whose name is not UTF-8 (a directory
+    /// is one entry, not walked into), or a `.git` below the root (a nested
+    /// repository).
+    Uncarried(Uncarried),
 }
 
 /// Why an upper directory could not be read.
@@ -82,7 +90,8 @@ pub enum UpperError {
 }
 
 /// Every changed entry under `upper`, sorted by path, skipping the top-level `.git`.
-/// Directories appear only when opaque; their contents are listed as entries.
+/// Directories appear only when opaque; their contents are listed as entries. A
+/// name that is not UTF-8 and a nested `.git` are [`UpperEntry::Uncarried`].
 ///
 /// # Ambient authority
 /// `upper` is a host path, opened as given; nothing below it is followed.
@@ -146,26 +155,46 @@ fn list(
     };
     for entry in dir.entries().map_err(io_error)? {
         let name = entry.map_err(io_error)?.file_name();
-        let Some(text) = name.to_str() else {
-            return Err(UpperError::NonUtf8Path {
-                path: upper.join(prefix).join(&name),
-            });
-        };
-        if prefix.is_empty() && text == ".git" {
-            continue;
-        }
-        let path = if prefix.is_empty() {
-            text.to_owned()
-        } else {
-            format!("{prefix}/{text}")
-        };
+        let shown = shown_path(prefix, &name);
         let meta = dir
             .symlink_metadata(&name)
             .map_err(|source| UpperError::Io {
-                path: upper.join(&path),
+                path: upper.join(prefix).join(&name),
                 source,
             })?;
         let file_type = meta.file_type();
+        let named = file_type.is_dir() || file_type.is_file() || file_type.is_symlink();
+        let Some(text) = name.to_str() else {
+            // The patch names paths as UTF-8 text: record it, read nothing. A
+            // whiteout deletes such a name of the base; a fifo, socket or device
+            // is left out, as git leaves it out.
+            let whiteout = file_type.is_char_device() && meta.rdev() == 0;
+            if named || whiteout {
+                entries.push(UpperEntry::Uncarried(Uncarried {
+                    path: shown,
+                    kind: if named {
+                        ChangeKind::Added
+                    } else {
+                        ChangeKind::Deleted
+                    },
+                    reason: NotInPatch::NotUtf8,
+                }));
+            }
+            continue;
+        };
+        if text == ".git" {
+            // The top one is the checkout's own repository; one below it is a
+            // nested repository, whose files git leaves out: recorded.
+            if !prefix.is_empty() && named {
+                entries.push(UpperEntry::Uncarried(Uncarried {
+                    path: shown,
+                    kind: ChangeKind::Added,
+                    reason: NotInPatch::NestedRepository,
+                }));
+            }
+            continue;
+        }
+        let path = shown;
         if file_type.is_dir() {
             pending.push(Pending {
                 parent: Rc::clone(dir),
@@ -191,13 +220,19 @@ fn list(
     Ok(())
 }
 
+/// The directory `path` lies in (`""` at the root).
+pub(crate) fn parent(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(parent, _)| parent)
+}
+
 /// The relative path of an entry.
 pub fn entry_path(entry: &UpperEntry) -> &str {
     match entry {
         UpperEntry::File { path, .. }
         | UpperEntry::Symlink { path }
         | UpperEntry::Whiteout { path }
-        | UpperEntry::OpaqueDir { path } => path,
+        | UpperEntry::OpaqueDir { path }
+        | UpperEntry::Uncarried(Uncarried { path, .. }) => path,
     }
 }
 

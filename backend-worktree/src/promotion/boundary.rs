@@ -10,7 +10,7 @@ use workspace_core::boundary::{
 };
 use workspace_core::contract::{Contract, PromotionTarget};
 
-use super::gate::{require_approval, require_checks, require_scope_approval};
+use super::gate::{require_approval, require_checks, require_complete, require_scope_approval};
 use super::review::{create_review_branch, mark_merge_candidate};
 use super::{PromotionError, export_patch};
 use crate::changes::ChangeOptions;
@@ -147,6 +147,7 @@ impl PromotionBoundary for WorktreePromotion {
                     // A promoted patch is what a person applies: the checks and the
                     // approval the contract asks for are both bound to its digest.
                     require_checks(promotion, &request, &export.patch_sha256)
+                        .and_then(|()| require_complete(&export))
                         .and_then(|()| {
                             require_approval(promotion, &request.approvals, &export.patch_sha256)
                         })
@@ -221,6 +222,7 @@ fn gate(
         .map(|c| c.path.clone())
         .collect();
     require_checks(promotion, request, digest)
+        .and_then(|()| require_complete(&export))
         .and_then(|()| match promotion.target {
             PromotionTarget::Patch => require_approval(promotion, &request.approvals, digest),
             PromotionTarget::DraftReview => {

@@ -106,6 +106,16 @@ pub enum PromotionError {
         #[source]
         approval: Box<PromotionError>,
     },
+    /// Changes the patch does not carry (a path git refuses, a name that is not
+    /// UTF-8, a nested repository, ...): promoting the patch would present part
+    /// of the run's changes as all of them.
+    #[error(
+        "{paths:?} changed but are not in the patch (changes.json says why); it is not promoted"
+    )]
+    NotInPatch {
+        /// Each such path, as `changes.json` lists it.
+        paths: Vec<String>,
+    },
     /// The workspace no longer holds what the export recorded at `path`.
     #[error("the workspace changed at {path} since the patch was exported")]
     ExportOutdated {

@@ -1,7 +1,7 @@
 //! The rules a promotion is judged on: required checks and approvals, both bound
 //! to the exact patch digest.
 
-use workspace_core::boundary::{ApprovalRecord, CheckResult, PromotionRequest};
+use workspace_core::boundary::{ApprovalRecord, CheckResult, PatchExport, PromotionRequest};
 use workspace_core::contract::{Approval, PromotionSection};
 
 use super::PromotionError;
@@ -119,5 +119,22 @@ fn require_recorded_approval(
         None => Err(PromotionError::ApprovalMissing {
             digest: digest.to_owned(),
         }),
+    }
+}
+
+/// Requires that the patch carries every change `export` lists (none is
+/// [`not_in_patch`](workspace_core::boundary::ChangedPath::not_in_patch)):
+/// [`PromotionError::NotInPatch`] names the others.
+pub fn require_complete(export: &PatchExport) -> Result<(), PromotionError> {
+    let paths: Vec<String> = export
+        .changes
+        .iter()
+        .filter(|c| c.not_in_patch.is_some())
+        .map(|c| c.path.clone())
+        .collect();
+    if paths.is_empty() {
+        Ok(())
+    } else {
+        Err(PromotionError::NotInPatch { paths })
     }
 }

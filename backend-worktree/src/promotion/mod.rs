@@ -38,7 +38,7 @@ use std::path::Path;
 
 pub use boundary::WorktreePromotion;
 pub use error::PromotionError;
-pub use gate::{require_approval, require_checks, require_scope_approval};
+pub use gate::{require_approval, require_checks, require_complete, require_scope_approval};
 pub use patch::export_patch;
 pub use quote::quote_path;
 pub use review::{create_review_branch, mark_merge_candidate};

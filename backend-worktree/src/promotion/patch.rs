@@ -3,17 +3,17 @@
 
 use std::path::Path;
 
-use workspace_core::boundary::{ChangedPath, PatchExport};
+use workspace_core::boundary::{ChangeKind, ChangedPath, PatchExport};
 use workspace_core::digest::sha256_hex;
 
 use super::binary::write_binary_patch;
 use super::hunks::write_hunks;
 use super::quote::quote_path;
-use super::scope::in_scope;
+use super::scope::{in_scope, is_under};
 use super::{PromotionError, open_source};
 use crate::changes::{
-    Change, ChangeOptions, ContentBudget, ContentLimits, Entry, base_tree, changes_against,
-    check_changes, read_entry_within,
+    Change, ChangeOptions, ContentBudget, ContentLimits, Entry, Uncarried, base_tree,
+    changes_against_recording, check_changes, read_entry_within, split_refused,
 };
 
 /// How many bytes git inspects for a NUL to call content binary.
@@ -30,10 +30,11 @@ const BINARY_PROBE: usize = 8000;
 /// with mode `120000`; a file replaced by a symlink (or back) is a deletion plus an
 /// addition; exact renames are `rename from`/`rename to` with `similarity index 100%`.
 ///
-/// Refused when a changed path breaks git's path rules
-/// ([`ChangesError::RefusedPath`](crate::changes::ChangesError::RefusedPath)), or
-/// when a changed file or all of them together are larger than
-/// [`ContentLimits::default`] allows.
+/// A change the patch cannot carry (a path git's rules refuse, a name that is
+/// not UTF-8, a nested repository's `.git`) is left out of the patch and listed
+/// with why ([`ChangedPath::not_in_patch`]); a rename with one such side is
+/// split, so the other side is still carried. Refused when a changed file or all
+/// of them together are larger than [`ContentLimits::default`] allows.
 ///
 /// # Ambient authority
 /// `source_repo` and `workspace` are host paths used as given. The source repository
@@ -68,9 +69,12 @@ pub(crate) fn export_patch_within(
     let _span = tracing::info_span!("export_patch", base = base_commit).entered();
     let repo = open_source(source_repo)?;
     let base = base_tree(&repo, base_commit).map_err(PromotionError::changes("read base tree"))?;
-    let (changes, _) = changes_against(&base, workspace, options)
+    let compared = changes_against_recording(&base, workspace, options)
         .map_err(PromotionError::changes("compute changes"))?;
+    let (changes, mut uncarried) = (compared.changes, compared.uncarried);
     let (changes, ignored) = super::ignored::split_ignored(&repo, base_commit, changes)?;
+    let (changes, refused) = split_refused(changes);
+    uncarried.extend(refused);
     let mut budget = ContentBudget::new(limits);
     let mut read_new = |path: &str, entry: &Entry| {
         read_entry_within(workspace, path, entry, &mut budget)
@@ -79,7 +83,7 @@ pub(crate) fn export_patch_within(
     let patch = render_patch(&repo, &changes, &mut read_new)?;
     let export = PatchExport {
         patch_sha256: sha256_hex(&patch),
-        changes: changed_paths(&changes, &ignored, outputs),
+        changes: changed_paths(&changes, &ignored, &uncarried, outputs),
         patch,
     };
     tracing::info!(
@@ -92,10 +96,12 @@ pub(crate) fn export_patch_within(
 
 /// `changes.json`: every change with whether it lies inside the declared
 /// outputs, then the added files the repository's ignore rules leave out of
-/// the patch (marked `ignored`).
+/// the patch (marked `ignored`), then the changes the patch cannot carry (with
+/// why), sorted by path.
 pub(crate) fn changed_paths(
     changes: &[Change],
     ignored: &[Change],
+    uncarried: &[Uncarried],
     outputs: &[String],
 ) -> Vec<ChangedPath> {
     let entry = |change: &Change, ignored: bool| ChangedPath {
@@ -103,11 +109,31 @@ pub(crate) fn changed_paths(
         change: change.kind.clone(),
         in_scope: in_scope(change, outputs),
         ignored,
+        not_in_patch: None,
     };
+    let mut uncarried: Vec<ChangedPath> = uncarried
+        .iter()
+        .map(|u| {
+            let covered = |path: &str| outputs.iter().any(|output| is_under(path, output));
+            let from = match &u.kind {
+                ChangeKind::Renamed { from } => from.as_str(),
+                _ => u.path.as_str(),
+            };
+            ChangedPath {
+                path: u.path.clone(),
+                change: u.kind.clone(),
+                in_scope: covered(&u.path) && covered(from),
+                ignored: false,
+                not_in_patch: Some(u.reason.clone()),
+            }
+        })
+        .collect();
+    uncarried.sort_by(|a, b| a.path.cmp(&b.path));
     changes
         .iter()
         .map(|change| entry(change, false))
         .chain(ignored.iter().map(|change| entry(change, true)))
+        .chain(uncarried)
         .collect()
 }
 

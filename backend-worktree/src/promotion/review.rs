@@ -14,7 +14,7 @@ use workspace_core::boundary::{PatchExport, PromotionRecord, PromotionRequest};
 use workspace_core::contract::PromotionSection;
 use workspace_core::digest::sha256_hex;
 
-use super::gate::{require_approval, require_checks, require_scope_approval};
+use super::gate::{require_approval, require_checks, require_complete, require_scope_approval};
 use super::patch::render_patch;
 use super::scope::out_of_scope;
 use super::tree::{rebuild_changes, write_tree};
@@ -120,6 +120,7 @@ pub(crate) fn create_review_branch_within(
     let _span = tracing::info_span!("create_review_branch", run_id = %run_id).entered();
     let digest = export.patch_sha256.as_str();
     require_checks(contract, request, digest)?;
+    require_complete(export)?;
     let repo = open_source(source_repo)?;
     let reference = review_ref(run_id);
     refuse_current_branch(&repo, &reference)?;

@@ -56,8 +56,8 @@ pub use process::{
     Suspension, TemplateLayer, TerminateReport,
 };
 pub use promotion::{
-    ApprovalRecord, ChangeKind, ChangedPath, CheckResult, PatchExport, PromotionBoundary,
-    PromotionRecord, PromotionRequest,
+    ApprovalRecord, ChangeKind, ChangedPath, CheckResult, NotInPatch, PatchExport,
+    PromotionBoundary, PromotionRecord, PromotionRequest,
 };
 pub use source::{
     InputRecord, LayersRecord, OriginRecord, PinnedAs, PinnedFile, ResolvedSource, SourceBoundary,

@@ -77,6 +77,59 @@ pub struct ChangedPath {
     /// `.gitignore` files, the source's `info/exclude`) leave out of the patch.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ignored: bool,
+    /// Why the change is not in `diff.patch`, when it is not: the patch cannot
+    /// carry it, or must not. Such a change is still listed here (an export never
+    /// drops a change without a word), and the run is not promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_in_patch: Option<NotInPatch>,
+}
+
+impl ChangedPath {
+    /// Whether `diff.patch` carries this change (it is neither ignored nor
+    /// left out for a [`NotInPatch`] reason).
+    pub fn in_patch(&self) -> bool {
+        !self.ignored && self.not_in_patch.is_none()
+    }
+}
+
+/// Why a changed path is listed in `changes.json` but not carried by
+/// `diff.patch`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum NotInPatch {
+    /// git refuses to write the path (`.git` in any spelling a case-insensitive,
+    /// NTFS or HFS+ file system resolves to `.git`, a symlinked `.gitmodules`,
+    /// ...): `git apply` would reject the whole patch.
+    RefusedByGit {
+        /// The rule the path breaks, in words.
+        rule: String,
+    },
+    /// The name is not UTF-8; the listed path shows each byte that is not as
+    /// `\xNN`.
+    NotUtf8,
+    /// A `.git` below the workspace root: a nested repository, which git does
+    /// not record as files.
+    NestedRepository,
+    /// The name (or the one it was renamed from) holds the value of a credential
+    /// the run was given; the listed path shows it redacted.
+    CredentialInName {
+        /// The credential (its environment variable).
+        credential: String,
+    },
+}
+
+impl std::fmt::Display for NotInPatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RefusedByGit { rule } => write!(f, "git refuses the path: {rule}"),
+            Self::NotUtf8 => f.write_str("its name is not UTF-8"),
+            Self::NestedRepository => f.write_str("a nested repository's .git"),
+            Self::CredentialInName { credential } => {
+                write!(f, "its name holds the value of credential {credential}")
+            }
+        }
+    }
 }
 
 /// What happened to a path.

@@ -79,6 +79,7 @@
 
 mod atomic;
 mod command;
+mod completeness;
 mod error;
 mod fingerprint;
 mod layout;
@@ -94,6 +95,7 @@ pub use command::{
     COMMAND_FILE, CommandEnd, CommandRecord, CommandRecorder, CommandStart, ExitStatusRecord,
     LATE_OUTPUT_PREFIX, OutputStream, STDERR_FILE, STDOUT_FILE, WHOLE_OUTPUT_PREFIX,
 };
+pub use completeness::Completeness;
 pub use error::EvidenceError;
 pub use fingerprint::{FINGERPRINT_KEY_FILE, FingerprintKey, FingerprintKeyError};
 pub use layout::{COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};

@@ -7,7 +7,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::EvidenceError;
-use super::layout::{self, EntryKind};
+use super::completeness::Completeness;
+use super::layout::{self, EntryKind, EvidenceFile};
 use super::manifest::{self, Manifest};
 
 /// One problem found in a sealed bundle.
@@ -99,12 +100,22 @@ pub struct VerifyReport {
     pub files_checked: usize,
     /// Every problem found, sorted by path; empty if the bundle is intact.
     pub problems: Vec<Tamper>,
+    /// What the bundle's `outcome.json` says it does not record (read only when
+    /// the manifest vouches for that file).
+    pub completeness: Completeness,
 }
 
 impl VerifyReport {
     /// Whether the bundle matches its manifest exactly.
     pub fn is_intact(&self) -> bool {
         self.problems.is_empty()
+    }
+
+    /// Whether the bundle records the run's changes: it is intact and its
+    /// export did not fail. (Changes its patch does not carry are listed, in
+    /// `changes.json`: the record is complete, the patch is not promoted.)
+    pub fn is_complete(&self) -> bool {
+        self.is_intact() && self.completeness.export_failed.is_none()
     }
 }
 
@@ -137,6 +148,8 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, EvidenceError> {
         }
     }
     let mut files_checked = 0;
+    let mut completeness = Completeness::default();
+    let outcome_file = EvidenceFile::Outcome.file_name();
     for found in layout::walk(dir)? {
         let listed = if found.utf8 {
             expected.remove(found.rel.as_str())
@@ -154,6 +167,15 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, EvidenceError> {
         let file = layout::open_checked(&found.path, &found.meta)?;
         let actual = manifest::hash_reader(file, &found.path)?;
         files_checked += 1;
+        if found.rel == outcome_file && actual == *listed {
+            // Read again, now that its digest matched (a swap in between is a
+            // bundle someone is rewriting as it is checked: not defended).
+            let bytes = std::fs::read(&found.path).map_err(|source| EvidenceError::Read {
+                path: found.path.clone(),
+                source,
+            })?;
+            completeness = super::completeness::read(&bytes).unwrap_or_default();
+        }
         if actual != *listed {
             problems.push(Tamper::Changed {
                 path: found.rel,
@@ -169,5 +191,6 @@ pub fn verify(dir: &Path) -> Result<VerifyReport, EvidenceError> {
     Ok(VerifyReport {
         files_checked,
         problems,
+        completeness,
     })
 }

@@ -222,6 +222,33 @@ impl EvidenceWriter {
         result
     }
 
+    /// Copies the host file `from` into a well-known file as
+    /// [`copy_file`](Self::copy_file) does, its bytes passed through `map` on
+    /// the way (a record redacted of credential values).
+    ///
+    /// # Ambient authority
+    /// Reads a host path chosen by the caller.
+    pub fn copy_file_mapped(
+        &self,
+        file: EvidenceFile,
+        from: &Path,
+        map: impl FnOnce(Vec<u8>) -> Vec<u8>,
+    ) -> Result<(), EvidenceError> {
+        let meta = fs::symlink_metadata(from).map_err(|source| EvidenceError::Read {
+            path: from.to_path_buf(),
+            source,
+        })?;
+        let mut source = layout::open_checked(from, &meta)?;
+        let mut bytes = Vec::new();
+        source
+            .read_to_end(&mut bytes)
+            .map_err(|source| EvidenceError::Read {
+                path: from.to_path_buf(),
+                source,
+            })?;
+        self.write_bytes(file, &map(bytes))
+    }
+
     /// Starts recording a command: creates `commands/NNNN/` (a 4-digit sequence
     /// number in start order, from `0001`), writes its `command.json` at once and
     /// opens its `stdout` and `stderr` files for streaming.

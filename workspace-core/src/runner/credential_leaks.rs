@@ -5,7 +5,9 @@
 //! The forms: the value as it is; base64 in the standard and the URL-safe
 //! alphabet, at each of the three alignments it can have inside a longer
 //! base64 text (so `base64("Authorization: Bearer " + value)` is caught too);
-//! hex in either case; percent-encoded. In a patch, each `diff --git` section
+//! hex in either case; percent-encoded; escaped as a quoted patch header or a
+//! JSON string escapes it (for a value with quotes, backslashes, controls or
+//! non-ASCII characters in a name). In a patch, each `diff --git` section
 //! is searched, and so is the content of each of its binary literals (the
 //! deflated base85 of `GIT binary patch` would hide a value otherwise).
 
@@ -33,6 +35,10 @@ pub enum CredentialForm {
     Hex,
     /// Percent-encoded.
     UrlEncoded,
+    /// Escaped as a patch header or a JSON string escapes a name (`\"`, `\\`,
+    /// octal or `\u` escapes): how a value with such characters appears in a
+    /// changed path's record.
+    Escaped,
 }
 
 impl std::fmt::Display for CredentialForm {
@@ -43,6 +49,7 @@ impl std::fmt::Display for CredentialForm {
             Self::Base64Url => "URL-safe base64",
             Self::Hex => "hex",
             Self::UrlEncoded => "percent-encoded",
+            Self::Escaped => "escaped",
         })
     }
 }
@@ -103,11 +110,51 @@ fn forms(value: &[u8]) -> Vec<(CredentialForm, Vec<u8>)> {
     let encoded =
         percent_encoding::percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string();
     forms.push((CredentialForm::UrlEncoded, encoded.into_bytes()));
+    forms.push((CredentialForm::Escaped, git_quoted(value)));
+    if let Ok(json) = serde_json::to_string(&String::from_utf8_lossy(value)) {
+        let inner = json.trim_start_matches('"').trim_end_matches('"');
+        forms.push((CredentialForm::Escaped, inner.as_bytes().to_vec()));
+    }
     forms.retain(|(_, bytes)| bytes.len() >= MIN_REDACTED_LEN);
     forms.sort();
     let mut seen = std::collections::BTreeSet::new();
     forms.retain(|(_, bytes)| seen.insert(bytes.clone()));
     forms
+}
+
+/// `value` with the escapes git puts in a quoted path (`core.quotePath`): `"`
+/// and backslash escaped, controls and every byte from 0x7f up as escapes.
+fn git_quoted(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    for &byte in value {
+        match byte {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x07 => out.extend_from_slice(b"\\a"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            0x0b => out.extend_from_slice(b"\\v"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b if !(0x20..0x7f).contains(&b) => {
+                out.extend_from_slice(format!("\\{b:03o}").as_bytes());
+            }
+            b => out.push(b),
+        }
+    }
+    out
+}
+
+/// The first credential of `credentials` whose value (in any form) is in
+/// `text`, and the form it is in.
+pub(super) fn find_in(text: &[u8], credentials: &[Tracked]) -> Option<(String, CredentialForm)> {
+    credentials.iter().find_map(|Tracked { name, forms }| {
+        forms
+            .iter()
+            .find(|(_, bytes)| contains(text, bytes))
+            .map(|(form, _)| (name.clone(), *form))
+    })
 }
 
 /// The characters of base64 that only `value`'s bytes decide when it follows
@@ -195,6 +242,24 @@ mod tests {
             [CredentialForm::UrlEncoded]
         );
         assert!(found_in(b"nothing here").is_empty());
+    }
+
+    #[test]
+    fn a_value_with_characters_a_name_escapes_is_found_escaped() {
+        let value = "s3cr\"t\\v\u{e9}lue\tx";
+        let credentials = vec![Tracked::new("TOKEN", value.as_bytes())];
+        // As a quoted patch header and as a JSON string write it.
+        let header = b"diff --git \"a/f-s3cr\\\"t\\\\v\\303\\251lue\\tx\" b/x\n";
+        assert_eq!(
+            find_in(header, &credentials),
+            Some(("TOKEN".to_owned(), CredentialForm::Escaped))
+        );
+        let json = serde_json::to_string(&format!("f-{value}")).unwrap_or_default();
+        assert_eq!(
+            find_in(json.as_bytes(), &credentials),
+            Some(("TOKEN".to_owned(), CredentialForm::Escaped))
+        );
+        assert_eq!(find_in(b"nothing", &credentials), None);
     }
 
     #[test]

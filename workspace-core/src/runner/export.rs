@@ -9,11 +9,10 @@ use crate::boundary::{
 };
 use crate::evidence::{EvidenceFile, EvidenceWriter};
 
-use super::credential_leaks::CredentialLeak;
 use super::outcome::{Outcome, PromotionOutcome};
-use super::patch_reading::{changed_between, withhold};
 use super::scrub::Scrubber;
-use crate::step::{RunnerStep, StepErrors};
+use super::withhold::{changed_between_exports, withhold_leaks};
+use crate::step::{RunnerStep, StepError, StepErrors};
 
 /// What the required checks verified.
 #[derive(Debug, Default)]
@@ -38,22 +37,6 @@ pub(super) struct ExportInputs<'a> {
     pub journal: &'a Path,
     /// The run's credentials: none of their values may leave in the patch.
     pub scrubber: &'a Scrubber,
-}
-
-/// Withholds from `patch` every file that holds a value of `scrubber`'s
-/// credentials (its digest follows); returns what was found.
-pub(super) fn withhold_leaks(patch: &mut PatchExport, scrubber: &Scrubber) -> Vec<CredentialLeak> {
-    let leaks = scrubber.leaks_in(&patch.patch);
-    if !leaks.is_empty() {
-        let paths: Vec<&str> = leaks.iter().map(|leak| leak.path.as_str()).collect();
-        patch.patch = withhold(
-            &patch.patch,
-            &paths,
-            "it holds the value of a credential the run was given",
-        );
-        patch.patch_sha256 = crate::digest::sha256_hex(&patch.patch);
-    }
-    leaks
 }
 
 /// Exports the changes (when there is a checkout), the checks, the approvals, the
@@ -89,28 +72,44 @@ pub(super) async fn export_bundle(
     };
     let mut changed_since = Vec::new();
     if let Some(source) = source {
+        // Every failure here leaves the run's changes unrecorded, in part or
+        // whole: the outcome says so on its own, not only among the errors.
+        let mut failed: Option<StepError> = None;
         match promotion.export(run, source).await {
             Ok(now) => {
                 let mut patch = match verified {
                     Some(verified) => {
-                        changed_since = changed_between(&verified.patch, &now.patch);
+                        changed_since = changed_between_exports(verified, &now);
                         verified.clone()
                     }
                     None => now,
                 };
                 // The evidence is shared with reviewers: it must not carry the
-                // values either.
+                // values either, in contents or in names.
                 outcome.credential_leaks = withhold_leaks(&mut patch, scrubber);
                 outcome.patch_sha256 = Some(patch.patch_sha256.clone());
                 outcome.changed_paths = patch.changes.iter().filter(|c| !c.ignored).count();
+                outcome.not_in_patch = patch
+                    .changes
+                    .iter()
+                    .filter(|c| c.not_in_patch.is_some())
+                    .cloned()
+                    .collect();
                 if let Err(e) = evidence.write_bytes(EvidenceFile::Diff, &patch.patch) {
-                    errors.push(writing(EvidenceFile::Diff), e);
+                    failed.get_or_insert(StepError::new(writing(EvidenceFile::Diff), e));
                 }
-                if let Err(e) = evidence.write_json(EvidenceFile::Changes, &patch.changes) {
-                    errors.push(writing(EvidenceFile::Changes), e);
+                let changes = scrubber.redact_record(&patch.changes);
+                if let Err(e) = evidence.write_json(EvidenceFile::Changes, &changes) {
+                    failed.get_or_insert(StepError::new(writing(EvidenceFile::Changes), e));
                 }
             }
-            Err(e) => errors.push(RunnerStep::ExportPatch, e),
+            Err(e) => {
+                failed = Some(StepError::new(RunnerStep::ExportPatch, e));
+            }
+        }
+        if let Some(failed) = failed {
+            outcome.export_failed = Some(failed.failure());
+            errors.0.push(failed);
         }
     }
     let drift = (!changed_since.is_empty()).then(|| {
@@ -121,6 +120,7 @@ pub(super) async fn export_bundle(
         )
     });
     outcome.changed_after_checks = changed_since;
+    let checks = &scrubber.redact_record(&checks.to_vec());
     if let Err(e) = evidence.write_json(EvidenceFile::Checks, &checks) {
         errors.push(writing(EvidenceFile::Checks), e);
     }
@@ -138,6 +138,17 @@ pub(super) async fn export_bundle(
                 leaks: outcome.credential_leaks.clone(),
             })
         }
+        (Some(_), ..) if !outcome.not_in_patch.is_empty() => Some(PromotionOutcome::Refused {
+            reason: format!(
+                "the patch does not carry every change: {} (changes.json says why)",
+                outcome
+                    .not_in_patch
+                    .iter()
+                    .map(|c| c.path.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }),
         (Some(_), ..) if drift.is_some() => {
             // Name the check that did it, when one did.
             let culprit = checks.iter().find(|c| !c.changed_paths.is_empty());
@@ -171,16 +182,24 @@ pub(super) async fn export_bundle(
             reason: "no patch was exported".into(),
         }),
     };
+    // A refusal's words may quote a path or an error naming one.
+    let promotion = promotion.map(|p| scrubber.redact_record(&p));
     if let Some(promotion) = &promotion
         && let Err(e) = evidence.write_json(EvidenceFile::Promotion, promotion)
     {
         errors.push(writing(EvidenceFile::Promotion), e);
     }
-    if let Err(e) = evidence.copy_file(EvidenceFile::Journal, journal) {
+    // The journal's failure causes may name a changed path.
+    if let Err(e) = evidence.copy_file_mapped(EvidenceFile::Journal, journal, |bytes| {
+        scrubber.redact_bytes(&bytes)
+    }) {
         errors.push(RunnerStep::CopyJournal, e);
     }
     // The outcome lists every failure so far; the last two can only be returned.
     outcome.errors.extend(errors.failures());
+    // Every field a path or an error reaches, redacted, for the bundle and for
+    // the caller (its summary) alike.
+    *outcome = scrubber.redact_record(&*outcome);
     if let Err(e) = evidence.write_json(EvidenceFile::Outcome, &*outcome) {
         errors.push(writing(EvidenceFile::Outcome), e);
     }

@@ -53,6 +53,7 @@ mod services;
 mod state_files;
 mod template_store;
 mod templates;
+mod withhold;
 mod workspace;
 
 use std::path::PathBuf;
@@ -347,7 +348,7 @@ impl Runner {
             .map_err(|kind| RunError::refused(run_id, kind))?;
         drop(parked); // releases the journal
         if let Some(identity) = identity {
-            export::withhold_leaks(&mut patch, &Scrubber::new(&identity.credentials));
+            withhold::withhold_leaks(&mut patch, &Scrubber::new(&identity.credentials));
         }
         Ok(patch)
     }

@@ -108,6 +108,16 @@ pub struct Outcome {
     /// and the run is not promoted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed_after_checks: Vec<String>,
+    /// The changes `diff.patch` does not carry, as `changes.json` lists them
+    /// (a path git refuses, a name that is not UTF-8 or holds a credential's
+    /// value, a nested repository): the run is not promoted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_in_patch: Vec<crate::boundary::ChangedPath>,
+    /// Why the run's changes could not be exported, when they could not:
+    /// `diff.patch` and `changes.json` are missing (or one of them is), so the
+    /// bundle does not record what the run changed. `verify` reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_failed: Option<StepFailure>,
     /// Credential values found in the patch (those files are withheld from
     /// `diff.patch`, and the run is not promoted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -43,6 +43,28 @@ pub(super) fn withhold(patch: &[u8], paths: &[&str], why: &str) -> Vec<u8> {
     out
 }
 
+/// `patch` without the sections whose `diff --git` line (it names both paths of
+/// the section) `drop` picks; the other sections, and any text before the first,
+/// as they were.
+pub(super) fn drop_sections(patch: &[u8], drop: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(patch.len());
+    let mut at = 0;
+    for (_, span) in spans(patch) {
+        out.extend_from_slice(&patch[at..span.start]);
+        let section = &patch[span.clone()];
+        let header_end = section
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(section.len(), |i| i + 1);
+        if !drop(&section[..header_end]) {
+            out.extend_from_slice(section);
+        }
+        at = span.end;
+    }
+    out.extend_from_slice(&patch[at..]);
+    out
+}
+
 /// Each `diff --git` section of `patch` in order: the path it names and where
 /// it lies.
 fn spans(patch: &[u8]) -> Vec<(String, std::ops::Range<usize>)> {
@@ -199,6 +221,16 @@ mod tests {
             "diff --git a/a b/a\n# withheld: it holds a credential\ndiff --git a/b b/b\n+fine\n"
         );
         assert_eq!(withhold(patch.as_bytes(), &[], "-"), patch.as_bytes());
+    }
+
+    #[test]
+    fn dropped_sections_leave_whole_and_the_others_stay_as_they_were() {
+        let patch = "diff --git a/a b/a\n+one\ndiff --git a/x-tok b/x-tok\n+two\n";
+        let out = drop_sections(patch.as_bytes(), |header| {
+            String::from_utf8_lossy(header).contains("tok")
+        });
+        assert_eq!(String::from_utf8_lossy(&out), "diff --git a/a b/a\n+one\n");
+        assert_eq!(drop_sections(patch.as_bytes(), |_| false), patch.as_bytes());
     }
 
     #[test]

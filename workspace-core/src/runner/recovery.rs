@@ -89,10 +89,28 @@ impl RecoveryHooks for StackRecovery {
             read_optional(&paths.evidence.join(EvidenceFile::Source.file_name()))?;
         // The checkout may be gone (lost during cleanup): export only what exists.
         let source = source.filter(|s| s.workspace.exists());
-        // What the run's egress proxy recorded before it was killed with the run.
+        // The credentials its processes held, kept with the run: none of their
+        // values may reach the evidence of a recovered run either.
+        let mut identity_error = None;
+        let credentials = match identity_store::load(&paths.run_dir) {
+            Ok(identity) => identity.map(|i| i.credentials).unwrap_or_default(),
+            Err(e) => {
+                // Scrubbing stays on what it can: the patch's files holding a
+                // credential are withheld by the digest check all the same.
+                let path = paths.run_dir.join(super::paths::IDENTITY_STATE_FILE);
+                identity_error = Some(StepError::new(RunnerStep::RunState { path }, e).failure());
+                Vec::new()
+            }
+        };
+        let scrubber = Scrubber::new(&credentials);
+        // What the run's egress proxy recorded before it was killed with the run
+        // (a destination's name is the run's to choose: it may spell a value).
         let attempts = paths.run_dir.join(crate::egress::ATTEMPT_LOG_FILE);
         let network = std::fs::read_to_string(&attempts).ok().map(|text| {
-            if let Err(e) = evidence.copy_file(EvidenceFile::Network, &attempts) {
+            let copied = evidence.copy_file_mapped(EvidenceFile::Network, &attempts, |bytes| {
+                scrubber.redact_bytes(&bytes)
+            });
+            if let Err(e) = copied {
                 tracing::warn!(error = %e, "exporting the network attempts of a lost run");
             }
             super::outcome::NetworkCounts::of(&text)
@@ -116,6 +134,8 @@ impl RecoveryHooks for StackRecovery {
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),
+            not_in_patch: Vec::new(),
+            export_failed: None,
             credential_leaks: Vec::new(),
             leases: Vec::new(),
             network,
@@ -124,21 +144,7 @@ impl RecoveryHooks for StackRecovery {
             recovered_from: Some(run.found_in.name()),
             errors: Vec::new(),
         };
-        // The credentials its processes held, kept with the run: none of their
-        // values may reach the evidence of a recovered run either.
-        let credentials = match identity_store::load(&paths.run_dir) {
-            Ok(identity) => identity.map(|i| i.credentials).unwrap_or_default(),
-            Err(e) => {
-                // Scrubbing stays on what it can: the patch's files holding a
-                // credential are withheld by the digest check all the same.
-                let path = paths.run_dir.join(super::paths::IDENTITY_STATE_FILE);
-                outcome
-                    .errors
-                    .push(StepError::new(RunnerStep::RunState { path }, e).failure());
-                Vec::new()
-            }
-        };
-        let scrubber = Scrubber::new(&credentials);
+        outcome.errors.extend(identity_error);
         let mut late = StepErrors::default();
         outcome.late_output = late_output::export(&paths.run_dir, &evidence, &scrubber, &mut late);
         // Its processes are reaped: nothing writes to its disk any more.

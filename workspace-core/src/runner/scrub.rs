@@ -8,7 +8,12 @@
 //! becomes `[redacted:NAME]`. The output arrives in chunks, so a value cut by a
 //! chunk boundary is held back until the next chunk decides it.
 
-use super::credential_leaks::{CredentialLeak, MIN_REDACTED_LEN, Tracked, find_leaks};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::credential_leaks::{
+    CredentialForm, CredentialLeak, MIN_REDACTED_LEN, Tracked, find_in, find_leaks,
+};
 use crate::boundary::IssuedCredential;
 
 /// Redacts the values of a run's credentials from one output stream.
@@ -61,6 +66,44 @@ impl Scrubber {
     /// Every credential value (in any of its forms) in a changed file of `patch`.
     pub(super) fn leaks_in(&self, patch: &[u8]) -> Vec<CredentialLeak> {
         find_leaks(patch, &self.credentials)
+    }
+
+    /// The first credential whose value (in any of its forms) is in `text`, and
+    /// the form: what a changed path's name is checked with.
+    pub(super) fn credential_in(&self, text: &[u8]) -> Option<(String, CredentialForm)> {
+        find_in(text, &self.credentials)
+    }
+
+    /// `record` with every value redacted from each of its strings (keys too),
+    /// whatever field they are in: what a record of the evidence (`outcome.json`,
+    /// `changes.json`, ...) holds. Redacting strings, not the serialized bytes,
+    /// keeps the record valid. A record that does not survive the round trip
+    /// through JSON is returned as it was.
+    pub fn redact_record<T: Serialize + DeserializeOwned + Clone>(&self, record: &T) -> T {
+        if self.secrets.is_empty() {
+            return record.clone();
+        }
+        let Ok(mut value) = serde_json::to_value(record) else {
+            return record.clone();
+        };
+        self.redact_value(&mut value);
+        serde_json::from_value(value).unwrap_or_else(|_| record.clone())
+    }
+
+    fn redact_value(&self, value: &mut serde_json::Value) {
+        use serde_json::Value;
+        match value {
+            Value::String(text) => *text = self.redact(text),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(fields) => {
+                let taken = std::mem::take(fields);
+                for (key, mut field) in taken {
+                    self.redact_value(&mut field);
+                    fields.insert(self.redact(&key), field);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
     }
 
     /// `text` with every value redacted, on its own (not part of a stream): what
@@ -175,6 +218,27 @@ mod tests {
         );
         // Short values would match ordinary output: left alone.
         assert_eq!(run(&mut scrubber(), &["abc"]), "abc");
+    }
+
+    #[test]
+    fn every_string_of_a_record_is_redacted_and_the_record_stays_valid() {
+        let s = scrubber();
+        let record = serde_json::json!({
+            "path": "f-tok-1234567890",
+            "nested": [{"cause": "changes: d-tok-1234567890/x is too large"}],
+            "tok-1234567890": 3,
+            "count": 2,
+        });
+        let redacted = s.redact_record(&record);
+        assert_eq!(
+            redacted,
+            serde_json::json!({
+                "path": "f-[redacted:TOKEN]",
+                "nested": [{"cause": "changes: d-[redacted:TOKEN]/x is too large"}],
+                "[redacted:TOKEN]": 3,
+                "count": 2,
+            })
+        );
     }
 
     #[test]

@@ -156,9 +156,20 @@ fn layered_and_standalone_give_the_same_patch() {
     assert!(
         paths
             .iter()
-            .all(|p| !p.starts_with("sub") && !p.contains(".git")),
+            .all(|p| !p.starts_with("sub") && (!p.contains(".git") || *p == "nested/.git")),
         "{paths:?}"
     );
+    // The nested repository is listed, not carried, and not walked into.
+    let nested = from_checkout
+        .changes
+        .iter()
+        .find(|c| c.path == "nested/.git")
+        .unwrap();
+    assert_eq!(
+        nested.not_in_patch,
+        Some(workspace_core::boundary::NotInPatch::NestedRepository)
+    );
+    assert!(!String::from_utf8_lossy(&from_checkout.patch).contains("nested/.git"));
     assert_eq!(
         String::from_utf8_lossy(&from_layers.patch),
         String::from_utf8_lossy(&from_checkout.patch)

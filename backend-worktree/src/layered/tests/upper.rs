@@ -107,3 +107,46 @@ fn an_untouched_overlay_has_no_changes() {
     );
     assert_eq!(walk_upper(&upper).unwrap(), []);
 }
+
+#[test]
+fn names_that_are_not_utf8_and_nested_repositories_are_listed_as_such() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    use workspace_core::boundary::{ChangeKind, NotInPatch};
+
+    use crate::changes::Uncarried;
+
+    let dir = TempDir::new().unwrap();
+    let [lower, upper, work, merged] = ["lower", "upper", "work", "merged"].map(|d| {
+        let path = dir.path().join(d);
+        std::fs::create_dir(&path).unwrap();
+        path
+    });
+    std::fs::write(lower.join(OsStr::from_bytes(b"old-\xfe")), "x").unwrap();
+    // A whiteout of a base name that is not UTF-8, a new file and a fifo with
+    // such names, a nested repository; the checkout's own `.git` is not listed.
+    in_overlay(
+        &lower,
+        &upper,
+        &work,
+        &merged,
+        "rm \"$(printf 'old-\\376')\"; echo x > \"$(printf 'new-\\377')\"; \
+         mkfifo \"$(printf 'pipe-\\375')\"; mkdir -p sub/.git .git; echo c > sub/.git/config",
+    );
+    let uncarried = |path: &str, kind, reason| {
+        UpperEntry::Uncarried(Uncarried {
+            path: path.into(),
+            kind,
+            reason,
+        })
+    };
+    assert_eq!(
+        walk_upper(&upper).unwrap(),
+        [
+            uncarried("new-\\xff", ChangeKind::Added, NotInPatch::NotUtf8),
+            uncarried("old-\\xfe", ChangeKind::Deleted, NotInPatch::NotUtf8),
+            uncarried("sub/.git", ChangeKind::Added, NotInPatch::NestedRepository),
+        ]
+    );
+}

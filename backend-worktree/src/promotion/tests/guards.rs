@@ -1,6 +1,7 @@
-//! What an export or a review branch refuses: paths git would refuse to write (or
-//! that would act on a reviewer's checkout), changes outside the declared outputs
-//! without an approval of the patch, and content beyond the memory caps.
+//! What an export leaves out and a review branch refuses: paths git would refuse
+//! to write (or that would act on a reviewer's checkout) are listed, never carried
+//! and never promoted; changes outside the declared outputs without an approval
+//! of the patch, and content beyond the memory caps, are refused.
 
 use std::error::Error as _;
 use std::fs;
@@ -8,7 +9,8 @@ use std::path::Path;
 
 use workspace_core::RunId;
 use workspace_core::boundary::{
-    ApprovalRecord, ChangeKind, ChangedPath, PatchExport, PromotionRecord, PromotionRequest,
+    ApprovalRecord, ChangeKind, ChangedPath, NotInPatch, PatchExport, PromotionRecord,
+    PromotionRequest,
 };
 use workspace_core::contract::Approval;
 use workspace_core::digest::sha256_hex;
@@ -46,8 +48,12 @@ impl Plant {
 
 const PLANTS: &[Plant] = &[
     Plant::File(".GIT/hooks/post-checkout"),
+    Plant::File(".GIT/config"),
+    Plant::File("x/.GiT/config"),
     Plant::File(".git /config"),
+    Plant::File(".git./config"),
     Plant::File("git~1/config"),
+    Plant::File(".g\u{200c}it/config"),
     Plant::File("sub/.Git/hooks/pre-commit"),
     Plant::Link(".gitmodules"),
     Plant::Link(".gitattributes"),
@@ -106,6 +112,7 @@ fn listing(path: &str) -> PatchExport {
             change: ChangeKind::Added,
             in_scope: true,
             ignored: false,
+            not_in_patch: None,
         }],
     }
 }
@@ -114,40 +121,79 @@ fn no_review_ref(fx: &Fixture) {
     assert_eq!(git(&fx.source, &["for-each-ref", "refs/heads/review"]), "");
 }
 
+/// The change `export` lists at `path`, which must say the patch does not carry it
+/// because git refuses it.
+fn refused_by_git<'a>(export: &'a PatchExport, path: &str) -> &'a ChangedPath {
+    let found = export
+        .changes
+        .iter()
+        .find(|c| c.path == path)
+        .unwrap_or_else(|| panic!("{path} not listed: {:?}", export.changes));
+    assert!(
+        matches!(&found.not_in_patch, Some(NotInPatch::RefusedByGit { rule }) if !rule.is_empty()),
+        "{found:?}"
+    );
+    found
+}
+
 #[test]
-fn promotion_refuses_paths_git_refuses_in_patch_layered_patch_and_review() {
+fn promotion_lists_paths_git_refuses_leaves_them_out_of_patch_and_layered_patch_and_refuses_review()
+{
     for plant in PLANTS {
         let fx = Fixture::new();
         plant.put(&fx.workspace);
-        let expected = Some(plant.path());
+        // The positive control: an ordinary change beside it is carried.
+        fx.write("src/lib.rs", b"pub fn one() -> u32 {\n    2\n}\n");
 
-        let err = export_patch(
+        let export = export_patch(
             &fx.source,
             &fx.base,
             &fx.workspace,
             &[".".into()],
             &ChangeOptions::default(),
         )
-        .unwrap_err();
-        assert_eq!(refused_path(&err), expected, "{err:?}");
-        assert!(err.source().is_some(), "{err}");
+        .unwrap();
+        refused_by_git(&export, plant.path());
+        let patch = String::from_utf8_lossy(&export.patch);
+        assert!(patch.contains("b/src/lib.rs"), "{patch}");
+        assert!(!patch.contains(plant.path()), "{patch}");
+        assert_eq!(
+            fx.apply_to_fresh_clone(&export.patch),
+            fx.workspace_tree(&[plant.path()])
+        );
 
         let upper = fx.dir.path().join("upper");
         fs::create_dir(&upper).unwrap();
         plant.put(&upper);
-        let err = export_layered_patch(
+        let layered = export_layered_patch(
             &fx.source,
             &fx.base,
             &upper,
             &[".".into()],
             &ChangeOptions::default(),
         )
-        .unwrap_err();
-        match &err {
-            LayeredDiffError::Patch(inner) => assert_eq!(refused_path(inner), expected, "{err:?}"),
-            other => panic!("{} not refused: {other:?}", plant.path()),
-        }
+        .unwrap();
+        refused_by_git(&layered, plant.path());
+        assert!(
+            layered.patch.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&layered.patch)
+        );
 
+        // The export as it is: promotion names what the patch leaves out.
+        let err = review(
+            &fx,
+            &export,
+            &[".".into()],
+            vec![],
+            ContentLimits::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, PromotionError::NotInPatch { paths } if paths == &[plant.path()]),
+            "{err:?}"
+        );
+        // An export handed in that lists the path as carried: refused all the same.
         let err = review(
             &fx,
             &listing(plant.path()),
@@ -156,9 +202,39 @@ fn promotion_refuses_paths_git_refuses_in_patch_layered_patch_and_review() {
             ContentLimits::default(),
         )
         .unwrap_err();
-        assert_eq!(refused_path(&err), expected, "{err:?}");
+        assert_eq!(refused_path(&err), Some(plant.path()), "{err:?}");
+        assert!(err.source().is_some(), "{err}");
         no_review_ref(&fx);
     }
+}
+
+#[test]
+fn promotion_splits_a_rename_onto_a_refused_path_and_carries_its_deletion() {
+    let fx = Fixture::new();
+    fx.rename("docs/old-name.md", ".GIT/old-name.md");
+    let export = export_patch(
+        &fx.source,
+        &fx.base,
+        &fx.workspace,
+        &[".".into()],
+        &ChangeOptions::default(),
+    )
+    .unwrap();
+    let refused = refused_by_git(&export, ".GIT/old-name.md");
+    assert_eq!(refused.change, ChangeKind::Added);
+    let deleted = export
+        .changes
+        .iter()
+        .find(|c| c.path == "docs/old-name.md")
+        .unwrap();
+    assert_eq!(
+        (&deleted.change, &deleted.not_in_patch),
+        (&ChangeKind::Deleted, &None)
+    );
+    assert_eq!(
+        fx.apply_to_fresh_clone(&export.patch),
+        fx.workspace_tree(&[".GIT"])
+    );
 }
 
 #[test]

@@ -6,4 +6,5 @@ mod guards;
 mod review;
 mod roundtrip;
 mod scope;
+mod uncarried;
 mod vectors;

@@ -33,6 +33,7 @@ fn promotion_generated_paths_are_not_in_the_patch() {
             change: ChangeKind::Modified,
             in_scope: true,
             ignored: false,
+            not_in_patch: None,
         }]
     );
     assert_eq!(

@@ -13,7 +13,7 @@ use crate::runner::error::RunError;
 use crate::runner::execute::{CommandIo, describe_kill, millis};
 use crate::runner::export::Verified;
 use crate::runner::outcome::CommandOutcome;
-use crate::runner::patch_reading::changed_between;
+use crate::runner::withhold::changed_between_exports;
 
 impl Workspace {
     /// Runs the contract's required checks in the sealed workspace (see the
@@ -68,7 +68,7 @@ impl Workspace {
             };
             match after {
                 Ok(after) => {
-                    let changed = changed_between(&before.patch, &after.patch);
+                    let changed = changed_between_exports(&before, &after);
                     if !changed.is_empty() {
                         result.passed = false;
                         result.failure = Some(format!(
@@ -87,7 +87,8 @@ impl Workspace {
                     ));
                 }
             }
-            checks.push(result);
+            // Its words may name a changed path, which may spell a value.
+            checks.push(self.scrubber.redact_record(&result));
         }
         Ok(Verified {
             checks,

@@ -48,7 +48,14 @@ impl Workspace {
     fn export_network(&mut self) -> Option<NetworkCounts> {
         let log = self.paths.run_dir.join(crate::egress::ATTEMPT_LOG_FILE);
         let text = std::fs::read_to_string(&log).ok()?;
-        if let Err(e) = self.evidence.copy_file(EvidenceFile::Network, &log) {
+        // A destination's name is the run's to choose: it may spell a value.
+        let scrubber = &self.scrubber;
+        if let Err(e) = self
+            .evidence
+            .copy_file_mapped(EvidenceFile::Network, &log, |bytes| {
+                scrubber.redact_bytes(&bytes)
+            })
+        {
             self.errors.push(RunnerStep::Network, e);
         }
         Some(NetworkCounts::of(&text))
@@ -135,6 +142,8 @@ impl Workspace {
             patch_sha256: None,
             changed_paths: 0,
             changed_after_checks: Vec::new(),
+            not_in_patch: Vec::new(),
+            export_failed: None,
             credential_leaks: Vec::new(),
             leases: self.leases.names.describe(),
             network,

@@ -314,6 +314,16 @@ impl Workspace {
         &mut self,
         approvals: &[crate::boundary::ApprovalRecord],
     ) -> Result<Option<String>, RunError> {
+        // A refusal's words may name a changed path, which may spell a value.
+        let refusal = self.refusal(approvals).await?;
+        Ok(refusal.map(|reason| self.scrubber.redact(&reason)))
+    }
+
+    /// [`promotion_refusal`](Self::promotion_refusal), unredacted.
+    async fn refusal(
+        &mut self,
+        approvals: &[crate::boundary::ApprovalRecord],
+    ) -> Result<Option<String>, RunError> {
         let checks = match &self.checked {
             Some(verified) => verified.checks.clone(),
             None => self.check().await?,
