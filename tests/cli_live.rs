@@ -800,3 +800,46 @@ fn late_output_written_after_the_exec_exited_survives_truncation() {
     assert!(wait_until_gone(&mark, Duration::from_secs(5)).is_empty());
     assert!(!fixture.runtime().join("runs").join(&run).exists());
 }
+
+#[test]
+fn a_rewritten_alternates_file_binds_no_host_directory_into_a_sandbox_sealed_again() {
+    let fixture = CliFixture::new("live-alternates");
+    // A host directory the run must never see (the test's own).
+    let secret = fixture.path().join("host-secret");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("key"), "the host's key\n").unwrap();
+    let run = create(&fixture);
+    // The positive control: git in the run reads the source's history.
+    let out = exec(&fixture, &run, &["git", "cat-file", "-t", "HEAD"]);
+    assert_eq!(text(&out.stdout), "commit\n", "{}", text(&out.stderr));
+    // The agent points the checkout's alternates at the host directory ...
+    let script = format!("echo '{}' > .git/objects/info/alternates", secret.display());
+    let out = exec(&fixture, &run, &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // ... and its sandbox is sealed again (its pid 1 died).
+    let record = fixture
+        .runtime()
+        .join("runs")
+        .join(&run)
+        .join("sandbox.json");
+    let sandbox: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let pid1 = sandbox["pid"].as_u64().unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid1.to_string()])
+        .status();
+    wait_until_dead(pid1, "the killed pid 1");
+    let probe = format!(
+        "cat '{0}/key' 2>/dev/null; ls '{0}' 2>/dev/null; grep -c host-secret /proc/self/mountinfo",
+        secret.display()
+    );
+    let out = exec(&fixture, &run, &["sh", "-c", &probe]);
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("the host's key"), "{stdout}");
+    assert_eq!(
+        stdout.trim(),
+        "0",
+        "the host directory was mounted: {stdout}"
+    );
+    destroy(&fixture, &run);
+}

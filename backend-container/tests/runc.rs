@@ -59,6 +59,7 @@ impl Fixture {
             inputs: Vec::new(),
             initial_diff: String::new(),
             pinned: Vec::new(),
+            objects: None,
         };
         let contract = Contract::preset(
             TaskShape::NarrowFix,

@@ -193,7 +193,9 @@ pub(crate) fn prepare(
         &[workspace],
         &run.contract.filesystem.excluded,
     )?;
-    let source_objects = workspace_core::mount_plan::source_objects(workspace);
+    // What the Source boundary recorded, never the checkout's own `alternates`
+    // (the agent may have pointed it at any host directory).
+    let source_objects = plan.source.objects.clone().filter(|dir| dir.is_dir());
     let mount_plan = MountPlan::build(&PlanInputs {
         contract: &run.contract,
         run_id: &run.run_id,

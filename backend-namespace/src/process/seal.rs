@@ -129,17 +129,13 @@ pub(crate) fn prepare(
     }
 
     let patterns = &run.contract.filesystem.excluded;
-    let (excluded, checkout) = match &plan.source.layers {
-        Some(layers) => (
-            excluded_paths_layered(&layers.lower, &layers.upper, patterns)?,
-            layers.upper.as_path(),
-        ),
-        None => (
-            excluded_paths(&[plan.source.workspace.as_path()], patterns)?,
-            plan.source.workspace.as_path(),
-        ),
+    let excluded = match &plan.source.layers {
+        Some(layers) => excluded_paths_layered(&layers.lower, &layers.upper, patterns)?,
+        None => excluded_paths(&[plan.source.workspace.as_path()], patterns)?,
     };
-    let source_objects = workspace_core::mount_plan::source_objects(checkout);
+    // What the Source boundary recorded, never the checkout's own `alternates`
+    // (the agent may have pointed it at any host directory).
+    let source_objects = plan.source.objects.clone().filter(|dir| dir.is_dir());
     let (contract, host_mounts) = resolve_host_mounts(&run.contract)?;
     let mount_plan = MountPlan::build(&PlanInputs {
         contract: &contract,

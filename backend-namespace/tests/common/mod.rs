@@ -154,6 +154,7 @@ pub fn plan_for(workspace: &Path, layers: Option<LayersRecord>) -> MountPlan {
         inputs: Vec::new(),
         initial_diff: String::new(),
         pinned: Vec::new(),
+        objects: None,
     };
     let identity = IdentityPlan {
         user: UserClass::Unprivileged,

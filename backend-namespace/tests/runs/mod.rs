@@ -80,6 +80,7 @@ pub async fn standalone_run(run_id: &str, edit: impl FnOnce(&mut Contract)) -> R
         inputs: Vec::new(),
         initial_diff: String::new(),
         pinned: Vec::new(),
+        objects: None,
     };
     let environment = NamespaceEnvironment::with_host_vars(Default::default())
         .prepare(&run)

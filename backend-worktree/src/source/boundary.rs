@@ -392,7 +392,7 @@ fn fresh(
             &section.submodules,
         )?;
         let inputs = copy_inputs(&checkout.workspace, &section.inputs)?;
-        Ok(record(
+        let mut record = record(
             section,
             &checkout,
             OriginRecord::Fresh,
@@ -400,7 +400,9 @@ fn fresh(
             submodules,
             inputs,
             String::new(),
-        ))
+        );
+        record.objects = objects_of(&source, materialization);
+        Ok(record)
     };
     finish().inspect_err(|_| {
         let cleanup = match materialization {
@@ -439,6 +441,7 @@ fn resumed(
         Vec::new(),
         String::new(),
     );
+    record.objects = objects_of(&source, materialization);
     let report = verify_checkout(&record, section.allow_rebase)?;
     record.initial_diff = name_status(&report.inherited);
     Ok(record)
@@ -483,7 +486,7 @@ fn restored(
         let origin = OriginRecord::Restored {
             snapshot_digest: report.digest.clone(),
         };
-        Ok(record(
+        let mut record = record(
             section,
             &checkout,
             origin,
@@ -491,7 +494,9 @@ fn restored(
             submodules,
             inputs,
             report.name_status.clone(),
-        ))
+        );
+        record.objects = objects_of(&source, materialization);
+        Ok(record)
     };
     finish().inspect_err(|_| {
         if let Err(cleanup) = remove_tree(dest) {
@@ -540,6 +545,23 @@ fn name_status(inherited: &super::inherited::Inherited) -> String {
     lines.into_iter().map(|l| l + "\n").collect()
 }
 
+/// The object store a copy's `alternates` name: the source repository's own
+/// (what [`super::config::write_git_files`] writes there), canonical; none for
+/// a linked checkout, whose `.git` is the repository's.
+pub(crate) fn objects_of(
+    source: &gix::Repository,
+    materialization: Materialization,
+) -> Option<PathBuf> {
+    if materialization == Materialization::Linked {
+        return None;
+    }
+    let objects = source
+        .current_dir()
+        .join(source.common_dir())
+        .join("objects");
+    std::fs::canonicalize(objects).ok()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn record(
     section: &SourceSection,
@@ -563,5 +585,6 @@ fn record(
         inputs,
         initial_diff,
         pinned: Vec::new(),
+        objects: None,
     }
 }

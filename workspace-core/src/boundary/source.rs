@@ -116,6 +116,14 @@ pub struct SourceRecord {
     /// before any command ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pinned: Vec<PinnedFile>,
+    /// The source repository's object store the checkout's git reads through
+    /// its `alternates` (the backends bind it read-only into the run, unless a
+    /// path is excluded), as the Source boundary found it: never read back
+    /// from the checkout, whose `.git` the agent may rewrite. `None` for a
+    /// linked checkout, or a record from before this was kept (the run then
+    /// gets no history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<PathBuf>,
 }
 
 impl SourceRecord {

@@ -1,9 +1,9 @@
 //! What a backend reads from the checkout before it builds the plan: the paths
-//! `filesystem.excluded` matches and the source object store its alternates
-//! name. Nothing here follows a symlink found in the workspace.
+//! `filesystem.excluded` matches. Nothing here follows a symlink found in the
+//! workspace. (The source object store it binds is the Source boundary's
+//! record, `SourceRecord::objects`, never the checkout's own `alternates`.)
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::lower_walks::{self, Kind};
@@ -186,56 +186,6 @@ fn is_whiteout(_: &std::fs::FileType, _: &Path) -> bool {
     false
 }
 
-/// The source object store named by `<checkout>/.git/objects/info/alternates`, if
-/// there is one that is an absolute path to an existing directory (not a symlink).
-///
-/// Each component under `checkout` is opened with `O_NOFOLLOW`, so a planted link
-/// (`.git`, `objects`, `info` or the file itself) makes it `None`, as do a `.git`
-/// file (a linked worktree), a missing file and a relative or dangling alternate.
-pub fn source_objects(checkout: &Path) -> Option<PathBuf> {
-    let text = read_no_follow(checkout, &[".git", "objects", "info"], "alternates")?;
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))?;
-    let path = PathBuf::from(line);
-    let accepted = path.is_absolute()
-        && std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir());
-    if !accepted {
-        tracing::warn!(alternate = %path.display(), checkout = %checkout.display(),
-            "ignoring an alternates entry that is not an absolute existing directory");
-        return None;
-    }
-    Some(path)
-}
-
-/// Reads `base/dirs.../file` opening every component without following links
-/// (cap-std: each step is looked up inside the directory opened before it).
-fn read_no_follow(base: &Path, dirs: &[&str], file: &str) -> Option<String> {
-    use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt};
-    if !std::fs::symlink_metadata(base).ok()?.is_dir() {
-        return None;
-    }
-    let mut current =
-        cap_std::fs::Dir::open_ambient_dir(base, cap_std::ambient_authority()).ok()?;
-    for dir in dirs {
-        current = current.open_dir_nofollow(dir).ok()?;
-    }
-    let mut options = cap_std::fs::OpenOptions::new();
-    options.read(true).follow(FollowSymlinks::No);
-    let mut handle = current.open_with(file, &options).ok()?;
-    if !handle.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    handle
-        .by_ref()
-        .take(64 << 10)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,29 +274,5 @@ mod tests {
         std::fs::create_dir(&lower).unwrap_or_else(|e| panic!("{e}"));
         write(&lower.join("src/.env"), "C=3");
         assert_eq!(layered(&other), vec![("src/.env".to_owned(), true)]);
-    }
-
-    #[test]
-    fn alternates_are_read_only_through_real_directories() {
-        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let objects = tmp.path().join("store");
-        std::fs::create_dir(&objects).unwrap_or_else(|e| panic!("{e}"));
-        let checkout = tmp.path().join("checkout");
-        let alternates = checkout.join(".git/objects/info/alternates");
-        write(&alternates, &format!("{}\n", objects.display()));
-        assert_eq!(source_objects(&checkout), Some(objects.clone()));
-        write(&alternates, "../relative/objects\n");
-        assert_eq!(source_objects(&checkout), None);
-
-        let linked = tmp.path().join("linked");
-        std::fs::create_dir(&linked).unwrap_or_else(|e| panic!("{e}"));
-        std::os::unix::fs::symlink(checkout.join(".git"), linked.join(".git"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        write(&alternates, &format!("{}\n", objects.display()));
-        assert_eq!(
-            source_objects(&linked),
-            None,
-            "a .git symlink is not followed"
-        );
     }
 }

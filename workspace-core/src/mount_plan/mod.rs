@@ -41,7 +41,6 @@ mod types;
 pub use build::{HostLayout, PlanInputs, SystemEntry};
 pub use checkout::{
     CheckoutError, PROTECTED_EXCLUSIONS, excluded_paths, excluded_paths_layered, exclusion_matcher,
-    source_objects,
 };
 pub use host::{
     ETC_PATHS, HostLayoutError, IMAGE_RESERVED, SYSTEM_PATHS, probe_host_layout, probe_image,

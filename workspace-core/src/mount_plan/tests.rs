@@ -27,6 +27,7 @@ fn record(layers: Option<LayersRecord>) -> SourceRecord {
         inputs: Vec::new(),
         initial_diff: String::new(),
         pinned: Vec::new(),
+        objects: None,
     }
 }
 

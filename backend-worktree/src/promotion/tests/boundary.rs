@@ -48,6 +48,7 @@ fn source_record(fx: &Fixture) -> SourceRecord {
         inputs: Vec::new(),
         initial_diff: String::new(),
         pinned: Vec::new(),
+        objects: None,
     }
 }
 

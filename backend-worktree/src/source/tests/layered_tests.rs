@@ -43,6 +43,7 @@ fn layered_record(dir: &Path) -> SourceRecord {
         inputs: Vec::new(),
         initial_diff: String::new(),
         pinned: Vec::new(),
+        objects: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn record_of(repo: &Repo, checkout: &Checkout) -> SourceRecord {
         inputs: Vec::new(),
         initial_diff: String::new(),
         pinned: Vec::new(),
+        objects: None,
     }
 }
 
