@@ -181,6 +181,7 @@ fn command() -> CommandSpec {
         timeout_ms: None,
         tty: false,
         output: None,
+        env: Default::default(),
     }
 }
 

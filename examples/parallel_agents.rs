@@ -147,6 +147,7 @@ async fn run_agent(
         timeout_ms: None,
         tty: false,
         output: None,
+        env: Default::default(),
     };
     let outcome = workspace.exec(&command, CommandIo::captured()).await?;
     if !outcome.succeeded() {

@@ -101,6 +101,7 @@ async fn quickstart() -> Result<ExitCode, BoxError> {
         timeout_ms: None, // the contract's wall-time limit applies
         tty: false,
         output: None,
+        env: Default::default(),
     };
     // The evidence always gets the output; this passes a copy to our terminal.
     let io = CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr());

@@ -116,13 +116,16 @@ impl ProcessBoundary for DangerNoIsolationProcess {
             .get(&run.run_id)
             .cloned()
             .ok_or_else(|| error("spawn", std::io::Error::other("the run is not sealed")))?;
-        let vars = self
+        let mut vars: Vec<(String, String)> = self
             .vars
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&run.run_id)
             .cloned()
             .unwrap_or_default();
+        command
+            .apply_env(&mut vars)
+            .map_err(|e| error("spawn", std::io::Error::other(e)))?;
         let (program, args) = command
             .argv
             .split_first()

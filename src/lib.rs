@@ -44,7 +44,7 @@
 //!     Arc::new(Capacity::new(Resources { cpu_millis: 8_000, memory_bytes: 16 << 30, disk_bytes: u64::MAX, slots: 8 })),
 //! );
 //! let contract = Contract::preset(TaskShape::NarrowFix, "fix the test", SourceSection::new("/src/service", "HEAD"));
-//! let command = CommandSpec { argv: vec!["cargo".into(), "test".into()], cwd: ".".into(), timeout_ms: None, tty: false, output: None };
+//! let command = CommandSpec::new(vec!["cargo".into(), "test".into()]);
 //! let report = runner.run(contract, &command, CommandIo::captured(), CreateOptions::default()).await?;
 //! println!("exit {:?}, evidence in {}", report.last_command().map(|c| c.shell_status()), report.evidence.display());
 //! # Ok(()) }

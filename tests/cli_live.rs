@@ -843,3 +843,78 @@ fn a_rewritten_alternates_file_binds_no_host_directory_into_a_sandbox_sealed_aga
     );
     destroy(&fixture, &run);
 }
+
+#[test]
+fn exec_sets_variables_and_a_directory_for_one_command_and_records_only_the_names() {
+    for backend in [&[][..], &["--backend", "container"][..]] {
+        let fixture = CliFixture::new("live-exec-env");
+        let repo = fixture.repo();
+        let mut create = vec!["create", "--repo", repo.to_str().unwrap()];
+        create.extend_from_slice(backend);
+        let out = fixture.agent_workspace(&create);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let run = text(&out.stdout).trim().to_owned();
+        let out = exec(&fixture, &run, &["mkdir", "-p", "sub/dir"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let value = "a value only this command sees";
+        let setting = format!("GREETING={value}");
+        let out = fixture.agent_workspace(&[
+            "exec",
+            &run,
+            "--env",
+            &setting,
+            "-e",
+            "HOME=/tmp/elsewhere",
+            "--workdir",
+            "sub/dir",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$GREETING\"; echo \"$HOME\"; pwd",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{backend:?}: {}",
+            text(&out.stderr)
+        );
+        let stdout = text(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines[..2],
+            [value, "/tmp/elsewhere"],
+            "{backend:?}: {stdout}"
+        );
+        assert!(lines[2].ends_with("/sub/dir"), "{backend:?}: {stdout}");
+        // The next command has neither.
+        let out = exec(&fixture, &run, &["sh", "-c", "echo \"[$GREETING]\""]);
+        assert_eq!(text(&out.stdout), "[]\n", "{backend:?}");
+        // Bad input is named, and nothing runs.
+        let out = fixture.agent_workspace(&["exec", &run, "--env", "NOVALUE", "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("NAME=VALUE"),
+            "{}",
+            text(&out.stderr)
+        );
+        let out = fixture.agent_workspace(&["exec", &run, "--workdir", "../..", "--", "true"]);
+        assert_ne!(out.status.code(), Some(0), "{backend:?}: .. was taken");
+        let evidence = destroy(&fixture, &run);
+        // The evidence names the variables, never their values.
+        let record = read_json(&evidence.join("commands/0002"), "command.json");
+        assert_eq!(
+            record["env_names"],
+            serde_json::json!(["GREETING", "HOME"]),
+            "{record}"
+        );
+        // (but for the output of the command that printed it).
+        let all = std::process::Command::new("grep")
+            .args(["-rl", value])
+            .arg(&evidence)
+            .output()
+            .unwrap();
+        let holding = text(&all.stdout);
+        let printed = evidence.join("commands/0002/stdout");
+        assert_eq!(holding.trim(), printed.to_str().unwrap(), "{backend:?}");
+    }
+}

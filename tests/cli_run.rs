@@ -1165,3 +1165,87 @@ fn an_excluded_file_leaves_no_blob_id_size_or_tree_id_in_the_workspaces_index() 
         );
     }
 }
+
+#[test]
+fn a_host_whose_subordinate_ids_hold_the_run_ids_is_refused_naming_the_range() {
+    // A host file of the test's own is bound over /etc/subuid in a private
+    // mount namespace: the host's own files are never touched.
+    let fixture = CliFixture::new("subuid-overlap");
+    let subuid = fixture.path().join("subuid");
+    std::fs::write(&subuid, "alice:100000:65536\n").unwrap();
+    let host_file = std::path::Path::new("/etc/subuid");
+    assert!(
+        host_file.exists(),
+        "this test binds over /etc/subuid, which must exist (Debian package passwd)"
+    );
+    let repo = fixture.repo();
+    let script = "mount --bind \"$AW_SUBUID\" /etc/subuid && exec \"$AW_BIN\" run --repo \"$AW_REPO\" -- true";
+    let command = fixture.command();
+    let program = command.get_program().to_owned();
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .envs(command.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env("AW_SUBUID", &subuid)
+        .env("AW_BIN", &program)
+        .env("AW_REPO", &repo)
+        .current_dir(fixture.path())
+        .output()
+        .expect("unshare (Debian package util-linux)");
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("/etc/subuid gives alice the ids 100000..165536"),
+        "{stderr}"
+    );
+    // Nothing of a run was made.
+    fixture.assert_nothing_left();
+}
+
+#[test]
+fn an_excluded_path_only_in_history_is_not_readable_through_git() {
+    let fixture = CliFixture::new("excluded-history");
+    let repo = fixture.repo();
+    std::fs::create_dir_all(repo.join("secrets")).unwrap();
+    std::fs::write(repo.join("secrets/pin"), "4711\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "a secret"]);
+    git(&repo, &["rm", "-rq", "secrets"]);
+    git(&repo, &["commit", "-qm", "the secret gone"]);
+    let contract = |excluded: &str| {
+        let path = fixture.path().join("history.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "objective = \"history\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\n\
+                 revision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\nexcluded = [{excluded}]\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let read = "git cat-file -p HEAD~1:secrets/pin";
+    // The positive control: without the exclusion the history is there.
+    let open = contract("");
+    let out = fixture.run(&["--contract", open.to_str().unwrap(), "--", "sh", "-c", read]);
+    assert_eq!(text(&out.stdout), "4711\n", "{}", text(&out.stderr));
+    // Excluded, though not in the checkout: no history at all.
+    let closed = contract("\"secrets/**\"");
+    let out = fixture.run(&[
+        "--contract",
+        closed.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        read,
+    ]);
+    assert!(!text(&out.stdout).contains("4711"), "{}", text(&out.stdout));
+    assert_ne!(out.status.code(), Some(0), "the history was read");
+}

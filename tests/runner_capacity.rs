@@ -437,6 +437,7 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
             timeout_ms: None,
             tty: false,
             output: None,
+            env: Default::default(),
         };
         tasks.push(tokio::spawn(async move {
             runner

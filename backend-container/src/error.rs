@@ -50,6 +50,31 @@ pub enum ContainerError {
         /// That directory's permission bits.
         mode: u32,
     },
+    /// The host ids containers would map to belong to a user's subordinate
+    /// range: that user could become them and reach every run's files.
+    #[error(
+        "containers map to host ids from {base}, and {claimed}: that user could take them over; take that range away or use another runtime user"
+    )]
+    HostIdsClaimed {
+        /// The first host id of the containers.
+        base: u32,
+        /// The range that holds some of them.
+        claimed: workspace_core::subordinate::ClaimedRange,
+    },
+    /// The command's working directory leaves the workspace.
+    #[error("the command's working directory")]
+    BadCwd {
+        /// The cwd.
+        #[source]
+        source: workspace_core::boundary::InvalidCwd,
+    },
+    /// A variable of the command's own cannot be given to a process.
+    #[error("the command's environment")]
+    InvalidEnv {
+        /// The variable.
+        #[source]
+        source: workspace_core::boundary::InvalidEnv,
+    },
     /// No OCI runtime was found.
     #[error("no OCI runtime: {tried} (install one, e.g. runc: Debian package runc)")]
     NoRuntime {

@@ -20,7 +20,7 @@ use oci_spec::runtime::{
 use crate::error::ContainerError;
 
 /// Refused with `EPERM` whatever their arguments.
-pub const DENIED: [&str; 42] = [
+pub const DENIED: [&str; 43] = [
     "setns",
     "io_uring_setup",
     "io_uring_enter",
@@ -63,6 +63,7 @@ pub const DENIED: [&str; 42] = [
     "fspick",
     "move_mount",
     "open_tree",
+    "mount_setattr",
 ];
 
 /// `CLONE_NEWUSER`, refused in `unshare` and `clone` flags.

@@ -35,9 +35,25 @@ pub(crate) struct ExecArgs {
     /// ends (`^D`) where yours does.
     #[arg(short = 'i', long)]
     interactive: bool,
+    /// Set a variable for this command alone, over the workspace's
+    /// (repeatable). Its name is kept in the evidence, its value is not.
+    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE", value_parser = name_value)]
+    env: Vec<(String, String)>,
+    /// Run the command in this directory, relative to the workspace root
+    /// (`..` is refused).
+    #[arg(long, short = 'w', value_name = "DIR", default_value = ".")]
+    workdir: String,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// `NAME=VALUE`, split at the first `=`.
+fn name_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?}: write it as NAME=VALUE")),
+    }
 }
 
 /// Attaches to the run's live sandbox, runs the command in it with its output
@@ -52,10 +68,11 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
     let interactive = args.interactive;
     let command = CommandSpec {
         argv: args.command,
-        cwd: ".".into(),
+        cwd: args.workdir,
         timeout_ms: args.timeout.map(|secs| secs.saturating_mul(1000)),
         tty: args.tty,
         output: None,
+        env: args.env.into_iter().collect(),
     };
     on_run(host, &args.run, |runner, run_id| async move {
         let progress = Progress::on_terminal();

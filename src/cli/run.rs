@@ -52,6 +52,7 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         timeout_ms: None, // the contract's wall time applies
         tty: args.tty,
         output: None,
+        env: Default::default(),
     };
     let (json, interactive) = (args.json, args.interactive);
     block_on(async move {

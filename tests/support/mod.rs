@@ -287,6 +287,7 @@ pub fn command(argv: &[&str], timeout_ms: Option<u64>) -> CommandSpec {
         timeout_ms,
         tty: false,
         output: None,
+        env: Default::default(),
     }
 }
 

@@ -78,6 +78,7 @@ pub mod recovery;
 mod run_id;
 pub mod runner;
 pub mod step;
+pub mod subordinate;
 
 pub use error_chain::error_chain;
 mod error_chain;

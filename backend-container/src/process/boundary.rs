@@ -204,10 +204,9 @@ impl ProcessBoundary for ContainerProcess {
             let n = live.next_command.fetch_add(1, Ordering::Relaxed);
             let name = seal::command_cgroup_name(n);
             let cgroup = live.command_cgroup(n)?;
-            let cwd = match spec.cwd.trim_matches('/') {
-                "" | "." => live.workdir.clone(),
-                rel => format!("{}/{rel}", live.workdir.trim_end_matches('/')),
-            };
+            let cwd = spec
+                .workdir_under(&live.workdir)
+                .map_err(|source| ContainerError::BadCwd { source })?;
             let files = spec
                 .output
                 .as_ref()
@@ -240,7 +239,11 @@ impl ProcessBoundary for ContainerProcess {
             // After the mkdirs above, which the lock's switch would hold up;
             // kept until the process runs.
             let ready = super::migration_lock::keep_ready();
-            let started = live.template.start(
+            // The command's own variables over the container's.
+            let mut template = live.template.clone();
+            spec.apply_env(&mut template.env)
+                .map_err(|source| ContainerError::InvalidEnv { source })?;
+            let started = template.start(
                 &runtime,
                 (&name, &cgroup.procs_file()),
                 (spec.argv.clone(), &cwd),

@@ -107,6 +107,14 @@ impl ContainerOptions {
         let host = probe_host_layout().map_err(|e| ContainerError::Lost {
             what: format!("looking at the host's base system: {e}"),
         })?;
+        if let Some(claimed) =
+            workspace_core::subordinate::claimed_ranges(DEFAULT_HOST_ID_BASE).pop()
+        {
+            return Err(ContainerError::HostIdsClaimed {
+                base: DEFAULT_HOST_ID_BASE,
+                claimed,
+            });
+        }
         Ok(Self {
             runtime,
             cgroup_parent: cgroup_parent.into(),

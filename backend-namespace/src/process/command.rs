@@ -5,9 +5,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use workspace_core::boundary::{
-    CommandOutput, CommandSpec, Execution, InputStream, OutputStream, RunContext,
-};
+use workspace_core::boundary::{CommandSpec, Execution, InputStream, OutputStream, RunContext};
 
 use super::execution::{EventCounter, NamespaceExecution, Parts};
 use super::keeper::Flush;
@@ -30,7 +28,9 @@ pub(super) async fn spawn(
         sandbox,
     } = live?;
     command.argv.first().ok_or(ProcessError::EmptyArgv)?;
-    let cwd = workdir(&spec.workdir, &command.cwd)?;
+    let cwd = command
+        .workdir_under(&spec.workdir)
+        .map_err(|e| ProcessError::BadCwd { cwd: e.cwd })?;
     let name = format!(
         "cmd-{}",
         spec.next_command
@@ -39,12 +39,13 @@ pub(super) async fn spawn(
     if command.tty && command.output.is_some() {
         return Err(ProcessError::TtyWithOutputFiles);
     }
+    // Checked before anything of the command is made.
+    command.apply_env(&mut Vec::new())?;
     let started = {
-        let (spec, name) = (Arc::clone(&spec), name.clone());
-        let (argv, tty, output) = (command.argv.clone(), command.tty, command.output.clone());
+        let (spec, name, command) = (Arc::clone(&spec), name.clone(), command.clone());
         // One trip to a blocking thread: the cgroup, the stdio and the join.
         blocking("starting the command", move || {
-            start(&spec, &cgroup, &sandbox, (&name, argv, cwd), (tty, output))
+            start(&spec, &cgroup, &sandbox, &name, cwd, &command)
         })
         .await?
     };
@@ -119,9 +120,11 @@ fn start(
     spec: &RunSpec,
     cgroup: &RunCgroup,
     sandbox: &Sandbox,
-    (name, argv, cwd): (&str, Vec<String>, String),
-    (tty, output): (bool, Option<CommandOutput>),
+    name: &str,
+    cwd: String,
+    command: &CommandSpec,
 ) -> Result<Started, ProcessError> {
+    let (argv, tty, output) = (command.argv.clone(), command.tty, command.output.clone());
     let tree = cgroup
         .create_child(name)
         .map_err(|source| ProcessError::Cgroup {
@@ -148,6 +151,7 @@ fn start(
     let program = argv.first().cloned().unwrap_or_default();
     let mut request = spec.request(argv, &tree);
     request.cwd = cwd;
+    command.apply_env(&mut request.env)?;
     let (streams, followed) = match files {
         None => {
             let pty = Pty::open(sandbox.entry_pid())?;
@@ -257,40 +261,23 @@ impl Streams {
     }
 }
 
-/// `root` joined with the workspace-relative `cwd` (`"."` is the root).
-fn workdir(root: &str, cwd: &str) -> Result<String, ProcessError> {
-    let bad = || ProcessError::BadCwd {
-        cwd: cwd.to_owned(),
-    };
-    if cwd.starts_with('/') {
-        return Err(bad());
-    }
-    let mut path = root.trim_end_matches('/').to_owned();
-    for part in cwd.split('/').filter(|p| !p.is_empty() && *p != ".") {
-        if part == ".." || part.contains('\0') {
-            return Err(bad());
-        }
-        path.push('/');
-        path.push_str(part);
-    }
-    if path.is_empty() {
-        path.push('/');
-    }
-    Ok(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn cwd_stays_under_the_root() {
-        let ok = |cwd| workdir("/workspace", cwd).unwrap_or_else(|e| panic!("{e}"));
+        let at = |cwd: &str| {
+            CommandSpec::new(vec!["true".into()])
+                .in_dir(cwd)
+                .workdir_under("/workspace")
+        };
+        let ok = |cwd| at(cwd).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ok("."), "/workspace");
         assert_eq!(ok(""), "/workspace");
         assert_eq!(ok("./src//lib/"), "/workspace/src/lib");
-        assert!(workdir("/workspace", "../etc").is_err());
-        assert!(workdir("/workspace", "a/../../b").is_err());
-        assert!(workdir("/workspace", "/etc").is_err());
+        assert!(at("../etc").is_err());
+        assert!(at("a/../../b").is_err());
+        assert!(at("/etc").is_err());
     }
 }

@@ -99,9 +99,23 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
+    /// The host ids runs would map to belong to a user's subordinate range:
+    /// that user could become them and reach every run's files.
+    #[error(
+        "runs map to host ids from {base}, and {claimed}: that user could take them over; give runs ids no user holds (a host id base beyond every range) or take that range away"
+    )]
+    HostIdsClaimed {
+        /// The first host id of the runs.
+        base: u32,
+        /// The range that holds some of them.
+        claimed: workspace_core::subordinate::ClaimedRange,
+    },
     /// The command has no program.
     #[error("argv is empty")]
     EmptyArgv,
+    /// A variable of the command's own cannot be given to a process.
+    #[error(transparent)]
+    InvalidEnv(#[from] workspace_core::boundary::InvalidEnv),
     /// Output files were asked for a command with a terminal, whose output is
     /// one stream.
     #[error("output: a command with tty = true has one output stream, not output files")]

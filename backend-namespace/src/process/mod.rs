@@ -173,9 +173,15 @@ impl ProcessOptions {
     /// # Ambient authority
     /// Looks at the host's root directory.
     pub fn probe(cgroup_parent: impl Into<String>) -> Result<Self, ProcessError> {
+        let host_ids = HostIds::for_this_process();
+        if let HostIds::Offset { base } = host_ids
+            && let Some(claimed) = workspace_core::subordinate::claimed_ranges(base).pop()
+        {
+            return Err(ProcessError::HostIdsClaimed { base, claimed });
+        }
         Ok(Self {
             cgroup_parent: cgroup_parent.into(),
-            host_ids: HostIds::for_this_process(),
+            host_ids,
             host: probe_host_layout()?,
             probe_timeout: PROBE_TIMEOUT,
             egress_proxy: None,

@@ -106,5 +106,6 @@ pub fn command(argv: &[&str], timeout_ms: Option<u64>) -> CommandSpec {
         timeout_ms,
         tty: false,
         output: None,
+        env: Default::default(),
     }
 }

@@ -51,9 +51,9 @@ pub use identity::{
 };
 pub use output_keeper::{KeptFiles, KeptOutput, OutputFlush, OutputKeepers};
 pub use process::{
-    Attachment, CommandOutput, CommandSpec, Execution, ExitRecord, InputStream, KillCause,
-    LeakReport, ObservedBoundary, OutputStream, PreviewEndpoint, ProcessBoundary, SealPlan,
-    Suspension, TemplateLayer, TerminateReport,
+    Attachment, CommandOutput, CommandSpec, Execution, ExitRecord, InputStream, InvalidCwd,
+    InvalidEnv, KillCause, LeakReport, ObservedBoundary, OutputStream, PreviewEndpoint,
+    ProcessBoundary, SealPlan, Suspension, TemplateLayer, TerminateReport,
 };
 pub use promotion::{
     ApprovalRecord, ChangeKind, ChangedPath, CheckResult, NotInPatch, PatchExport,

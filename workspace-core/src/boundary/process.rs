@@ -1,5 +1,6 @@
 //! The Process boundary trait: seal a run, execute commands in it, tear it down.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -271,7 +272,18 @@ pub struct TemplateLayer {
 }
 
 /// A command to run in the sealed workspace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// ```
+/// use workspace_core::boundary::CommandSpec;
+/// let spec = CommandSpec::new(vec!["cargo".into(), "test".into()])
+///     .in_dir("crates/app")
+///     .with_env("RUST_LOG", "debug")
+///     .with_timeout(std::time::Duration::from_secs(600));
+/// assert_eq!(spec.cwd, "crates/app");
+/// assert_eq!(spec.env["RUST_LOG"], "debug");
+/// assert_eq!(spec.timeout_ms, Some(600_000));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandSpec {
     /// Program and arguments.
     pub argv: Vec<String>,
@@ -287,20 +299,105 @@ pub struct CommandSpec {
     /// [`CommandOutput::follow`] says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<CommandOutput>,
+    /// Variables set for this command only, over the run's environment (a
+    /// name the run has is replaced). Recorded by name in the evidence, never
+    /// by value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 impl CommandSpec {
-    /// `argv` from the workspace root, without a time limit, terminal or output
-    /// files.
+    /// `argv` from the workspace root, without a time limit, terminal, output
+    /// files or variables of its own.
     pub fn new(argv: Vec<String>) -> Self {
         Self {
             argv,
             cwd: ".".into(),
-            timeout_ms: None,
-            tty: false,
-            output: None,
+            ..Self::default()
         }
     }
+
+    /// In `dir`, relative to the workspace root (or absolute inside it).
+    pub fn in_dir(mut self, dir: impl Into<String>) -> Self {
+        self.cwd = dir.into();
+        self
+    }
+
+    /// With variable `name` set to `value` for this command.
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Killed, its whole tree, after `limit`.
+    pub fn with_timeout(mut self, limit: Duration) -> Self {
+        self.timeout_ms = Some(u64::try_from(limit.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// On a pseudo-terminal of its own.
+    pub fn on_a_terminal(mut self) -> Self {
+        self.tty = true;
+        self
+    }
+
+    /// The command's working directory inside, under `root` (the workspace
+    /// root inside): `cwd` joined to it, `.` and empty parts dropped. An
+    /// absolute `cwd`, a `..` or a NUL byte is refused.
+    pub fn workdir_under(&self, root: &str) -> Result<String, InvalidCwd> {
+        let bad = || InvalidCwd {
+            cwd: self.cwd.clone(),
+        };
+        if self.cwd.starts_with('/') {
+            return Err(bad());
+        }
+        let mut path = root.trim_end_matches('/').to_owned();
+        for part in self.cwd.split('/').filter(|p| !p.is_empty() && *p != ".") {
+            if part == ".." || part.contains('\0') {
+                return Err(bad());
+            }
+            path.push('/');
+            path.push_str(part);
+        }
+        if path.is_empty() {
+            path.push('/');
+        }
+        Ok(path)
+    }
+
+    /// Sets the command's variables over `base` (the run's environment): each
+    /// name replaced where `base` has it, else added. A name that is empty or
+    /// holds `=` or a NUL byte, or a value with a NUL byte, is refused, naming it.
+    pub fn apply_env(&self, base: &mut Vec<(String, String)>) -> Result<(), InvalidEnv> {
+        for (name, value) in &self.env {
+            if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+                return Err(InvalidEnv { name: name.clone() });
+            }
+            match base.iter_mut().find(|(have, _)| have == name) {
+                Some(slot) => slot.1.clone_from(value),
+                None => base.push((name.clone(), value.clone())),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A [`CommandSpec::cwd`] that leaves the workspace or is not a relative path.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cwd {cwd:?} must be a relative path under the workspace root without `..`")]
+pub struct InvalidCwd {
+    /// The cwd as given.
+    pub cwd: String,
+}
+
+/// A variable of [`CommandSpec::env`] that no process can be given.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "env {name:?}: a variable's name must be non-empty without '=' or NUL, its value without NUL"
+)]
+pub struct InvalidEnv {
+    /// The variable's name.
+    pub name: String,
 }
 
 /// Two files of the runner a command writes its stdout and stderr to (created

@@ -35,6 +35,9 @@ pub struct CommandStart {
     pub cwd: String,
     /// When it started, in milliseconds since the Unix epoch.
     pub started_unix_ms: u64,
+    /// The names of the variables set for this command alone (never their
+    /// values, which may be credentials).
+    pub env_names: Vec<String>,
 }
 
 impl CommandStart {
@@ -44,6 +47,7 @@ impl CommandStart {
             argv,
             cwd: cwd.into(),
             started_unix_ms: unix_ms_now(),
+            env_names: Vec::new(),
         }
     }
 }
@@ -127,6 +131,10 @@ pub struct CommandRecord {
     pub argv: Vec<String>,
     /// The working directory.
     pub cwd: String,
+    /// The names of the variables set for this command alone (never their
+    /// values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_names: Vec<String>,
     /// When it started, in milliseconds since the Unix epoch.
     pub started_unix_ms: u64,
     /// When it ended, if it was recorded as ended.
@@ -185,6 +193,7 @@ impl CommandRecorder {
             seq,
             argv: start.argv,
             cwd: start.cwd,
+            env_names: start.env_names,
             started_unix_ms: start.started_unix_ms,
             finished_unix_ms: None,
             exit: ExitStatusRecord::Unknown,

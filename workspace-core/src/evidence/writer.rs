@@ -54,13 +54,17 @@ impl EvidenceWriter {
                 source,
             })?;
         let dir = root.join(run_id.as_str());
-        fs::create_dir(&dir).map_err(|source| match source.kind() {
-            io::ErrorKind::AlreadyExists => EvidenceError::AlreadyExists { path: dir.clone() },
-            _ => EvidenceError::CreateDir {
-                path: dir.clone(),
-                source,
-            },
-        })?;
+        // The bundle holds every command's output: the runner's alone.
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|source| match source.kind() {
+                io::ErrorKind::AlreadyExists => EvidenceError::AlreadyExists { path: dir.clone() },
+                _ => EvidenceError::CreateDir {
+                    path: dir.clone(),
+                    source,
+                },
+            })?;
         tracing::debug!(run_id = %run_id, dir = %dir.display(), "evidence bundle created");
         Ok(Self {
             dir,

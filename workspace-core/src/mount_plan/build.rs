@@ -253,7 +253,18 @@ impl Builder {
     /// is in that store, so it would show what the exclusion hides (git in the
     /// run then has no history; the exclusion wins).
     fn source_objects(&mut self, inputs: &PlanInputs<'_>) {
-        if !inputs.excluded.is_empty() {
+        // The history holds every version of an excluded path, including
+        // those no longer in the checkout (or moved out of its place): a
+        // contract that excludes anything beyond the protected `.env` files
+        // (which every run masks, and whose history is left readable unless
+        // one is in the checkout) gets no history at all.
+        let declared = inputs
+            .contract
+            .filesystem
+            .excluded
+            .iter()
+            .any(|pattern| !super::PROTECTED_EXCLUSIONS.contains(&pattern.as_str()));
+        if !inputs.excluded.is_empty() || declared {
             return;
         }
         if let Some(objects) = inputs.source_objects {

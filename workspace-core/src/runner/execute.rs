@@ -84,7 +84,9 @@ pub(super) async fn execute(
 ) -> Result<CommandOutcome, RunErrorKind> {
     // The command line is a record too: a credential in it is redacted there.
     let argv: Vec<String> = spec.argv.iter().map(|a| scrubber.redact(a)).collect();
-    let mut recorder = evidence.start_command(CommandStart::now(argv.clone(), &spec.cwd))?;
+    let mut start = CommandStart::now(argv.clone(), &spec.cwd);
+    start.env_names = spec.env.keys().cloned().collect();
+    let mut recorder = evidence.start_command(start)?;
     let seq = recorder.seq();
     let mut spec = spec.clone();
     let followed = !spec.tty && spec.output.is_none() && process.capabilities().output_files;

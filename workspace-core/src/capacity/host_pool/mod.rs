@@ -199,15 +199,15 @@ impl HostPool {
     /// Whether `ticket` may be granted now, given the live tickets.
     fn admissible(&self, ticket: &Ticket, live: &[LiveTicket]) -> bool {
         // Only older tickets matter: a newer one cannot hold while an older waits.
-        // A ticket of the same label is the run's own (a grant its live sandbox
-        // still holds, a request of its that still waits): a run never waits
-        // behind itself.
+        // A grant of the same label is the run's own, held by its live sandbox
+        // (a run sealed again asks once more): a run never waits behind itself.
+        // Its own older requests that still wait keep their turn.
         let mut held = Resources::ZERO;
         let older = live.iter().filter(|t| t.seq < ticket.seq);
         for other in older.filter(|t| {
-            t.record
-                .as_ref()
-                .is_none_or(|record| record.label != ticket.record.label)
+            t.record.as_ref().is_none_or(|record| {
+                record.label != ticket.record.label || record.granted_unix_ms.is_none()
+            })
         }) {
             match &other.record {
                 Some(TicketRecord {

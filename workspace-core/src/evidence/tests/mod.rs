@@ -21,6 +21,7 @@ pub(super) fn start(argv: &[&str]) -> CommandStart {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: "/workspace".into(),
         started_unix_ms: 1_000,
+        env_names: Vec::new(),
     }
 }
 

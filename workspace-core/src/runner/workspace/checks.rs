@@ -56,6 +56,7 @@ impl Workspace {
                 timeout_ms: check.timeout.map(|t| millis(t.as_duration())),
                 tty: false,
                 output: None,
+                env: Default::default(),
             };
             let outcome = self.exec(&spec, CommandIo::captured()).await?;
             if let Some(recorded) = self.commands.last_mut() {
