@@ -12,7 +12,6 @@
 //! contract's required check passed for that exact patch. The agents cannot write
 //! the repository themselves: its object store is mounted read-only in their runs.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
@@ -58,9 +57,9 @@ async fn main() -> ExitCode {
 }
 
 async fn parallel_agents() -> Result<(), BoxError> {
+    // A directory of this user's alone: the runs' checkouts are mounted from
+    // descriptors the sandbox opens before it takes the run's ids.
     let scratch = tempfile::tempdir()?;
-    // Runs execute as unprivileged ids that must reach their checkout here.
-    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755))?;
     let repo = make_repo(scratch.path())?;
 
     let stack = agent_workspace::namespace_stack(agent_workspace::DEFAULT_CGROUP_PARENT)?;

@@ -18,7 +18,6 @@
 //! Everything is kept in temporary directories and removed at the end, except
 //! when you pass a repository: then only that repository is read.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
@@ -49,13 +48,16 @@ async fn main() -> ExitCode {
 
 async fn quickstart() -> Result<ExitCode, BoxError> {
     // Where runs live. A host application keeps these for good (see
-    // `agent_workspace::HostDirs`); the example uses throw-away ones. Runs execute
-    // as unprivileged ids, and their checkout is mounted into them from the runtime
-    // directory: every ancestor of it must be searchable by others.
+    // `agent_workspace::HostDirs`); the example uses throw-away ones, closed to
+    // other users as a host's are (every run's files are under the runtime
+    // directory).
     let scratch = tempfile::tempdir()?;
-    std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o755))?;
-    let runtime_dir = scratch.path().join("runtime");
-    let evidence_root = scratch.path().join("evidence");
+    let dirs = agent_workspace::HostDirs {
+        runtime: scratch.path().join("runtime"),
+        evidence: scratch.path().join("evidence"),
+    };
+    dirs.make_private(agent_workspace::container::process::DEFAULT_HOST_ID_BASE)?;
+    let (runtime_dir, evidence_root) = (dirs.runtime, dirs.evidence);
 
     // The repository the agent works on: the first argument, or a tiny new one.
     let repo = match std::env::args_os().nth(1) {

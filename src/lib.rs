@@ -38,6 +38,8 @@
 //! use agent_workspace::core::runner::{CommandIo, CreateOptions, Runner, RunnerConfig};
 //!
 //! let dirs = agent_workspace::HostDirs::from_env();
+//! // Closed to other users: every run's files live under the runtime directory.
+//! dirs.make_private(agent_workspace::container::process::DEFAULT_HOST_ID_BASE)?;
 //! let runner = Runner::new(
 //!     agent_workspace::namespace_stack(agent_workspace::DEFAULT_CGROUP_PARENT)?,
 //!     RunnerConfig::new(dirs.runtime, dirs.evidence),
