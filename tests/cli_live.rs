@@ -918,3 +918,54 @@ fn exec_sets_variables_and_a_directory_for_one_command_and_records_only_the_name
         assert_eq!(holding.trim(), printed.to_str().unwrap(), "{backend:?}");
     }
 }
+
+#[test]
+fn an_excluded_file_moved_by_the_run_stays_masked_when_its_sandbox_is_sealed_again() {
+    let fixture = CliFixture::new("live-excluded-moved");
+    let repo = fixture.repo();
+    std::fs::create_dir_all(repo.join("secrets")).unwrap();
+    std::fs::write(repo.join("secrets/pin"), "4711\n").unwrap();
+    support::git(&repo, &["add", "-A"]);
+    support::git(&repo, &["commit", "-qm", "a secret"]);
+    let contract = fixture.path().join("excluded.toml");
+    std::fs::write(
+        &contract,
+        "objective = \"excluded\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\n\
+         revision = \"HEAD\"\nmaterialization = \"standalone\"\n\
+         [filesystem]\nwritable = [\".\"]\nexcluded = [\"secrets/**\"]\n",
+    )
+    .unwrap();
+    let run = fixture.create(Some(&contract));
+    // Masked; the run moves its directory away from the pattern.
+    let out = exec(
+        &fixture,
+        &run,
+        &["sh", "-c", "cat secrets/pin; mv secrets s2 && echo moved"],
+    );
+    assert_eq!(text(&out.stdout), "moved\n", "{}", text(&out.stderr));
+    // Its sandbox dies and is sealed again by the next exec.
+    let record = fixture
+        .runtime()
+        .join("runs")
+        .join(&run)
+        .join("sandbox.json");
+    let sandbox: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let pid1 = sandbox["pid"].as_u64().unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid1.to_string()])
+        .status();
+    wait_until_dead(pid1, "the killed pid 1");
+    let out = exec(&fixture, &run, &["sh", "-c", "ls s2; cat s2/pin; echo end"]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.ends_with("end\n"), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("pin\n"),
+        "the moved file is listed: {stdout}"
+    );
+    assert!(
+        !stdout.contains("4711"),
+        "the moved excluded file was read: {stdout}"
+    );
+    destroy(&fixture, &run);
+}

@@ -189,8 +189,11 @@ pub(crate) fn prepare(
     for layer in &plan.templates {
         crate::template::materialize(layer, ids.host_uid, ids.host_gid)?;
     }
-    let excluded = workspace_core::mount_plan::excluded_paths(
-        &[workspace],
+    // What the run's first seal excluded stays excluded wherever the run
+    // moved it in its checkout.
+    let excluded = workspace_core::mount_plan::excluded_paths_kept(
+        &run.run_dir,
+        workspace,
         &run.contract.filesystem.excluded,
     )?;
     // What the Source boundary recorded, never the checkout's own `alternates`

@@ -9,7 +9,9 @@ use std::sync::atomic::Ordering;
 
 use workspace_core::boundary::{PreviewEndpoint, RunContext, SealPlan};
 use workspace_core::contract::{Contract, NetworkMode};
-use workspace_core::mount_plan::{MountPlan, PlanInputs, excluded_paths, excluded_paths_layered};
+use workspace_core::mount_plan::{
+    MountPlan, PlanInputs, excluded_paths_kept, excluded_paths_layered,
+};
 
 use super::egress::{self, EgressProxy};
 use super::error::ProcessError;
@@ -131,7 +133,9 @@ pub(crate) fn prepare(
     let patterns = &run.contract.filesystem.excluded;
     let excluded = match &plan.source.layers {
         Some(layers) => excluded_paths_layered(&layers.lower, &layers.upper, patterns)?,
-        None => excluded_paths(&[plan.source.workspace.as_path()], patterns)?,
+        // A copy the run writes in place: what its first seal excluded stays
+        // excluded wherever the run moved it.
+        None => excluded_paths_kept(&run.run_dir, &plan.source.workspace, patterns)?,
     };
     // What the Source boundary recorded, never the checkout's own `alternates`
     // (the agent may have pointed it at any host directory).

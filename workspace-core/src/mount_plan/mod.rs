@@ -34,6 +34,7 @@
 
 mod build;
 mod checkout;
+mod excluded_record;
 mod host;
 mod lower_walks;
 mod types;
@@ -42,6 +43,7 @@ pub use build::{HostLayout, PlanInputs, SystemEntry};
 pub use checkout::{
     CheckoutError, PROTECTED_EXCLUSIONS, excluded_paths, excluded_paths_layered, exclusion_matcher,
 };
+pub use excluded_record::{EXCLUDED_RECORD_FILE, excluded_paths_kept};
 pub use host::{
     ETC_PATHS, HostLayoutError, IMAGE_RESERVED, SYSTEM_PATHS, probe_host_layout, probe_image,
     probe_under,

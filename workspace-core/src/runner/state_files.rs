@@ -94,6 +94,7 @@ pub(super) fn remove_private_state(run_dir: &Path, errors: &mut StepErrors) {
         CAPACITY_HELD_FILE,
         DISK_STATE_FILE,
         crate::egress::ATTEMPT_LOG_FILE,
+        crate::mount_plan::EXCLUDED_RECORD_FILE,
     ] {
         remove_if_present(&run_dir.join(name), errors);
     }
