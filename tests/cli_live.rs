@@ -969,3 +969,29 @@ fn an_excluded_file_moved_by_the_run_stays_masked_when_its_sandbox_is_sealed_aga
     );
     destroy(&fixture, &run);
 }
+
+#[test]
+fn the_summary_line_never_glues_onto_a_commands_last_line_and_quiet_drops_it() {
+    let fixture = CliFixture::new("live-summary-line");
+    let run = create(&fixture);
+    // A last line on stderr without a newline: the summary starts on its own.
+    let out = exec(&fixture, &run, &["sh", "-c", "printf 'no newline' >&2"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.starts_with("no newline\nagent-workspace: run "),
+        "{stderr:?}"
+    );
+    // --quiet: the command's own stderr, byte for byte, and nothing else.
+    let out = fixture.agent_workspace(&[
+        "exec", "--quiet", &run, "--", "sh", "-c", "printf 'no newline' >&2; printf out",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stderr), "no newline");
+    assert_eq!(text(&out.stdout), "out");
+    // What went wrong is still said.
+    let out = fixture.agent_workspace(&["exec", "-q", "run-nonexistent-1", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!out.stderr.is_empty());
+    destroy(&fixture, &run);
+}

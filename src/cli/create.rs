@@ -62,11 +62,11 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
         match workspace.detach().await {
             Ok(detached) => {
                 println!("{}", detached.run_id);
-                eprintln!(
+                super::line_start::eprint_own_line(&format!(
                     "agent-workspace: run {} created; evidence {}",
                     detached.run_id,
                     detached.evidence.display()
-                );
+                ));
                 ExitCode::SUCCESS
             }
             Err(error) => report_run_error(&error),

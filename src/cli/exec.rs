@@ -108,10 +108,10 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         }
         let outcome = while_ticking(progress, workspace.exec(&command, io)).await;
         if let Ok(outcome) = &outcome {
-            eprintln!(
+            super::line_start::eprint_own_line(&format!(
                 "agent-workspace: {}",
                 super::summary::command_line(&run_id, outcome)
-            );
+            ));
         }
         let detached = workspace.detach().await;
         match (outcome, detached) {

@@ -59,12 +59,21 @@ pub(crate) struct HostArgs {
         env = "AGENT_WORKSPACE_WAIT"
     )]
     wait: Option<u64>,
+    /// No summary lines on stderr (`run`, `exec`, `create`, `destroy`): what a
+    /// command writes, and what went wrong, only.
+    #[arg(long, short = 'q', global = true, env = "AGENT_WORKSPACE_QUIET")]
+    quiet: bool,
 }
 
 impl HostArgs {
     /// How long a command gets to stop when the run is interrupted.
     pub(crate) fn stop_grace(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.stop_grace)
+    }
+
+    /// Whether `--quiet` turned the summary lines off.
+    pub(crate) fn quiet(&self) -> bool {
+        self.quiet
     }
 
     /// The longest a run waits for capacity, when `--wait` says.

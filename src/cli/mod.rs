@@ -12,6 +12,7 @@ mod destroy;
 mod exec;
 mod export;
 mod host;
+mod line_start;
 mod logs;
 mod ls;
 mod ports;
@@ -128,6 +129,7 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    line_start::set_quiet(cli.host.quiet());
     match cli.command {
         Command::Run(args) => run::run(args, &cli.host),
         Command::Create(args) => create::run(args, &cli.host),

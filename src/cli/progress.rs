@@ -12,6 +12,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWrite;
+
+use super::line_start::LineTracking;
 use workspace_core::lifecycle::{State, StateName, TransitionObserver};
 use workspace_core::runner::CommandIo;
 
@@ -98,17 +100,14 @@ impl Progress {
 /// The command's output passed to this process's stdout (or stderr, when
 /// `stdout_to_stderr`) and stderr, through the status line when there is one.
 pub(crate) fn passing_through(progress: Option<&Progress>, stdout_to_stderr: bool) -> CommandIo {
+    let stderr = || LineTracking(tokio::io::stderr());
     match (progress, stdout_to_stderr) {
-        (Some(p), false) => CommandIo::passing_to(
-            p.clearing(tokio::io::stdout()),
-            p.clearing(tokio::io::stderr()),
-        ),
-        (Some(p), true) => CommandIo::passing_to(
-            p.clearing(tokio::io::stderr()),
-            p.clearing(tokio::io::stderr()),
-        ),
-        (None, false) => CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr()),
-        (None, true) => CommandIo::passing_to(tokio::io::stderr(), tokio::io::stderr()),
+        (Some(p), false) => {
+            CommandIo::passing_to(p.clearing(tokio::io::stdout()), p.clearing(stderr()))
+        }
+        (Some(p), true) => CommandIo::passing_to(p.clearing(stderr()), p.clearing(stderr())),
+        (None, false) => CommandIo::passing_to(tokio::io::stdout(), stderr()),
+        (None, true) => CommandIo::passing_to(stderr(), stderr()),
     }
 }
 

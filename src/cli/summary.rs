@@ -296,7 +296,7 @@ pub(crate) fn print_summary(report: &RunReport, json: bool) {
             Err(e) => eprintln!("agent-workspace: cannot print the summary: {e}"),
         }
     } else {
-        eprintln!("{}", summary.line());
+        super::line_start::eprint_own_line(&summary.line());
     }
 }
 
