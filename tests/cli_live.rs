@@ -54,6 +54,28 @@ fn destroy(fixture: &CliFixture, run: &str) -> std::path::PathBuf {
         .join(run)
 }
 
+/// Kills the sandbox of `run` (its pid 1, checked by its name: the kernel
+/// ends its pid namespace with it) as if the host had, and waits until it is
+/// dead; its pid.
+fn kill_sandbox(fixture: &CliFixture, run: &str) -> u64 {
+    let sandbox = read_json(&fixture.runtime().join("runs").join(run), "sandbox.json");
+    let pid1 = sandbox["pid"].as_u64().unwrap();
+    let comm = std::fs::read_to_string(format!("/proc/{pid1}/comm")).unwrap();
+    assert_eq!(
+        comm.trim(),
+        "agent-init",
+        "pid {pid1} is not the run's pid 1"
+    );
+    // The shell's own `kill`: no procps on a bare machine.
+    let killed = std::process::Command::new("sh")
+        .args(["-c", "kill -KILL \"$1\"", "kill", &pid1.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    wait_until_dead(pid1, "the killed pid 1");
+    pid1
+}
+
 /// Waits (at most 10 s, else fails with `what`) until `pid` is dead or a
 /// zombie: a pid 1 ends the rest of its pid namespace before it is.
 fn wait_until_dead(pid: u64, what: &str) {
@@ -716,15 +738,8 @@ fn a_live_sandbox_is_found_by_another_process_with_another_cgroup_parent() {
 fn destroy_of_a_run_whose_sandbox_is_gone_neither_seals_it_again_nor_waits_on_a_full_host() {
     let fixture = CliFixture::new("live-end-gone");
     let a = create(&fixture);
-    let record = fixture.runtime().join("runs").join(&a).join("sandbox.json");
-    let sandbox: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-    let pid1 = sandbox["pid"].as_u64().unwrap();
-    // Its sandbox dies (the kernel ends its pid namespace with pid 1) ...
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", &pid1.to_string()])
-        .status();
-    wait_until_dead(pid1, "the killed pid 1");
+    // Its sandbox dies ...
+    kill_sandbox(&fixture, &a);
     // ... and another workspace takes every core of the host.
     let full = fixture.path().join("full.toml");
     std::fs::write(
@@ -817,18 +832,7 @@ fn a_rewritten_alternates_file_binds_no_host_directory_into_a_sandbox_sealed_aga
     let out = exec(&fixture, &run, &["sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // ... and its sandbox is sealed again (its pid 1 died).
-    let record = fixture
-        .runtime()
-        .join("runs")
-        .join(&run)
-        .join("sandbox.json");
-    let sandbox: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-    let pid1 = sandbox["pid"].as_u64().unwrap();
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", &pid1.to_string()])
-        .status();
-    wait_until_dead(pid1, "the killed pid 1");
+    kill_sandbox(&fixture, &run);
     let probe = format!(
         "cat '{0}/key' 2>/dev/null; ls '{0}' 2>/dev/null; grep -c host-secret /proc/self/mountinfo",
         secret.display()
@@ -944,18 +948,7 @@ fn an_excluded_file_moved_by_the_run_stays_masked_when_its_sandbox_is_sealed_aga
     );
     assert_eq!(text(&out.stdout), "moved\n", "{}", text(&out.stderr));
     // Its sandbox dies and is sealed again by the next exec.
-    let record = fixture
-        .runtime()
-        .join("runs")
-        .join(&run)
-        .join("sandbox.json");
-    let sandbox: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-    let pid1 = sandbox["pid"].as_u64().unwrap();
-    let _ = std::process::Command::new("kill")
-        .args(["-KILL", &pid1.to_string()])
-        .status();
-    wait_until_dead(pid1, "the killed pid 1");
+    kill_sandbox(&fixture, &run);
     let out = exec(&fixture, &run, &["sh", "-c", "ls s2; cat s2/pin; echo end"]);
     let stdout = text(&out.stdout);
     assert!(stdout.ends_with("end\n"), "{stdout}{}", text(&out.stderr));
@@ -984,7 +977,13 @@ fn the_summary_line_never_glues_onto_a_commands_last_line_and_quiet_drops_it() {
     );
     // --quiet: the command's own stderr, byte for byte, and nothing else.
     let out = fixture.agent_workspace(&[
-        "exec", "--quiet", &run, "--", "sh", "-c", "printf 'no newline' >&2; printf out",
+        "exec",
+        "--quiet",
+        &run,
+        "--",
+        "sh",
+        "-c",
+        "printf 'no newline' >&2; printf out",
     ]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stderr), "no newline");
