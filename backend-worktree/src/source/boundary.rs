@@ -14,6 +14,7 @@ use workspace_core::lifecycle::CleanupPermit;
 
 use super::SourceError;
 use super::checkout::{Checkout, standalone_at, tree_of};
+use super::config::objects_of;
 use super::config::{prepare_destination, remote_urls};
 use super::inputs::copy_inputs;
 use super::linked::{provision_linked, release_linked};
@@ -543,23 +544,6 @@ fn name_status(inherited: &super::inherited::Inherited) -> String {
     lines.extend(inherited.untracked.iter().map(|p| format!("A\t{p}")));
     lines.sort_by(|a, b| a[2..].cmp(&b[2..]));
     lines.into_iter().map(|l| l + "\n").collect()
-}
-
-/// The object store a copy's `alternates` name: the source repository's own
-/// (what [`super::config::write_git_files`] writes there), canonical; none for
-/// a linked checkout, whose `.git` is the repository's.
-pub(crate) fn objects_of(
-    source: &gix::Repository,
-    materialization: Materialization,
-) -> Option<PathBuf> {
-    if materialization == Materialization::Linked {
-        return None;
-    }
-    let objects = source
-        .current_dir()
-        .join(source.common_dir())
-        .join("objects");
-    std::fs::canonicalize(objects).ok()
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -10,6 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use gix::ObjectId;
+use workspace_core::contract::Materialization;
 
 use super::SourceError;
 
@@ -183,6 +184,23 @@ fn strip_scp_credentials(url: &str) -> String {
         Some(at) if url[..at].contains(':') => url[at + 1..].to_owned(),
         _ => url.to_owned(),
     }
+}
+
+/// The object store a copy's `alternates` name: the source repository's own
+/// (what [`write_git_files`] writes there), canonical; none for
+/// a linked checkout, whose `.git` is the repository's.
+pub(crate) fn objects_of(
+    source: &gix::Repository,
+    materialization: Materialization,
+) -> Option<PathBuf> {
+    if materialization == Materialization::Linked {
+        return None;
+    }
+    let objects = source
+        .current_dir()
+        .join(source.common_dir())
+        .join("objects");
+    std::fs::canonicalize(objects).ok()
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ pub(crate) fn provision_layered_source(
             inputs,
             initial_diff: String::new(),
             pinned: Vec::new(),
-            objects: super::boundary::objects_of(&source, Materialization::Layered),
+            objects: super::config::objects_of(&source, Materialization::Layered),
         })
     })();
     match record {

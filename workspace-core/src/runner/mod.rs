@@ -53,6 +53,7 @@ mod services;
 mod state_files;
 mod template_store;
 mod templates;
+mod tree_removal;
 mod withhold;
 mod workspace;
 

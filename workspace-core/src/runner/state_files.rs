@@ -11,6 +11,7 @@ use super::leases::LEASES_STATE_FILE;
 use super::paths::{
     CAPACITY_HELD_FILE, DISK_STATE_FILE, FILESYSTEM_STATE_FILE, IDENTITY_STATE_FILE,
 };
+pub(super) use super::tree_removal::remove_tree;
 use crate::step::{RunnerStep, StepErrors};
 
 pub(super) fn create_dir(path: &Path) -> Result<(), RunErrorKind> {
@@ -73,16 +74,6 @@ pub(super) fn remove_if_present(path: &Path, errors: &mut StepErrors) {
             e,
         ),
     }
-}
-
-/// Removes the directory tree `path`, links as links, making directories of
-/// the runner's own it may not read or change its owner's first
-/// ([`crate::own_dirs`]: overlayfs's `work/work` is mode 0).
-pub(super) fn remove_tree(path: &Path) -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    return crate::own_dirs::remove_tree(path);
-    #[cfg(not(target_os = "linux"))]
-    return std::fs::remove_dir_all(path);
 }
 
 /// Removes the runner's own files in the run directory.

@@ -114,14 +114,14 @@ pub(super) fn publish(
             .and_then(|dir| dir.sync_all())
             .map_err(io_at(store)),
         Err(_) if target.is_dir() => {
-            super::state_files::remove_tree(&staging).map_err(io_at(&staging))
+            super::tree_removal::remove_tree(&staging).map_err(io_at(&staging))
         }
         Err(source) => Err(TemplateError::Io {
             path: target.clone(),
             source,
         }),
     });
-    placed.map_err(|failed| match super::state_files::remove_tree(&staging) {
+    placed.map_err(|failed| match super::tree_removal::remove_tree(&staging) {
         Ok(()) => failed,
         Err(e) if e.kind() == io::ErrorKind::NotFound => failed,
         Err(source) => TemplateError::StagingLeft {
