@@ -994,3 +994,27 @@ fn the_summary_line_never_glues_onto_a_commands_last_line_and_quiet_drops_it() {
     assert!(!out.stderr.is_empty());
     destroy(&fixture, &run);
 }
+
+#[test]
+fn a_timeout_and_a_missing_program_are_told_apart_in_the_outcome_and_the_json() {
+    let fixture = CliFixture::new("live-exit-causes");
+    let run = create(&fixture);
+    let out = fixture.agent_workspace(&["exec", "--timeout", "1", &run, "--", "sleep", "30"]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    let evidence = destroy(&fixture, &run);
+    // Read back by the destroying process, the kill keeps its cause.
+    let outcome = read_json(&evidence, "outcome.json");
+    assert_eq!(outcome["commands"][0]["exit"]["killed"], "timeout", "{outcome}");
+    let record = read_json(&evidence.join("commands/0001"), "command.json");
+    assert_eq!(record["killed"], "timeout", "{record}");
+    // A program that is not there: 127, and the JSON says why.
+    let out = fixture.run(&["--json", "--", "no-such-program-here"]);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["exit_status"], 127, "{summary}");
+    assert!(
+        summary["cause"]
+            .as_str()
+            .is_some_and(|c| c.contains("not found: no-such-program-here")),
+        "{summary}"
+    );
+}

@@ -29,6 +29,10 @@ pub(crate) struct Summary {
     /// The command's status as a shell reports it (124 timeout, 128+N signal).
     pub exit_status: Option<i32>,
     pub killed: Option<KillCause>,
+    /// Why the command ended as it did when its status alone does not say: it
+    /// did not start (not found, not executable), its time ran out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
     pub failure: Option<FailureCause>,
     pub evidence: PathBuf,
     pub evidence_sealed: bool,
@@ -76,6 +80,7 @@ impl Summary {
             run_id: report.run_id.to_string(),
             exit_status: command.map(|c| c.shell_status()),
             killed: command.and_then(|c| c.exit.killed.clone()),
+            cause: command.and_then(|c| c.error.clone()),
             failure: report.outcome.failure.clone(),
             evidence: report.evidence.clone(),
             evidence_sealed: report.evidence_sealed,

@@ -64,6 +64,8 @@ pub struct CommandEnd {
     pub cause: Option<String>,
     /// What its tree used, as its cgroup counted it.
     pub usage: ResourceUsage,
+    /// Why the runner killed it, if it did.
+    pub killed: Option<crate::boundary::KillCause>,
 }
 
 impl CommandEnd {
@@ -75,6 +77,7 @@ impl CommandEnd {
             finished_unix_ms: unix_ms_now(),
             cause: None,
             usage: ResourceUsage::default(),
+            killed: None,
         }
     }
 }
@@ -143,6 +146,9 @@ pub struct CommandRecord {
     pub exit: ExitStatusRecord,
     /// Why it ended abnormally, if known.
     pub cause: Option<String>,
+    /// Why the runner killed it (`timeout`, `cancelled`, ...), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed: Option<crate::boundary::KillCause>,
     /// Size of the captured stdout, once finished.
     pub stdout_bytes: Option<u64>,
     /// Size of the captured stderr, once finished.
@@ -201,6 +207,7 @@ impl CommandRecorder {
             stdout_bytes: None,
             stderr_bytes: None,
             usage: ResourceUsage::default(),
+            killed: None,
         };
         write_record(&dir, &record)?;
         let stdout = create_output(&dir.join(STDOUT_FILE))?;
@@ -268,6 +275,7 @@ impl CommandRecorder {
         self.record.finished_unix_ms = Some(end.finished_unix_ms);
         self.record.cause = end.cause;
         self.record.usage = end.usage;
+        self.record.killed = end.killed;
         self.close_and_write()?;
         Ok(self.record.clone())
     }

@@ -127,6 +127,7 @@ pub(super) async fn execute(
         None => {
             let end = CommandEnd {
                 cause: Some("cancelled before it started".into()),
+                killed: Some(KillCause::Cancelled),
                 ..CommandEnd::now(ExitStatusRecord::NotStarted)
             };
             recorder.finish(end)?;
@@ -231,6 +232,7 @@ pub(super) async fn execute(
     let end = CommandEnd {
         cause: (!causes.is_empty()).then(|| causes.join("; ")),
         usage: exit.usage,
+        killed: exit.killed.clone(),
         ..CommandEnd::now(exit.status)
     };
     recorder.finish(end)?;

@@ -139,7 +139,10 @@ pub(super) fn previous_commands(
         let outcome = CommandOutcome {
             seq: record.seq,
             argv: record.argv.clone(),
-            exit: ExitRecord::ended(record.exit),
+            exit: ExitRecord {
+                killed: record.killed.clone(),
+                ..ExitRecord::ended(record.exit)
+            },
             duration_ms: record
                 .finished_unix_ms
                 .map_or(0, |end| end.saturating_sub(record.started_unix_ms)),

@@ -31,6 +31,7 @@ pub(super) fn end(exit: ExitStatusRecord) -> CommandEnd {
         finished_unix_ms: 2_000,
         cause: None,
         usage: Default::default(),
+        killed: None,
     }
 }
 
