@@ -1004,7 +1004,10 @@ fn a_timeout_and_a_missing_program_are_told_apart_in_the_outcome_and_the_json() 
     let evidence = destroy(&fixture, &run);
     // Read back by the destroying process, the kill keeps its cause.
     let outcome = read_json(&evidence, "outcome.json");
-    assert_eq!(outcome["commands"][0]["exit"]["killed"], "timeout", "{outcome}");
+    assert_eq!(
+        outcome["commands"][0]["exit"]["killed"], "timeout",
+        "{outcome}"
+    );
     let record = read_json(&evidence.join("commands/0001"), "command.json");
     assert_eq!(record["killed"], "timeout", "{record}");
     // A program that is not there: 127, and the JSON says why.

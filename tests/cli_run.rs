@@ -1167,46 +1167,83 @@ fn an_excluded_file_leaves_no_blob_id_size_or_tree_id_in_the_workspaces_index() 
 }
 
 #[test]
-fn a_host_whose_subordinate_ids_hold_the_run_ids_is_refused_naming_the_range() {
+fn runs_keep_out_of_every_users_subordinate_ids_and_a_host_with_no_room_is_refused() {
     // A host file of the test's own is bound over /etc/subuid in a private
     // mount namespace: the host's own files are never touched.
     let fixture = CliFixture::new("subuid-overlap");
-    let subuid = fixture.path().join("subuid");
-    std::fs::write(&subuid, "alice:100000:65536\n").unwrap();
-    let host_file = std::path::Path::new("/etc/subuid");
     assert!(
-        host_file.exists(),
+        std::path::Path::new("/etc/subuid").exists(),
         "this test binds over /etc/subuid, which must exist (Debian package passwd)"
     );
     let repo = fixture.repo();
-    let script = "mount --bind \"$AW_SUBUID\" /etc/subuid && exec \"$AW_BIN\" run --repo \"$AW_REPO\" -- true";
     let command = fixture.command();
     let program = command.get_program().to_owned();
-    let out = std::process::Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ])
-        .envs(command.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .env("AW_SUBUID", &subuid)
-        .env("AW_BIN", &program)
-        .env("AW_REPO", &repo)
-        .current_dir(fixture.path())
-        .output()
-        .expect("unshare (Debian package util-linux)");
+    // `agent-workspace ARGS` with `ranges` as the host's subordinate uids.
+    let with_ranges = |ranges: &str, args: &str, extra: &[(&str, &str)]| {
+        let subuid = fixture.path().join("subuid");
+        std::fs::write(&subuid, ranges).unwrap();
+        let script = format!("mount --bind \"$AW_SUBUID\" /etc/subuid && exec \"$AW_BIN\" {args}");
+        let mut unshare = std::process::Command::new("unshare");
+        unshare
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .envs(command.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .env("AW_SUBUID", &subuid)
+            .env("AW_BIN", &program)
+            .current_dir(fixture.path());
+        for (key, value) in extra {
+            unshare.env(key, value);
+        }
+        unshare
+            .output()
+            .expect("unshare (Debian package util-linux)")
+    };
+    let run = format!("run --repo '{}' -- true", repo.display());
+    // The first user holds the default ids (as useradd gives them): the runs
+    // go above every range instead, and check-host is content.
+    let first_user = "alice:100000:65536\n";
+    let out = with_ranges(first_user, &run, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = with_ranges(first_user, "check-host", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let journals = || {
+        std::fs::read_dir(fixture.runtime().join("journals"))
+            .map(|dir| dir.count())
+            .unwrap_or(0)
+    };
+    let before = journals();
+    // No room at either: refused, naming the range and what to do.
+    let crowded = "alice:100000:65536\nbob:1879048192:65536\n";
+    let out = with_ranges(crowded, &run, &[]);
     let stderr = text(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     assert!(
-        stderr.contains("/etc/subuid gives alice the ids 100000..165536"),
+        stderr.contains("/etc/subuid gives alice the ids 100000 to 165535")
+            && stderr.contains("AGENT_WORKSPACE_HOST_ID_BASE="),
         "{stderr}"
     );
-    // Nothing of a run was made.
-    fixture.assert_nothing_left();
+    let out = with_ranges(crowded, "check-host", &[]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("host_ids"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Nothing of a run was made; then moved by hand to free ids, it goes.
+    assert_eq!(journals(), before);
+    let out = with_ranges(
+        crowded,
+        &run,
+        &[("AGENT_WORKSPACE_HOST_ID_BASE", "1000000000")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
 #[test]

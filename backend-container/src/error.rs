@@ -53,7 +53,7 @@ pub enum ContainerError {
     /// The host ids containers would map to belong to a user's subordinate
     /// range: that user could become them and reach every run's files.
     #[error(
-        "containers map to host ids from {base}, and {claimed}: that user could take them over; take that range away or use another runtime user"
+        "containers map to host ids from {base}, and {claimed}: that user could take them over; move the containers to ids no user holds (AGENT_WORKSPACE_HOST_ID_BASE=1879048192, above every range useradd gives) or take that range away (usermod --del-subuids, --del-subgids)"
     )]
     HostIdsClaimed {
         /// The first host id of the containers.

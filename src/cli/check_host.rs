@@ -150,6 +150,19 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
     if runtime.as_ref().is_some_and(|r| !r.ok) {
         gaps.push("oci_runtime");
     }
+    // A root runner's runs must map to ids no user's subordinate range holds.
+    if nix::unistd::geteuid().is_root() {
+        let base = workspace_core::subordinate::host_id_base();
+        let claimed = workspace_core::subordinate::claimed_ranges(base);
+        if !claimed.is_empty() {
+            gaps.push("host_ids");
+            for range in &claimed {
+                eprintln!(
+                    "agent-workspace: runs map to host ids from {base}, and {range}: that user could take them over; set AGENT_WORKSPACE_HOST_ID_BASE=1879048192 (above every range useradd gives) or take that range away"
+                );
+            }
+        }
+    }
     if args.json {
         let output = Output {
             ready: gaps.is_empty(),

@@ -60,7 +60,7 @@ pub(crate) fn runner_on(
     };
     // The runtime directory holds every run's files: closed to other users
     // before anything of a run is made there.
-    dirs.make_private(backend_container::process::DEFAULT_HOST_ID_BASE)
+    dirs.make_private(workspace_core::subordinate::host_id_base())
         .map_err(|e| cannot(&e))?;
     let stack = match backend {
         // Layered checkouts where this caller can mount overlayfs; else every

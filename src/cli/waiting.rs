@@ -72,12 +72,16 @@ fn line(run: &str, snapshot: &CapacitySnapshot) -> String {
 /// `1.5 cpu, 512 MiB, 1 run`: each dimension a run can wait for (the runs at
 /// once, `AGENT_WORKSPACE_CAPACITY_SLOTS`, too).
 fn amounts(r: &Resources) -> String {
+    let runs = match r.slots {
+        // No limit on the number of runs: nothing to wait for there.
+        u32::MAX => String::new(),
+        1 => ", 1 run".to_owned(),
+        n => format!(", {n} runs"),
+    };
     format!(
-        "{} cpu, {} MiB, {} run{}",
+        "{} cpu, {} MiB{runs}",
         cores(r.cpu_millis),
-        r.memory_bytes >> 20,
-        r.slots,
-        if r.slots == 1 { "" } else { "s" }
+        r.memory_bytes >> 20
     )
 }
 

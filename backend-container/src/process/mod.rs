@@ -51,8 +51,8 @@ use cgroups::ContainerCgroups;
 use seal::Live;
 
 /// The host id the container's root maps to (id `n` of the run maps to base +
-/// `n`).
-pub const DEFAULT_HOST_ID_BASE: u32 = 100_000;
+/// `n`), unless `AGENT_WORKSPACE_HOST_ID_BASE` says otherwise.
+pub use workspace_core::subordinate::DEFAULT_HOST_ID_BASE;
 /// How long the boundary probe may take.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a network connection into a run may take.
@@ -107,18 +107,17 @@ impl ContainerOptions {
         let host = probe_host_layout().map_err(|e| ContainerError::Lost {
             what: format!("looking at the host's base system: {e}"),
         })?;
-        if let Some(claimed) =
-            workspace_core::subordinate::claimed_ranges(DEFAULT_HOST_ID_BASE).pop()
-        {
+        let host_id_base = workspace_core::subordinate::host_id_base();
+        if let Some(claimed) = workspace_core::subordinate::claimed_ranges(host_id_base).pop() {
             return Err(ContainerError::HostIdsClaimed {
-                base: DEFAULT_HOST_ID_BASE,
+                base: host_id_base,
                 claimed,
             });
         }
         Ok(Self {
             runtime,
             cgroup_parent: cgroup_parent.into(),
-            host_id_base: DEFAULT_HOST_ID_BASE,
+            host_id_base,
             host,
             probe_timeout: PROBE_TIMEOUT,
             images: ImageStore::new(images),

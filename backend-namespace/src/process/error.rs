@@ -102,7 +102,7 @@ pub enum ProcessError {
     /// The host ids runs would map to belong to a user's subordinate range:
     /// that user could become them and reach every run's files.
     #[error(
-        "runs map to host ids from {base}, and {claimed}: that user could take them over; give runs ids no user holds (a host id base beyond every range) or take that range away"
+        "runs map to host ids from {base}, and {claimed}: that user could take them over; move the runs to ids no user holds (AGENT_WORKSPACE_HOST_ID_BASE=1879048192, above every range useradd gives) or take that range away (usermod --del-subuids, --del-subgids)"
     )]
     HostIdsClaimed {
         /// The first host id of the runs.

@@ -15,7 +15,7 @@
 use super::error::ProcessError;
 
 /// The host id that id 0 inside a run maps to as root; id `n` maps to base + `n`.
-pub const DEFAULT_HOST_ID_BASE: u32 = 100_000;
+pub use workspace_core::subordinate::DEFAULT_HOST_ID_BASE;
 
 /// Which host ids a run's uid and gid map to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,16 +37,17 @@ pub enum HostIds {
 }
 
 impl HostIds {
-    /// [`HostIds::Offset`] from [`DEFAULT_HOST_ID_BASE`] as root, else
-    /// [`HostIds::Caller`] with this process's effective ids.
+    /// [`HostIds::Offset`] from [`DEFAULT_HOST_ID_BASE`] (or
+    /// `AGENT_WORKSPACE_HOST_ID_BASE`) as root, else [`HostIds::Caller`] with
+    /// this process's effective ids.
     ///
     /// # Ambient authority
-    /// Reads the process's effective uid and gid.
+    /// Reads the process's effective uid and gid, and its environment.
     pub fn for_this_process() -> Self {
         let uid = nix::unistd::geteuid();
         if uid.is_root() {
             Self::Offset {
-                base: DEFAULT_HOST_ID_BASE,
+                base: workspace_core::subordinate::host_id_base(),
             }
         } else {
             Self::Caller {

@@ -85,7 +85,8 @@ pub fn excluded_paths_kept(
         let text = serde_json::to_vec(&recorded).map_err(|e| {
             io("writing the excluded paths' record", &record_path)(std::io::Error::other(e))
         })?;
-        std::fs::write(&record_path, text)
+        std::fs::create_dir_all(run_dir)
+            .and_then(|()| std::fs::write(&record_path, text))
             .map_err(io("writing the excluded paths' record", &record_path))?;
     }
     Ok(found.into_iter().collect())
