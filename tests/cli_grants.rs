@@ -347,3 +347,42 @@ fn another_local_user_can_reach_no_workspace_file_layer_or_store() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     }
 }
+
+#[test]
+fn a_container_refuses_a_writable_cache_it_could_not_write_naming_it() {
+    let fixture = CliFixture::new("rw-cache-container-owner");
+    // Root's directory: no idmapped mount makes it the container's.
+    let cache = fixture.path().join("roots-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let grant = format!("{}:/cache", cache.display());
+    let out = fixture.run(&[
+        "--backend",
+        "container",
+        "--rw-cache",
+        &grant,
+        "--",
+        "touch",
+        "/cache/x",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("filesystem.host_mounts[0]")
+            && stderr.contains("use the namespace backend"),
+        "{stderr}"
+    );
+    assert!(!cache.join("x").exists());
+    // Given to the container's host uid, the same grant works.
+    std::os::unix::fs::chown(&cache, Some(101_000), Some(101_000)).unwrap();
+    let out = fixture.run(&[
+        "--backend",
+        "container",
+        "--rw-cache",
+        &grant,
+        "--",
+        "touch",
+        "/cache/x",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(cache.join("x").exists());
+}

@@ -107,6 +107,13 @@ impl ContainerOptions {
         let host = probe_host_layout().map_err(|e| ContainerError::Lost {
             what: format!("looking at the host's base system: {e}"),
         })?;
+        // The runtime maps the container's ids to host ids of their own, and
+        // hands the checkout over to them: root's work.
+        if !nix::unistd::geteuid().is_root() {
+            return Err(ContainerError::Unsupported {
+                setting: "the container backend for an ordinary user (the runtime maps containers to host ids of their own and hands them the checkout, which needs root); use the namespace backend".into(),
+            });
+        }
         let host_id_base = workspace_core::subordinate::host_id_base();
         if let Some(claimed) = workspace_core::subordinate::claimed_ranges(host_id_base).pop() {
             return Err(ContainerError::HostIdsClaimed {

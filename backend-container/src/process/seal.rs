@@ -159,6 +159,35 @@ fn id_maps(plan: &SealPlan, options: &ContainerOptions) -> Result<IdMaps, Contai
     })
 }
 
+/// Refuses a read-write host mount whose directory is not the run's host
+/// uid's, naming it: the runtime has no idmapped mounts, so the container
+/// could not write there (it would be `nobody`'s inside).
+///
+/// # Ambient authority
+/// Looks at the host directories the contract names.
+fn writable_host_mounts_are_the_runs(
+    mounts: &[workspace_core::contract::HostMount],
+    host_uid: u32,
+) -> Result<(), ContainerError> {
+    use std::os::unix::fs::MetadataExt;
+    for (i, mount) in mounts.iter().enumerate() {
+        if mount.mode != workspace_core::contract::MountMode::DangerReadWrite {
+            continue;
+        }
+        let owner = std::fs::metadata(&mount.host).map(|meta| meta.uid()).ok();
+        if owner.is_some_and(|owner| owner != host_uid) {
+            return Err(ContainerError::Unsupported {
+                setting: format!(
+                    "filesystem.host_mounts[{i}] ({}): a read-write host directory of uid {}, which a container (host uid {host_uid}) cannot write without an idmapped mount; give it to uid {host_uid} or use the namespace backend",
+                    mount.host,
+                    owner.unwrap_or_default()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Builds the bundle and starts the container (blocking). Nothing is left
 /// when it fails after the container started: the caller tears it down.
 pub(crate) fn prepare(
@@ -172,6 +201,7 @@ pub(crate) fn prepare(
         });
     }
     let ids = id_maps(plan, options)?;
+    writable_host_mounts_are_the_runs(&run.contract.filesystem.host_mounts, ids.host_uid)?;
     // The image first: one that fails its digests fails the seal before the
     // checkout is touched or anything runs.
     let image = run_image(run, options)?;
