@@ -293,12 +293,7 @@ fn as_another_user(script: &str) -> Output {
 fn another_local_user_can_reach_no_workspace_file_layer_or_store() {
     for backend in [&[][..], &["--backend", "container"][..]] {
         let fixture = CliFixture::new("private-runtime");
-        let repo = fixture.repo();
-        let mut create = vec!["create", "--repo", repo.to_str().unwrap()];
-        create.extend_from_slice(backend);
-        let out = fixture.agent_workspace(&create);
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-        let run = text(&out.stdout).trim().to_owned();
+        let run = fixture.create_with(backend);
         let out = fixture.agent_workspace(&[
             "exec",
             &run,

@@ -852,12 +852,7 @@ fn a_rewritten_alternates_file_binds_no_host_directory_into_a_sandbox_sealed_aga
 fn exec_sets_variables_and_a_directory_for_one_command_and_records_only_the_names() {
     for backend in [&[][..], &["--backend", "container"][..]] {
         let fixture = CliFixture::new("live-exec-env");
-        let repo = fixture.repo();
-        let mut create = vec!["create", "--repo", repo.to_str().unwrap()];
-        create.extend_from_slice(backend);
-        let out = fixture.agent_workspace(&create);
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-        let run = text(&out.stdout).trim().to_owned();
+        let run = fixture.create_with(backend);
         let out = exec(&fixture, &run, &["mkdir", "-p", "sub/dir"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let value = "a value only this command sees";

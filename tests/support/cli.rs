@@ -98,6 +98,17 @@ impl CliFixture {
         text(&out.stdout).trim().to_owned()
     }
 
+    /// `create --repo <repo> EXTRA` (a backend, a contract), which must
+    /// succeed; the run's id.
+    pub fn create_with(&self, extra: &[&str]) -> String {
+        let repo = self.repo();
+        let mut args = vec!["create", "--repo", repo.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = self.agent_workspace(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    }
+
     /// Asserts that `verify` accepts the bundle in `bundle`; returns its stdout.
     pub fn assert_verifies(&self, bundle: &Path) -> String {
         let verified = self.agent_workspace(&["verify", bundle.to_str().unwrap()]);
