@@ -195,7 +195,7 @@ fn main() {
     let truth = CommandSpec::new(vec!["/bin/true".into()]);
     let system = host_system();
 
-    let mut live = rt
+    let live = rt
         .block_on(runner.create(contract(), CreateOptions::default()))
         .unwrap();
     let sandbox: serde_json::Value = serde_json::from_slice(

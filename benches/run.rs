@@ -175,14 +175,7 @@ impl Fixture {
 
 /// The agent's command for our runs.
 fn command() -> CommandSpec {
-    CommandSpec {
-        argv: vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()],
-        cwd: ".".into(),
-        timeout_ms: None,
-        tty: false,
-        output: None,
-        env: Default::default(),
-    }
+    CommandSpec::new(vec!["/bin/sh".into(), "-c".into(), SCRIPT.into()])
 }
 
 /// One of our runs, timed; its result is checked after the clock stops.

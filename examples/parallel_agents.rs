@@ -139,15 +139,8 @@ async fn run_agent(
     name: &'static str,
     script: &str,
 ) -> Result<(&'static str, RunReport), BoxError> {
-    let mut workspace = runner.create(contract, CreateOptions::default()).await?;
-    let command = CommandSpec {
-        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-        cwd: ".".into(),
-        timeout_ms: None,
-        tty: false,
-        output: None,
-        env: Default::default(),
-    };
+    let workspace = runner.create(contract, CreateOptions::default()).await?;
+    let command = CommandSpec::new(vec!["/bin/sh".into(), "-c".into(), script.into()]);
     let outcome = workspace.exec(&command, CommandIo::captured()).await?;
     if !outcome.succeeded() {
         return Err(format!("agent {name} failed: {:?}", outcome.exit).into());

@@ -93,18 +93,12 @@ async fn quickstart() -> Result<ExitCode, BoxError> {
     // 3. One command: create the workspace, run it, finish (stop every process,
     //    export the evidence, clean up). `argv[0]` is an absolute path; the
     //    command starts in the checkout's root.
-    let command = CommandSpec {
-        argv: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "echo hello > greeting.txt && echo 'wrote greeting.txt'".into(),
-        ],
-        cwd: ".".into(),
-        timeout_ms: None, // the contract's wall-time limit applies
-        tty: false,
-        output: None,
-        env: Default::default(),
-    };
+    // No time limit of its own: the contract's wall-time limit applies.
+    let command = CommandSpec::new(vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        "echo hello > greeting.txt && echo 'wrote greeting.txt'".into(),
+    ]);
     // The evidence always gets the output; this passes a copy to our terminal.
     let io = CommandIo::passing_to(tokio::io::stdout(), tokio::io::stderr());
     let report = runner

@@ -329,7 +329,7 @@ async fn late_output_survives_a_process_that_truncates_or_overwrites_its_descrip
     let fixture = Fixture::new("container-late-erased");
     let runner = runner(&fixture);
     let mark = support::marker("container-late-erased");
-    let mut workspace = create(&runner, fixture.contract()).await;
+    let workspace = create(&runner, fixture.contract()).await;
     let run_id = workspace.run_id().clone();
     let io = workspace_core::runner::CommandIo::captured;
     let ran = workspace

@@ -18,7 +18,7 @@ async fn a_server_started_by_one_command_answers_the_next_and_nothing_is_left() 
     let fixture = Fixture::new("container-live");
     let runner = runner(&fixture);
     let server = marker("container-server");
-    let mut workspace = create(&runner, fixture.contract()).await;
+    let workspace = create(&runner, fixture.contract()).await;
     let run_id = workspace.run_id().clone();
     let observed: serde_json::Value = serde_json::from_slice(
         &std::fs::read(fixture.paths(&run_id).evidence.join("observed.json")).unwrap(),
@@ -82,7 +82,7 @@ async fn a_timeout_kills_the_commands_whole_tree_and_the_container_lives_on() {
     let fixture = Fixture::new("container-timeout");
     let runner = runner(&fixture);
     let mark = marker("container-timeout");
-    let mut workspace = create(&runner, fixture.contract()).await;
+    let workspace = create(&runner, fixture.contract()).await;
     let run_id = workspace.run_id().clone();
     // A child in the background and one in the foreground, both past the limit.
     let slow = command(
@@ -125,7 +125,7 @@ async fn suspend_freezes_the_container_and_another_runner_thaws_it_where_it_was(
     let fixture = Fixture::new("container-suspend");
     let runner = runner(&fixture);
     let mark = marker("container-counter");
-    let mut workspace = create(&runner, fixture.contract()).await;
+    let workspace = create(&runner, fixture.contract()).await;
     let run_id = workspace.run_id().clone();
     let checkout = workspace.source().unwrap().workspace.clone();
     let counter = command(
@@ -221,7 +221,7 @@ health = {{ tcp = 8000 }}
     ))
     .unwrap();
     contract.source = fixture.contract().source;
-    let mut workspace = create(&runner, contract).await;
+    let workspace = create(&runner, contract).await;
     let run_id = workspace.run_id().clone();
     let fetch = command(
         &[
@@ -262,7 +262,7 @@ async fn a_port_of_the_container_answers_at_its_preview_endpoint_until_the_works
     let server = marker("container-preview");
     let mut contract = fixture.contract();
     contract.process.ports = vec![8000];
-    let mut workspace = create(&runner, contract).await;
+    let workspace = create(&runner, contract).await;
     let run_id = workspace.run_id().clone();
     let previews = fixture.paths(&run_id).previews().unwrap();
     assert_eq!(previews.len(), 1, "{previews:?}");
@@ -433,7 +433,7 @@ async fn a_commands_environment_is_never_written_to_the_hosts_disk() {
         .environment
         .env
         .insert("AW_TEST_MARK".into(), secret.clone());
-    let mut workspace = create(&runner, contract).await;
+    let workspace = create(&runner, contract).await;
     let run_id = workspace.run_id().clone();
     let run_dir = fixture.paths(&run_id).run_dir;
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -476,7 +476,7 @@ async fn a_commands_environment_is_never_written_to_the_hosts_disk() {
 async fn a_quick_failure_is_the_commands_and_a_runtime_failure_names_its_reason() {
     let fixture = Fixture::new("container-start-failure");
     let runner = runner(&fixture);
-    let mut workspace = create(&runner, fixture.contract()).await;
+    let workspace = create(&runner, fixture.contract()).await;
     let run_id = workspace.run_id().clone();
     for _ in 0..5 {
         let quick = command(&["sh", "-c", "exit 3"], Some(20_000));

@@ -434,10 +434,7 @@ async fn two_hundred_runs_share_eight_slots_without_collision_or_leak() {
                 LISTEN_SECONDS.into(),
             ],
             cwd: ".".into(),
-            timeout_ms: None,
-            tty: false,
-            output: None,
-            env: Default::default(),
+            ..CommandSpec::default()
         };
         tasks.push(tokio::spawn(async move {
             runner

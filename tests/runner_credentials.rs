@@ -59,7 +59,7 @@ async fn a_credential_reaches_the_command_and_its_value_never_the_evidence() {
     let token = format!("tok-{}-s3cr3t-value", std::process::id());
     let (runner, contract) = runner_with_token(&f, &token);
 
-    let mut ws = runner
+    let ws = runner
         .create(contract, CreateOptions::default())
         .await
         .unwrap();
@@ -124,7 +124,7 @@ async fn a_value_split_between_a_command_and_its_late_output_is_still_redacted()
     let f = Fixture::new("credentials-late");
     let token = format!("tok-{}-s3cr3t-value", std::process::id());
     let (runner, contract) = runner_with_token(&f, &token);
-    let mut ws = runner
+    let ws = runner
         .create(contract, CreateOptions::default())
         .await
         .unwrap();
@@ -182,7 +182,7 @@ async fn a_credential_written_into_the_workspace_in_any_encoding_is_withheld_and
     let f = Fixture::new("credential-leak");
     let token = format!("tok-{}-s3cr3t-value", std::process::id());
     let (runner, contract) = runner_with_token(&f, &token);
-    let mut ws = runner
+    let ws = runner
         .create(contract, CreateOptions::default())
         .await
         .unwrap();
@@ -246,7 +246,7 @@ async fn a_credential_in_a_name_is_withheld_whole_and_never_promoted() {
     let f = Fixture::new("credential-name");
     let token = format!("tok-{}-s3cr3t-name", std::process::id());
     let (runner, contract) = runner_with_token(&f, &token);
-    let mut ws = runner
+    let ws = runner
         .create(contract, CreateOptions::default())
         .await
         .unwrap();

@@ -220,7 +220,7 @@ async fn a_command_over_the_wall_time_is_killed_with_its_setsid_children() {
 async fn what_a_background_process_writes_after_its_command_ended_is_kept_as_late_output() {
     let fx = Fixture::new("late-output");
     let mark = marker("late-output");
-    let mut ws = fx
+    let ws = fx
         .runner()
         .create(fx.contract(), CreateOptions::default())
         .await
@@ -276,7 +276,7 @@ async fn late_output_survives_a_process_that_truncates_or_overwrites_its_descrip
     eraser::require_python();
     let fx = Fixture::new("late-output-erased");
     let mark = marker("late-output-erased");
-    let mut ws = fx
+    let ws = fx
         .runner()
         .create(fx.contract(), CreateOptions::default())
         .await
@@ -304,7 +304,7 @@ async fn cancel_a_running_command(
     delay: Duration,
 ) -> (CommandOutcome, RunReport) {
     let cancel = CancellationToken::new();
-    let mut ws = fx
+    let ws = fx
         .runner()
         .create(
             fx.contract(),
@@ -689,7 +689,7 @@ async fn a_check_that_edits_what_it_verifies_fails_and_its_edit_is_not_in_the_pa
         check("sneaky", "echo sneaky >> x; exit 0"),
         check("x exists", "test -f x"),
     ];
-    let mut ws = fx
+    let ws = fx
         .runner()
         .create(contract, CreateOptions::default())
         .await

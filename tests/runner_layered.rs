@@ -40,7 +40,7 @@ async fn a_layered_run_edits_tracked_files_exports_a_patch_and_resumes() {
     // A lockfile is digested from the shared base tree, as provisioned.
     contract.environment.runtime.lockfiles = vec!["src/lib.txt".into()];
 
-    let mut ws = runner
+    let ws = runner
         .create(contract, CreateOptions::default())
         .await
         .unwrap();
@@ -71,7 +71,7 @@ async fn a_layered_run_edits_tracked_files_exports_a_patch_and_resumes() {
     // Parked and taken back: the upper directory is re-verified, sealed again.
     let run_id = ws.run_id().clone();
     ws.suspend().await.unwrap();
-    let mut ws = runner
+    let ws = runner
         .resume(&run_id, CreateOptions::default())
         .await
         .unwrap();

@@ -48,7 +48,7 @@ async fn concurrent_runs_get_distinct_names_kept_across_a_resume_and_released_at
     // Suspended and resumed: the very same names come back.
     let run_id = second.run_id().clone();
     second.suspend().await.unwrap();
-    let mut second = runner
+    let second = runner
         .resume(&run_id, CreateOptions::default())
         .await
         .unwrap();

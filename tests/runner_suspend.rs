@@ -18,7 +18,7 @@ use workspace_core::runner::{CommandIo, CreateOptions, RunErrorKind};
 async fn a_suspended_run_keeps_its_checkout_and_resumes_in_another_runner() {
     let f = Fixture::new("suspend-resume");
     let runner = f.runner();
-    let mut ws = runner
+    let ws = runner
         .create(f.contract(), CreateOptions::default())
         .await
         .unwrap();
@@ -77,7 +77,7 @@ async fn a_suspended_run_keeps_its_checkout_and_resumes_in_another_runner() {
 
     // A new runner, as another process: the run comes back sealed.
     let other = f.runner();
-    let mut ws = other
+    let ws = other
         .resume(&run_id, CreateOptions::default())
         .await
         .unwrap();

@@ -3,8 +3,11 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use workspace_core::RunId;
 use workspace_core::boundary::{CommandSpec, KillCause};
-use workspace_core::runner::CreateOptions;
+use workspace_core::runner::{
+    CommandIo, CommandOutcome, CreateOptions, JoinedRun, RunError, RunErrorKind, Runner, Workspace,
+};
 
 use super::host::HostArgs;
 use super::progress::{Progress, passing_through, while_ticking};
@@ -56,10 +59,10 @@ fn name_value(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Attaches to the run's live sandbox, runs the command in it with its output
-/// passed through and recorded, and detaches again: what the command left
-/// running in the background goes on until `destroy`. Exits with the command's
-/// status.
+/// Joins the run's live sandbox, runs the command in it with its output
+/// passed through and recorded, and lets go again: what the command left
+/// running in the background goes on until `destroy`. Any number of `exec`s
+/// run at once. Exits with the command's status.
 pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
     if args.timeout == Some(0) {
         eprintln!("agent-workspace: --timeout 0: the timeout must be at least 1 second");
@@ -71,12 +74,12 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         cwd: args.workdir,
         timeout_ms: args.timeout.map(|secs| secs.saturating_mul(1000)),
         tty: args.tty,
-        output: None,
         env: args.env.into_iter().collect(),
+        ..CommandSpec::default()
     };
     on_run(host, &args.run, |runner, run_id| async move {
         let progress = Progress::on_terminal();
-        let options = CreateOptions {
+        let options = || CreateOptions {
             run_id: None,
             cancel: Some(cancel_on_signals(
                 "stopping the command (the workspace is kept)",
@@ -87,11 +90,13 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
                 progress.as_ref().map(Progress::observer),
             )),
         };
-        let mut workspace = match runner.resume(&run_id, options).await {
-            Ok(workspace) => workspace,
-            Err(error) => return report_run_error(&error),
-        };
         if args.detach {
+            // A background command is one of the run's services: the run is
+            // taken back to record it.
+            let mut workspace = match runner.resume(&run_id, options()).await {
+                Ok(workspace) => workspace,
+                Err(error) => return report_run_error(&error),
+            };
             let started = workspace.start_background(&command).await;
             let detached = workspace.detach().await;
             return match (started, detached) {
@@ -102,29 +107,76 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
                 (Err(error), _) | (Ok(_), Err(error)) => report_run_error(&error),
             };
         }
+        let live = match Live::open(&runner, &run_id, options).await {
+            Ok(live) => live,
+            Err(error) => return report_run_error(&error),
+        };
         let mut io = passing_through(progress.as_ref(), false);
         if interactive {
             io.stdin = Some(Box::pin(tokio::io::stdin()));
         }
-        let outcome = while_ticking(progress, workspace.exec(&command, io)).await;
+        if let Some(progress) = &progress {
+            progress.command_started(run_id.as_str());
+        }
+        let outcome = while_ticking(progress, live.exec(&command, io)).await;
         if let Ok(outcome) = &outcome {
             super::line_start::eprint_own_line(&format!(
                 "agent-workspace: {}",
                 super::summary::command_line(&run_id, outcome)
             ));
         }
-        let detached = workspace.detach().await;
-        match (outcome, detached) {
+        let left = live.leave().await;
+        match (outcome, left) {
             // Interrupted: 130 or 143, as a shell reports it, whatever the
             // command's own end in its grace period was.
-            (Ok(outcome), Ok(_)) if outcome.exit.killed == Some(KillCause::Cancelled) => {
+            (Ok(outcome), Ok(())) if outcome.exit.killed == Some(KillCause::Cancelled) => {
                 ExitCode::from(interrupted_status())
             }
-            (Ok(outcome), Ok(_)) => {
+            (Ok(outcome), Ok(())) => {
                 let status = outcome.shell_status().clamp(0, 255);
                 ExitCode::from(u8::try_from(status).unwrap_or(EXIT_RUNNER_FAILED))
             }
             (Err(error), _) | (Ok(_), Err(error)) => report_run_error(&error),
         }
     })
+}
+
+/// The live run a command runs in: joined, beside other `exec`s, or, when it
+/// cannot be joined as it is, taken back (resumed, sealed again) by this
+/// process alone.
+enum Live {
+    Joined(Box<JoinedRun>),
+    TakenBack(Box<Workspace>),
+}
+
+impl Live {
+    async fn open(
+        runner: &Runner,
+        run_id: &RunId,
+        options: impl Fn() -> CreateOptions,
+    ) -> Result<Self, RunError> {
+        match runner.join(run_id, options()).await {
+            Ok(joined) => Ok(Self::Joined(Box::new(joined))),
+            Err(error) if matches!(*error.kind, RunErrorKind::NotJoinable { .. }) => {
+                let workspace = runner.resume(run_id, options()).await?;
+                Ok(Self::TakenBack(Box::new(workspace)))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn exec(&self, command: &CommandSpec, io: CommandIo) -> Result<CommandOutcome, RunError> {
+        match self {
+            Self::Joined(joined) => joined.exec(command, io).await,
+            Self::TakenBack(workspace) => workspace.exec(command, io).await,
+        }
+    }
+
+    /// Lets go of the run, its sandbox live: left, or detached again.
+    async fn leave(self) -> Result<(), RunError> {
+        match self {
+            Self::Joined(joined) => joined.leave().await,
+            Self::TakenBack(workspace) => workspace.detach().await.map(drop),
+        }
+    }
 }

@@ -62,13 +62,20 @@ impl Progress {
         let progress = self.clone();
         Arc::new(move |run_id, state: &State| {
             let mut line = progress.lock();
+            // Sealed is where commands run: the next thing is the command.
             line.running =
-                (state.name() == StateName::Running).then(|| (run_id.to_string(), Instant::now()));
+                (state.name() == StateName::Sealed).then(|| (run_id.to_string(), Instant::now()));
             match step(state.name()) {
                 Some(step) => line.draw(&format!("run {run_id}: {step}...")),
                 None => line.clear(),
             }
         })
+    }
+
+    /// A command of `run_id` runs from now on (in a run already sealed, whose
+    /// lifecycle says nothing more).
+    pub(crate) fn command_started(&self, run_id: &str) {
+        self.lock().running = Some((run_id.to_owned(), Instant::now()));
     }
 
     /// `sink`, erasing the status line before each write of the command's.
@@ -183,7 +190,6 @@ fn step(state: StateName) -> Option<&'static str> {
         StateName::Waiting => "waiting for capacity",
         StateName::Provisioning => "checking out",
         StateName::StartingServices => "sealing and probing",
-        StateName::Sealed => "sealed",
         StateName::Suspended => "suspending",
         StateName::Detached => "detaching (the workspace stays live)",
         StateName::Draining => "stopping",
@@ -191,6 +197,6 @@ fn step(state: StateName) -> Option<&'static str> {
         StateName::Exported => "evidence sealed",
         StateName::CleaningUp => "cleaning up",
         StateName::Failed => "failed, exporting evidence",
-        StateName::Running | StateName::Cleaned => return None,
+        StateName::Sealed | StateName::Cleaned => return None,
     })
 }

@@ -46,13 +46,10 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         Ok(contract) => contract,
         Err(bad) => return bad_input(bad),
     };
+    // No time limit of its own: the contract's wall time applies.
     let command = CommandSpec {
-        argv: args.command,
-        cwd: ".".into(),
-        timeout_ms: None, // the contract's wall time applies
         tty: args.tty,
-        output: None,
-        env: Default::default(),
+        ..CommandSpec::new(args.command)
     };
     let (json, interactive) = (args.json, args.interactive);
     block_on(async move {

@@ -120,7 +120,7 @@ impl Target {
             Self::Provisioning | Self::ProvisionedNotRecorded => StateName::Provisioning,
             Self::StartingServices => StateName::StartingServices,
             Self::Sealed => StateName::Sealed,
-            Self::Running => StateName::Running,
+            Self::Running => StateName::Sealed, // a command is a record, not a state
             Self::Draining => StateName::Draining,
             Self::Exporting => StateName::Exporting,
             Self::Exported => StateName::Exported,

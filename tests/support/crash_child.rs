@@ -117,7 +117,7 @@ impl ChildRun {
 
     /// The run, created by `runner`, after [`Self::change`] ran in it.
     async fn changed(&self, runner: &Runner) -> Workspace {
-        let mut ws = self.create(runner).await;
+        let ws = self.create(runner).await;
         ws.exec(&self.change(), CommandIo::captured())
             .await
             .unwrap();
@@ -145,7 +145,7 @@ impl ChildRun {
                 drop(ws);
             }
             Target::Running => {
-                let mut ws = self.create(&runner).await;
+                let ws = self.create(&runner).await;
                 let marker = self.marker.clone();
                 let ready = self.base.join(READY_FILE);
                 std::thread::spawn(move || {

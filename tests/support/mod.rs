@@ -282,12 +282,8 @@ pub fn git_stdout(dir: &Path, args: &[&str]) -> String {
 /// A command in the workspace root.
 pub fn command(argv: &[&str], timeout_ms: Option<u64>) -> CommandSpec {
     CommandSpec {
-        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
-        cwd: ".".into(),
         timeout_ms,
-        tty: false,
-        output: None,
-        env: Default::default(),
+        ..CommandSpec::new(argv.iter().map(|s| (*s).to_owned()).collect())
     }
 }
 

@@ -201,7 +201,16 @@ impl ProcessBoundary for ContainerProcess {
         let (runtime, spec) = (self.options.runtime.clone(), command.clone());
         let keepers = self.options.output_keepers.clone();
         let execution = blocking("starting a command", move || {
-            let n = live.next_command.fetch_add(1, Ordering::Relaxed);
+            // The runner's number, when it gave one (commands of one run may
+            // start from several processes); the count goes on past it.
+            let n = match spec.number {
+                Some(n) => {
+                    live.next_command
+                        .fetch_max(n.saturating_add(1), Ordering::Relaxed);
+                    n
+                }
+                None => live.next_command.fetch_add(1, Ordering::Relaxed),
+            };
             let name = seal::command_cgroup_name(n);
             let cgroup = live.command_cgroup(n)?;
             let cwd = spec

@@ -31,11 +31,19 @@ pub(super) async fn spawn(
     let cwd = command
         .workdir_under(&spec.workdir)
         .map_err(|e| ProcessError::BadCwd { cwd: e.cwd })?;
-    let name = format!(
-        "cmd-{}",
-        spec.next_command
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
+    // The runner's number, when it gave one (commands of one run may start
+    // from several processes); the count goes on past it.
+    let number = match command.number {
+        Some(n) => {
+            spec.next_command
+                .fetch_max(n.saturating_add(1), std::sync::atomic::Ordering::Relaxed);
+            n
+        }
+        None => spec
+            .next_command
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    };
+    let name = format!("cmd-{number}");
     if command.tty && command.output.is_some() {
         return Err(ProcessError::TtyWithOutputFiles);
     }

@@ -101,11 +101,7 @@ pub async fn standalone_run(run_id: &str, edit: impl FnOnce(&mut Contract)) -> R
 /// A command in the workspace root.
 pub fn command(argv: &[&str], timeout_ms: Option<u64>) -> CommandSpec {
     CommandSpec {
-        argv: argv.iter().map(|s| s.to_string()).collect(),
-        cwd: ".".into(),
         timeout_ms,
-        tty: false,
-        output: None,
-        env: Default::default(),
+        ..CommandSpec::new(argv.iter().map(|s| s.to_string()).collect())
     }
 }

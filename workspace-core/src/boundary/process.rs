@@ -304,6 +304,14 @@ pub struct CommandSpec {
     /// by value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The command's number in the run's evidence (`commands/NNNN/`), set by
+    /// the runner, which takes it before the command starts. A backend that
+    /// gives each command a cgroup names it `cmd-N` after it: commands started
+    /// at once, by several processes, never share one, and the egress record
+    /// attributes a connection to the command that made it. `None`: the
+    /// backend numbers the command itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<u32>,
 }
 
 impl CommandSpec {

@@ -208,8 +208,8 @@ async fn concurrency(fixture: &Fixture) -> Result<Verdict, String> {
             .create(fixture.contract("HEAD"), CreateOptions::default())
     };
     let (a, b) = tokio::join!(create(), create());
-    let mut a = a.map_err(|e| format!("create A: {}", crate::error_chain(&e)))?;
-    let mut b = b.map_err(|e| format!("create B: {}", crate::error_chain(&e)))?;
+    let a = a.map_err(|e| format!("create A: {}", crate::error_chain(&e)))?;
+    let b = b.map_err(|e| format!("create B: {}", crate::error_chain(&e)))?;
     let a_checkout = a.source().map(|s| s.workspace.clone()).unwrap_or_default();
     let wrote = a
         .exec(

@@ -269,11 +269,23 @@ impl EvidenceWriter {
                 });
             }
         }
-        // Consume the number even if starting fails, so a half-created directory
-        // is never retried.
-        let seq = state.next_seq;
-        state.next_seq = seq.saturating_add(1);
-        CommandRecorder::start(&commands, seq, start, Arc::clone(&self.open))
+        // A number is taken by creating its directory: another process
+        // recording commands of the same run (one joined to it) may have taken
+        // the next one first, and then this one goes on past the highest taken.
+        // A number is consumed even if starting fails, so a half-created
+        // directory is never retried.
+        loop {
+            let seq = state.next_seq;
+            state.next_seq = seq.saturating_add(1);
+            match CommandRecorder::start(&commands, seq, start.clone(), Arc::clone(&self.open)) {
+                Err(EvidenceError::AlreadyExists { .. }) if seq < u32::MAX => {
+                    state.next_seq = state
+                        .next_seq
+                        .max(last_command_seq(&commands)?.saturating_add(1));
+                }
+                started => return started,
+            }
+        }
     }
 
     /// Seals the bundle: hashes every regular file (never following links; a

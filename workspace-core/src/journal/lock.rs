@@ -52,3 +52,37 @@ pub(super) fn lock(file: &File, path: &Path) -> Result<(), JournalError> {
         },
     })
 }
+
+/// The journal's lock held shared, until dropped: the run is not owned (taken
+/// over, ended, recovered) by any process meanwhile, while any number of
+/// holders share it. A holder writes nothing to the journal.
+#[derive(Debug)]
+pub struct SharedHold {
+    _file: File,
+}
+
+impl SharedHold {
+    /// Takes the lock of the journal at `path` shared, without waiting:
+    /// [`JournalError::Held`] while a process owns the run.
+    ///
+    /// # Ambient authority
+    ///
+    /// `path` is a host path, used as given.
+    pub fn try_take(path: impl AsRef<Path>) -> Result<Self, JournalError> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|source| JournalError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        match file.try_lock_shared() {
+            Ok(()) => Ok(Self { _file: file }),
+            Err(TryLockError::WouldBlock) => Err(JournalError::Held {
+                path: path.to_path_buf(),
+            }),
+            Err(TryLockError::Error(source)) => Err(JournalError::Lock {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+}

@@ -38,7 +38,11 @@
 //! `LockFileEx` on Windows) for as long as its [`Journal`] is open. The kernel releases
 //! the lock when the process dies, however it dies, even on `SIGKILL`. So:
 //!
-//! - [`is_held`] tells whether a live process owns the run;
+//! - [`is_held`] tells whether a live process owns the run, or holds it shared;
+//! - [`SharedHold`] holds the lock shared: processes that only *join* a parked
+//!   run (run commands in its live sandbox, read its patch) write no record and
+//!   may be many at once, but no process owns (ends, suspends, resumes, recovers)
+//!   the run while one of them is there;
 //! - [`Journal::open_for_recovery`] takes the lock without waiting and fails with
 //!   [`JournalError::Held`] if a live process owns it, so two recoverers, or a recoverer
 //!   and the live runner, never act on the same run at once.
@@ -77,8 +81,8 @@ use serde::de::DeserializeOwned;
 
 use crate::RunId;
 pub use error::{Corruption, JournalError};
-pub use lock::is_held;
 use lock::lock;
+pub use lock::{SharedHold, is_held};
 use read::parse;
 pub use read::{begun_unix_ms, read};
 use record::RecordRef;

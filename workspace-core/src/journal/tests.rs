@@ -85,6 +85,32 @@ fn the_lock_marks_a_live_owner() {
 }
 
 #[test]
+fn shared_holders_coexist_and_keep_owners_out_until_the_last_lets_go() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("run-s.jsonl");
+    drop(journal_with(&path, "run-s", 2));
+    let first = SharedHold::try_take(&path).unwrap();
+    let second = SharedHold::try_take(&path).unwrap();
+    assert!(is_held(&path).unwrap());
+    match Journal::<Ev>::open_for_recovery(&path, run("run-s")) {
+        Err(JournalError::Held { path: p }) => assert_eq!(p, path),
+        other => panic!("expected Held, got {other:?}"),
+    }
+    drop(first);
+    assert!(is_held(&path).unwrap(), "one holder is still there");
+    drop(second);
+    let (owner, got) = Journal::<Ev>::open_for_recovery(&path, run("run-s")).unwrap();
+    assert_eq!(got.records.len(), 2);
+    // An owner keeps every shared holder out in turn.
+    match SharedHold::try_take(&path) {
+        Err(JournalError::Held { path: p }) => assert_eq!(p, path),
+        other => panic!("expected Held, got {other:?}"),
+    }
+    drop(owner);
+    SharedHold::try_take(&path).unwrap();
+}
+
+#[test]
 fn a_torn_tail_is_reported_then_truncated_by_recovery() {
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("run-3.jsonl");

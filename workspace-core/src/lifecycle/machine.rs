@@ -369,14 +369,6 @@ impl Lifecycle {
     pub fn seal(&mut self) -> Result<&State, LifecycleError> {
         self.apply(Operation::Seal)
     }
-    /// Sealed -> Running.
-    pub fn run(&mut self, command: u32) -> Result<&State, LifecycleError> {
-        self.apply(Operation::Run { command })
-    }
-    /// Running -> Sealed.
-    pub fn finish(&mut self) -> Result<&State, LifecycleError> {
-        self.apply(Operation::Finish)
-    }
     /// Sealed -> Suspended.
     pub fn suspend(&mut self) -> Result<&State, LifecycleError> {
         self.apply(Operation::Suspend)
@@ -393,7 +385,7 @@ impl Lifecycle {
     pub fn attach(&mut self) -> Result<&State, LifecycleError> {
         self.apply(Operation::Attach)
     }
-    /// Sealed or Running -> Draining.
+    /// Sealed -> Draining.
     pub fn drain(&mut self) -> Result<&State, LifecycleError> {
         self.apply(Operation::Drain)
     }

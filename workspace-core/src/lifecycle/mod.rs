@@ -4,8 +4,8 @@
 //! ```text
 //! Requested -> Waiting(capacity) -> Provisioning(Fresh | Resumed | Restored)
 //!   -> StartingServices -> Sealed (boundaries applied, probe passed, services ready)
-//! Sealed <-> Running(command)          Sealed -> Suspended -> Provisioning(Resumed) -> ...
-//! Sealed | Running -> Draining -> Exporting -> Exported -> CleaningUp -> Cleaned
+//! Sealed -> Suspended -> Provisioning(Resumed) -> ...    Sealed <-> Detached
+//! Sealed -> Draining -> Exporting -> Exported -> CleaningUp -> Cleaned
 //! any -> Failed{at, cause} -> Exporting (evidence is still exported) -> CleaningUp
 //! ```
 //!
@@ -17,6 +17,9 @@
 //!   -> Cleaned` is always legal;
 //! * **no transient state strands resources**: each has a limit in [`Timeouts`], and
 //!   [`Lifecycle::check_timeout`] turns an overrun into `Failed`.
+//!
+//! Commands are not states: a sealed run runs any number at once, each a record
+//! of its own in the evidence (`commands/NNNN/`), so no command holds the run.
 //!
 //! Resuming a suspended run goes back through `Provisioning(Resumed)` so the
 //! checkout is re-verified and the boundary re-probed before it is `Sealed` again.

@@ -34,13 +34,9 @@ pub enum State {
     },
     /// Starting services and waiting for their health checks.
     StartingServices,
-    /// Boundaries applied, probe passed, services ready: commands may run.
+    /// Boundaries applied, probe passed, services ready: commands may run,
+    /// any number at once (each is a record of the evidence, not a state).
     Sealed,
-    /// A command is running.
-    Running {
-        /// The command's sequence number in the evidence.
-        command: u32,
-    },
     /// Processes stopped; checkout and leases kept for a later resume.
     Suspended,
     /// Sealed and live, with no runner attached: the workspace's sandbox keeps
@@ -76,7 +72,6 @@ pub enum StateName {
     Provisioning,
     StartingServices,
     Sealed,
-    Running,
     Suspended,
     Detached,
     Draining,
@@ -89,13 +84,12 @@ pub enum StateName {
 
 impl StateName {
     /// Every state, in lifecycle order.
-    pub const ALL: [StateName; 14] = [
+    pub const ALL: [StateName; 13] = [
         Self::Requested,
         Self::Waiting,
         Self::Provisioning,
         Self::StartingServices,
         Self::Sealed,
-        Self::Running,
         Self::Suspended,
         Self::Detached,
         Self::Draining,
@@ -135,7 +129,6 @@ impl State {
             Self::Provisioning { .. } => StateName::Provisioning,
             Self::StartingServices => StateName::StartingServices,
             Self::Sealed => StateName::Sealed,
-            Self::Running { .. } => StateName::Running,
             Self::Suspended => StateName::Suspended,
             Self::Detached => StateName::Detached,
             Self::Draining => StateName::Draining,
@@ -246,13 +239,6 @@ pub enum Operation {
     StartServices,
     /// StartingServices -> Sealed: boundaries applied, probe passed, services ready.
     Seal,
-    /// Sealed -> Running.
-    Run {
-        /// The command's sequence number.
-        command: u32,
-    },
-    /// Running -> Sealed.
-    Finish,
     /// Sealed -> Suspended.
     Suspend,
     /// Suspended (or Detached, when its sandbox is gone) -> Provisioning(Resumed):
@@ -262,7 +248,7 @@ pub enum Operation {
     Detach,
     /// Detached -> Sealed: a runner takes the live sandbox over again.
     Attach,
-    /// Sealed or Running -> Draining.
+    /// Sealed -> Draining.
     Drain,
     /// Draining or Failed -> Exporting.
     Export,
@@ -288,8 +274,6 @@ pub enum OperationName {
     Provision,
     StartServices,
     Seal,
-    Run,
-    Finish,
     Suspend,
     Resume,
     Detach,
@@ -320,8 +304,6 @@ impl Operation {
             Self::Provision { .. } => OperationName::Provision,
             Self::StartServices => OperationName::StartServices,
             Self::Seal => OperationName::Seal,
-            Self::Run { .. } => OperationName::Run,
-            Self::Finish => OperationName::Finish,
             Self::Suspend => OperationName::Suspend,
             Self::Resume => OperationName::Resume,
             Self::Detach => OperationName::Detach,
@@ -358,8 +340,6 @@ impl Operation {
             Self::Admit
             | Self::StartServices
             | Self::Seal
-            | Self::Run { .. }
-            | Self::Finish
             | Self::Attach
             | Self::Drain
             | Self::Export
@@ -413,15 +393,13 @@ pub fn next_state(state: &State, export_attempted: bool, op: &Operation) -> Resu
         (S::Waiting, Op::Provision { origin }) => S::Provisioning { origin: *origin },
         (S::Provisioning { .. }, Op::StartServices) => S::StartingServices,
         (S::StartingServices, Op::Seal) => S::Sealed,
-        (S::Sealed, Op::Run { command }) => S::Running { command: *command },
-        (S::Running { .. }, Op::Finish) => S::Sealed,
         (S::Sealed, Op::Suspend) => S::Suspended,
         (S::Suspended | S::Detached, Op::Resume) => S::Provisioning {
             origin: Origin::Resumed,
         },
         (S::Sealed, Op::Detach) => S::Detached,
         (S::Detached, Op::Attach) => S::Sealed,
-        (S::Sealed | S::Running { .. }, Op::Drain) => S::Draining,
+        (S::Sealed, Op::Drain) => S::Draining,
         (S::Draining | S::Failed { .. }, Op::Export) => S::Exporting,
         (S::Exporting, Op::FinishExport) => S::Exported,
         (S::Exported, Op::CleanUp) => S::CleaningUp,

@@ -23,8 +23,6 @@ fn sample_op(name: OperationName) -> Operation {
         },
         OperationName::StartServices => Operation::StartServices,
         OperationName::Seal => Operation::Seal,
-        OperationName::Run => Operation::Run { command: 1 },
-        OperationName::Finish => Operation::Finish,
         OperationName::Suspend => Operation::Suspend,
         OperationName::Resume => Operation::Resume,
         OperationName::Detach => Operation::Detach,
@@ -40,13 +38,11 @@ fn sample_op(name: OperationName) -> Operation {
     }
 }
 
-const ALL_OPS: [OperationName; 16] = [
+const ALL_OPS: [OperationName; 14] = [
     OperationName::Admit,
     OperationName::Provision,
     OperationName::StartServices,
     OperationName::Seal,
-    OperationName::Run,
-    OperationName::Finish,
     OperationName::Suspend,
     OperationName::Resume,
     OperationName::Detach,
@@ -84,7 +80,6 @@ fn path_to(state: StateName, failed_after_export: bool) -> Vec<Operation> {
         _ => to_sealed,
     };
     let tail: Vec<Operation> = match state {
-        StateName::Running => vec![O::Run { command: 1 }],
         StateName::Suspended => vec![O::Suspend],
         StateName::Detached => vec![O::Detach],
         StateName::Draining => vec![O::Drain],
@@ -143,13 +138,11 @@ fn expected(
         (S::Waiting, O::Provision) => Ok(S::Provisioning),
         (S::Provisioning, O::StartServices) => Ok(S::StartingServices),
         (S::StartingServices, O::Seal) => Ok(S::Sealed),
-        (S::Sealed, O::Run) => Ok(S::Running),
-        (S::Running, O::Finish) => Ok(S::Sealed),
         (S::Sealed, O::Suspend) => Ok(S::Suspended),
         (S::Suspended | S::Detached, O::Resume) => Ok(S::Provisioning),
         (S::Sealed, O::Detach) => Ok(S::Detached),
         (S::Detached, O::Attach) => Ok(S::Sealed),
-        (S::Sealed | S::Running, O::Drain) => Ok(S::Draining),
+        (S::Sealed, O::Drain) => Ok(S::Draining),
         (S::Draining | S::Failed, O::Export) => Ok(S::Exporting),
         (S::Exporting, O::FinishExport) => Ok(S::Exported),
         (S::Exported, O::CleanUp) => Ok(S::CleaningUp),
@@ -204,10 +197,10 @@ fn every_state_operation_pair_follows_the_table() {
             }
         }
     }
-    // 14 states + 1 extra Failed variant, 16 operations each.
-    assert_eq!(legal + refused, 15 * 16);
+    // 13 states + 1 extra Failed variant, 14 operations each.
+    assert_eq!(legal + refused, 14 * 14);
     assert!(
-        legal >= 25 && refused >= 150,
+        legal >= 23 && refused >= 150,
         "legal {legal}, refused {refused}"
     );
 }
@@ -221,7 +214,6 @@ fn cleanup_before_export_is_refused_in_every_state_before_export() {
         StateName::Provisioning,
         StateName::StartingServices,
         StateName::Sealed,
-        StateName::Running,
         StateName::Suspended,
         StateName::Detached,
         StateName::Draining,
@@ -380,7 +372,10 @@ fn a_journal_with_an_illegal_transition_is_refused() {
 fn refused_operations_name_state_and_operation() {
     let dir = TempDir::new().expect("tempdir");
     let mut life = lifecycle_at(&dir, StateName::Requested, false);
-    let err = life.run(3).expect_err("run before seal");
+    let err = life.detach().expect_err("detach before seal");
     let text = err.to_string();
-    assert!(text.contains("requested") && text.contains("run"), "{text}");
+    assert!(
+        text.contains("requested") && text.contains("detach"),
+        "{text}"
+    );
 }

@@ -19,8 +19,6 @@ pub struct Timeouts {
     pub provisioning: Duration,
     /// Services becoming healthy.
     pub starting_services: Duration,
-    /// One command (the contract's wall time replaces it when set).
-    pub running: Duration,
     /// In-flight commands finishing after a drain.
     pub draining: Duration,
     /// Writing the evidence.
@@ -39,7 +37,6 @@ impl Default for Timeouts {
             waiting: 60 * MINUTE,
             provisioning: 10 * MINUTE,
             starting_services: 5 * MINUTE,
-            running: 30 * MINUTE,
             draining: MINUTE,
             exporting: 5 * MINUTE,
             exported: 5 * MINUTE,
@@ -57,7 +54,6 @@ impl Timeouts {
             StateName::Waiting => Some(self.waiting),
             StateName::Provisioning => Some(self.provisioning),
             StateName::StartingServices => Some(self.starting_services),
-            StateName::Running => Some(self.running),
             StateName::Draining => Some(self.draining),
             StateName::Exporting => Some(self.exporting),
             StateName::Exported => Some(self.exported),

@@ -92,10 +92,6 @@ fn abandoned_run(runtime: &Path, state: StateName) -> RunId {
             life.start_services().expect("services");
         }
         StateName::Sealed => to_sealed(&mut life),
-        StateName::Running => {
-            to_sealed(&mut life);
-            life.run(1).expect("run");
-        }
         StateName::Suspended => {
             to_sealed(&mut life);
             life.suspend().expect("suspend");
@@ -255,7 +251,7 @@ async fn a_live_run_is_left_alone() {
 #[tokio::test]
 async fn a_failed_export_is_retried_and_cleanup_waits_for_the_last_attempt() {
     let runtime = TempDir::new().expect("tempdir");
-    let run_id = abandoned_run(runtime.path(), StateName::Running);
+    let run_id = abandoned_run(runtime.path(), StateName::Sealed);
     let hooks = RecordingHooks {
         fail_export: true,
         ..RecordingHooks::default()
@@ -356,7 +352,7 @@ async fn a_failed_export_followed_by_a_crash_in_cleanup_is_exported_again() {
 #[tokio::test]
 async fn a_failed_reap_exports_but_never_cleans_up() {
     let runtime = TempDir::new().expect("tempdir");
-    let run_id = abandoned_run(runtime.path(), StateName::Running);
+    let run_id = abandoned_run(runtime.path(), StateName::Sealed);
     let hooks = RecordingHooks {
         fail_reap: true,
         ..RecordingHooks::default()

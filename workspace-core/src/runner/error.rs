@@ -89,6 +89,14 @@ pub enum RunErrorKind {
         /// Its state.
         state: crate::lifecycle::StateName,
     },
+    /// The run cannot be joined as it is (see
+    /// [`Runner::join`](super::Runner::join)): it must be taken back first
+    /// ([`Runner::resume`](super::Runner::resume)), by one process.
+    #[error("the run cannot be joined: {why}")]
+    NotJoinable {
+        /// Why: suspended, its sandbox gone, or its leases not kept by it.
+        why: String,
+    },
     /// A step needs the run's provisioned checkout and the run has none (its
     /// records were lost, or a step was taken out of order).
     #[error("the run has no provisioned checkout to {step}")]
@@ -145,6 +153,7 @@ impl RunErrorKind {
             Self::LostSandboxLeft(_) => RunnerStep::Teardown,
             Self::Ended { .. }
             | Self::NotSuspended { .. }
+            | Self::NotJoinable { .. }
             | Self::NotProvisioned { .. }
             | Self::NotSealed { .. } => RunnerStep::Order,
         };

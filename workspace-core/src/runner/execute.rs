@@ -89,6 +89,7 @@ pub(super) async fn execute(
     let mut recorder = evidence.start_command(start)?;
     let seq = recorder.seq();
     let mut spec = spec.clone();
+    spec.number = Some(seq);
     let followed = !spec.tty && spec.output.is_none() && process.capabilities().output_files;
     if followed {
         spec.output = Some(late_output::files(run_dir, seq)?);

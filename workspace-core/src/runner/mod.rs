@@ -37,6 +37,7 @@ mod execute;
 mod export;
 mod http;
 mod identity_store;
+mod joined;
 mod late_output;
 mod leases;
 mod observed;
@@ -63,6 +64,7 @@ use std::sync::Arc;
 pub use credential_leaks::{CredentialForm, CredentialLeak, MIN_REDACTED_LEN};
 pub use error::{RunError, RunErrorKind};
 pub use execute::{CommandIo, OutputSink};
+pub use joined::JoinedRun;
 pub use late_output::LateOutput;
 pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};
@@ -283,6 +285,29 @@ impl Runner {
         }
     }
 
+    /// Joins the detached run `run_id` to run commands in its live sandbox
+    /// beside other processes (see [`JoinedRun`]): nothing is taken over, no
+    /// capacity asked for, any number of processes at once. A run that must
+    /// be taken back first (suspended, its sandbox gone, or a sandbox that
+    /// does not keep its capacity and names) is refused with
+    /// [`RunErrorKind::NotJoinable`]: [`resume`](Self::resume) it (and
+    /// [`detach`](Workspace::detach) it again) to join it. `options` give the
+    /// cancel token and grace of this process's commands.
+    pub async fn join(
+        &self,
+        run_id: &RunId,
+        options: CreateOptions,
+    ) -> Result<JoinedRun, RunError> {
+        let parked = resume::SharedParked::hold(&self.inner.config, run_id).await?;
+        JoinedRun::join(
+            self.stack(),
+            parked,
+            options.cancel.unwrap_or_default(),
+            options.cancel_grace,
+        )
+        .await
+    }
+
     /// A parked run opened again (its journal held), not yet attached.
     fn take_back(
         &self,
@@ -331,11 +356,12 @@ impl Runner {
         }
     }
 
-    /// The current changes of a suspended run, as its evidence would record them,
-    /// without resuming it: the run stays suspended (its journal is held only
-    /// while the patch is taken, so no `exec` changes the checkout meanwhile).
+    /// The current changes of a parked run (suspended, or detached and live),
+    /// as its evidence would record them, without taking it back: commands
+    /// joined to it go on meanwhile (the patch is the checkout as it was when
+    /// taken), and no process ends it while the patch is taken.
     pub async fn export_patch(&self, run_id: &RunId) -> Result<PatchExport, RunError> {
-        let parked = resume::Parked::take(&self.inner.config, run_id)?;
+        let parked = resume::SharedParked::hold(&self.inner.config, run_id).await?;
         let mut patch = self
             .inner
             .stack
@@ -347,7 +373,7 @@ impl Runner {
         // the digest printed is the one its evidence will have.
         let identity = identity_store::load(&parked.run.run_dir)
             .map_err(|kind| RunError::refused(run_id, kind))?;
-        drop(parked); // releases the journal
+        drop(parked); // lets go of the journal
         if let Some(identity) = identity {
             withhold::withhold_leaks(&mut patch, &Scrubber::new(&identity.credentials));
         }
@@ -424,7 +450,7 @@ impl Runner {
         io: CommandIo,
         options: CreateOptions,
     ) -> Result<RunReport, RunError> {
-        let mut workspace = self.create(contract, options).await?;
+        let workspace = self.create(contract, options).await?;
         if let Err(e) = workspace.exec(command, io).await {
             tracing::warn!(error = %crate::error_chain(&e), "the command broke the run");
         }

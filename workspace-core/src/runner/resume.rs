@@ -9,7 +9,7 @@ use super::error::{RunError, RunErrorKind};
 use super::options::RunnerConfig;
 use super::outcome::CommandOutcome;
 use super::paths::{FILESYSTEM_STATE_FILE, RunPaths};
-use super::state_files::read_required;
+use super::state_files::{read_required, read_state};
 use crate::RunId;
 use crate::boundary::RunContext;
 use crate::boundary::{ExitRecord, FilesystemRecord, SourceRecord};
@@ -55,6 +55,94 @@ impl Parked {
     }
 }
 
+/// A parked run held shared by this process (see
+/// [`SharedHold`](crate::journal::SharedHold)): its records read back, the run
+/// neither taken over nor changed. Any number of processes may hold it at once;
+/// none takes it over while one does. Dropping it lets go.
+pub(super) struct SharedParked {
+    pub paths: RunPaths,
+    pub state: State,
+    pub stored: Stored,
+    pub run: RunContext,
+    pub hold: crate::journal::SharedHold,
+}
+
+impl SharedParked {
+    /// Holds the journal of `run_id` shared and reads its records; refuses a
+    /// run that is neither suspended nor detached.
+    pub(super) async fn hold(config: &RunnerConfig, run_id: &RunId) -> Result<Self, RunError> {
+        let refuse = |kind| RunError::refused(run_id, kind);
+        let paths = RunPaths::locate(&config.runtime_dir, &config.evidence_root, run_id);
+        let hold = share_journal(&paths.journal).await.map_err(|source| {
+            refuse(
+                crate::lifecycle::LifecycleError::Open {
+                    run_id: run_id.clone(),
+                    source,
+                }
+                .into(),
+            )
+        })?;
+        // Read under the hold: no owner moves the run while it is held.
+        let read = crate::journal::read::<crate::lifecycle::Transition>(&paths.journal).map_err(
+            |source| {
+                refuse(
+                    crate::lifecycle::LifecycleError::Open {
+                        run_id: run_id.clone(),
+                        source,
+                    }
+                    .into(),
+                )
+            },
+        )?;
+        let state = read
+            .records
+            .last()
+            .map_or(State::Requested, |record| record.event.to.clone());
+        if !matches!(state, State::Suspended | State::Detached) {
+            return Err(refuse(RunErrorKind::NotSuspended {
+                state: state.name(),
+            }));
+        }
+        let stored = Stored::read_without_commands(&paths).map_err(refuse)?;
+        let run = RunContext {
+            run_id: run_id.clone(),
+            contract: Arc::new(stored.contract.clone()),
+            run_dir: paths.run_dir.clone(),
+            runtime_dir: config.runtime_dir.clone(),
+        };
+        Ok(Self {
+            paths,
+            state,
+            stored,
+            run,
+            hold,
+        })
+    }
+}
+
+/// How long a process that joins a run waits out its owner: one that only
+/// moves the run between states (takes it back to start a background command,
+/// parks it again) owns it for a moment; one that ends it or runs a command
+/// in it itself, for longer.
+const JOIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The run's journal held shared, its owner waited out for [`JOIN_WAIT`].
+async fn share_journal(
+    journal: &Path,
+) -> Result<crate::journal::SharedHold, crate::journal::JournalError> {
+    let deadline = std::time::Instant::now() + JOIN_WAIT;
+    loop {
+        match crate::journal::SharedHold::try_take(journal) {
+            Err(crate::journal::JournalError::Held { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            taken => return taken,
+        }
+    }
+}
+
 /// How long a journal that reads as held is tried again before it counts as
 /// owned: a fork anywhere in this process shares every open file with the child
 /// until it execs or closes them, the journal's lock with them, for a moment.
@@ -93,22 +181,35 @@ pub(super) struct Stored {
 }
 
 impl Stored {
+    /// The run's records, the commands it ran among them: for a process that
+    /// takes the run over (no other runs commands in it meanwhile).
     pub(super) fn read(paths: &RunPaths) -> Result<Self, RunErrorKind> {
+        let mut stored = Self::read_without_commands(paths)?;
+        let commands = previous_commands(&paths.evidence.join(COMMANDS_DIR))?;
+        if let Some((first, _)) = commands.first() {
+            stored.started_unix_ms = stored.started_unix_ms.min(first.started_unix_ms);
+        }
+        stored.commands = commands.into_iter().map(|(_, outcome)| outcome).collect();
+        Ok(stored)
+    }
+
+    /// The run's records but its commands: for a process that joins it, where
+    /// other processes start commands meanwhile (a command's directory is
+    /// made before its record is written in it).
+    pub(super) fn read_without_commands(paths: &RunPaths) -> Result<Self, RunErrorKind> {
         let evidence = EvidenceWriter::reopen(&paths.evidence)?;
         let contract = read_required(&evidence.path_of(EvidenceFile::Contract))?;
         let source = read_required(&evidence.path_of(EvidenceFile::Source))?;
         let filesystem = read_required(&paths.run_dir.join(FILESYSTEM_STATE_FILE))?;
-        let commands = previous_commands(&paths.evidence.join(COMMANDS_DIR))?;
         // The run began when its journal did (a run may have run no command).
-        let started_unix_ms = crate::journal::begun_unix_ms(&paths.journal)
-            .or_else(|| commands.first().map(|(record, _)| record.started_unix_ms))
-            .unwrap_or_else(crate::clock::unix_ms_now);
+        let started_unix_ms =
+            crate::journal::begun_unix_ms(&paths.journal).unwrap_or_else(crate::clock::unix_ms_now);
         Ok(Self {
             contract,
             source,
             filesystem,
             evidence,
-            commands: commands.into_iter().map(|(_, outcome)| outcome).collect(),
+            commands: Vec::new(),
             started_unix_ms,
         })
     }
@@ -134,8 +235,13 @@ pub(super) fn previous_commands(
             path: dir.to_path_buf(),
             source,
         })?;
-        let record: CommandRecord =
-            read_required(&entry.path().join(crate::evidence::COMMAND_FILE))?;
+        let path = entry.path().join(crate::evidence::COMMAND_FILE);
+        // A number taken by a command that never started: its directory is
+        // made before its record, and a process may die in between.
+        let Some(record) = read_state::<CommandRecord>(&path)? else {
+            tracing::warn!(path = %path.display(), "a command's directory has no record");
+            continue;
+        };
         let outcome = CommandOutcome {
             seq: record.seq,
             argv: record.argv.clone(),

@@ -18,6 +18,7 @@ mod probe;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -79,7 +80,9 @@ pub struct ServiceRecord {
 pub(super) struct Services {
     records: Vec<ServiceRecord>,
     /// `(index into records, handle)` of services started by this runner.
-    running: Vec<(usize, Box<dyn Execution>)>,
+    /// Each handle in a mutex, only to make the run's workspace shareable
+    /// between tasks: it is used only through `&mut self`, never locked.
+    running: Vec<(usize, Mutex<Box<dyn Execution>>)>,
 }
 
 /// The variables the run's commands get from its services' `connection`
@@ -172,7 +175,8 @@ impl Services {
             exit: None,
             template: None,
         });
-        self.running.push((self.records.len() - 1, execution));
+        self.running
+            .push((self.records.len() - 1, Mutex::new(execution)));
         self.save(&run.run_dir)?;
         tracing::info!(run_id = %run.run_id, %name, ?argv, "background command started");
         Ok(name)
@@ -291,7 +295,7 @@ impl Services {
         match outcome {
             Ok(()) => {
                 self.records[index].ready_unix_ms = Some(unix_ms_now());
-                self.running.push((index, execution));
+                self.running.push((index, Mutex::new(execution)));
                 self.save(&run.run_dir)?;
                 tracing::info!(run_id = %run.run_id, service = %service.name, "service ready");
                 Ok(())
@@ -326,7 +330,10 @@ impl Services {
                 .find(|s| s.name == name)
                 .map_or(Duration::from_secs(5), |s| s.stop_grace.as_duration())
         };
-        while let Some((index, mut execution)) = self.running.pop() {
+        while let Some((index, execution)) = self.running.pop() {
+            let mut execution = execution
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner);
             let record = &mut self.records[index];
             let grace = grace_of(&record.name);
             match execution.terminate(grace).await {
@@ -396,7 +403,10 @@ impl Services {
     /// Lets the services run on without this runner (the run is detached).
     pub(super) fn release(&mut self) {
         for (_, execution) in self.running.drain(..) {
-            execution.release();
+            execution
+                .into_inner()
+                .unwrap_or_else(PoisonError::into_inner)
+                .release();
         }
     }
 

@@ -12,6 +12,7 @@ use crate::runner::bounded::bounded;
 use crate::runner::disk;
 use crate::runner::error::RunErrorKind;
 use crate::runner::identity_store;
+use crate::runner::leases::LeasedNames;
 use crate::runner::observed::{AppliedEnvironment, ObservedRecord};
 use crate::runner::paths::FILESYSTEM_STATE_FILE;
 use crate::runner::scrub::Scrubber;
@@ -164,12 +165,8 @@ impl Workspace {
 
     /// `environment` with what the run adds for its commands: its leased names
     /// and its services' connection variables.
-    pub(super) fn with_run_vars(&self, mut environment: EnvironmentPlan) -> EnvironmentPlan {
-        let leased = self.leases.names.vars();
-        let services = &self.run.contract.environment.services;
-        environment.vars.extend(connection_vars(services, &leased));
-        environment.vars.extend(leased);
-        environment
+    pub(super) fn with_run_vars(&self, environment: EnvironmentPlan) -> EnvironmentPlan {
+        with_run_vars(environment, &self.run, &self.leases.names)
     }
 
     /// The plans the process boundary applies on `provisioned`.
@@ -179,14 +176,38 @@ impl Workspace {
         environment: EnvironmentPlan,
         identity: IdentityPlan,
     ) -> Result<SealPlan, RunErrorKind> {
-        let templates = templates::layers(&self.run, &provisioned.source, &identity)?;
-        Ok(SealPlan {
-            source: provisioned.source.clone(),
-            filesystem: provisioned.filesystem.clone(),
-            environment,
-            identity,
-            templates,
-            held_open: Vec::new(),
-        })
+        seal_plan(&self.run, provisioned, environment, identity)
     }
+}
+
+/// `environment` with what `run` adds for its commands: its leased `names`
+/// and its services' connection variables.
+pub(in crate::runner) fn with_run_vars(
+    mut environment: EnvironmentPlan,
+    run: &RunContext,
+    names: &LeasedNames,
+) -> EnvironmentPlan {
+    let leased = names.vars();
+    let services = &run.contract.environment.services;
+    environment.vars.extend(connection_vars(services, &leased));
+    environment.vars.extend(leased);
+    environment
+}
+
+/// The plans the process boundary applies on `provisioned` for `run`.
+pub(in crate::runner) fn seal_plan(
+    run: &RunContext,
+    provisioned: &Provisioned,
+    environment: EnvironmentPlan,
+    identity: IdentityPlan,
+) -> Result<SealPlan, RunErrorKind> {
+    let templates = templates::layers(run, &provisioned.source, &identity)?;
+    Ok(SealPlan {
+        source: provisioned.source.clone(),
+        filesystem: provisioned.filesystem.clone(),
+        environment,
+        identity,
+        templates,
+        held_open: Vec::new(),
+    })
 }

@@ -51,17 +51,11 @@ impl Workspace {
                 break;
             }
             let spec = CommandSpec {
-                argv: check.command.clone(),
-                cwd: ".".into(),
                 timeout_ms: check.timeout.map(|t| millis(t.as_duration())),
-                tty: false,
-                output: None,
-                env: Default::default(),
+                ..CommandSpec::new(check.command.clone())
             };
             let outcome = self.exec(&spec, CommandIo::captured()).await?;
-            if let Some(recorded) = self.commands.last_mut() {
-                recorded.check = Some(check.name.clone());
-            }
+            self.mark_check(outcome.seq, &check.name);
             let after = promotion.export(&self.run, &source).await;
             let mut result = match exit_failure(&outcome) {
                 None => CheckResult::passed(&check.name, &before.patch_sha256),

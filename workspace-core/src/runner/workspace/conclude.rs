@@ -1,6 +1,6 @@
 //! The end every run goes through: stop, export, clean up.
 
-use super::Workspace;
+use super::{Workspace, lock};
 use crate::boundary::{ApprovalRecord, BoundaryKind, LeakReport};
 use crate::clock::unix_ms_now;
 use crate::evidence::EvidenceFile;
@@ -133,7 +133,7 @@ impl Workspace {
             run_id: self.run.run_id.clone(),
             ended_in,
             failure,
-            commands: self.commands.clone(),
+            commands: lock(&self.commands).clone(),
             late_output,
             stopped: stopped_at_drain + leaks.as_ref().map_or(0, |leaks| leaks.stopped),
             leaks: leaks.clone(),

@@ -14,7 +14,7 @@ mod park;
 mod progress;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -35,15 +35,17 @@ use crate::evidence::EvidenceWriter;
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
 use crate::step::{RunnerStep, StepErrors};
 
+pub(super) use bring_up::{seal_plan, with_run_vars};
 pub use park::{DetachedRun, SuspendedRun};
 pub(super) use progress::{Progress, Provisioned};
 
 /// A run that is sealed (or failed on the way) and not yet cleaned up.
 ///
 /// Made by [`Runner::create`](super::Runner::create). Run commands with
-/// [`exec`](Self::exec), then end it with [`finish`](Self::finish) (or
-/// [`cancel`](Self::cancel)): both stop every process of the run, export the
-/// evidence and clean up, in that order.
+/// [`exec`](Self::exec), any number at once (it takes `&self`: join their
+/// futures, or share the workspace in an [`Arc`] across tasks), then end it
+/// with [`finish`](Self::finish) (or [`cancel`](Self::cancel)): both stop
+/// every process of the run, export the evidence and clean up, in that order.
 ///
 /// A `Workspace` dropped without `finish` leaves its run to crash recovery
 /// ([`Runner::recover`](super::Runner::recover)): its journal is no longer
@@ -60,7 +62,11 @@ pub struct Workspace {
     progress: Progress,
     reservation: Option<Grant>,
     leases: RunLeases,
-    commands: Vec<CommandOutcome>,
+    /// The commands that ended, in the order they started.
+    commands: Mutex<Vec<CommandOutcome>>,
+    /// Why a command broke the run (its journal or evidence refused), for the
+    /// next step that may change its state to fail it with.
+    broken: Mutex<Option<FailureCause>>,
     /// Steps of core's that failed so far, for the outcome.
     errors: StepErrors,
     started_unix_ms: u64,
@@ -73,7 +79,7 @@ pub struct Workspace {
     /// The run's services.
     services: Services,
     /// What [`check`](Self::check) verified, while no command ran since.
-    checked: Option<Verified>,
+    checked: Mutex<Option<Verified>>,
     /// Taken back only to be ended ([`Runner::end`](super::Runner::end)): no
     /// capacity is asked for, and a sandbox found gone is not sealed again.
     pub(super) ending: bool,
@@ -132,14 +138,15 @@ impl Workspace {
             progress: Progress::Opened,
             reservation: None,
             leases: RunLeases::default(),
-            commands,
+            commands: Mutex::new(commands),
+            broken: Mutex::new(None),
             errors: StepErrors::default(),
             started_unix_ms,
             cancel: options.cancel.unwrap_or_default(),
             cancel_grace: options.cancel_grace,
             scrubber,
             services: Services::default(),
-            checked: None,
+            checked: Mutex::new(None),
             ending: false,
         }
     }
@@ -183,24 +190,52 @@ impl Workspace {
     /// Runs `command` in the sealed workspace, streaming its output into the
     /// evidence (and to `io`'s sinks), and records how it ended.
     ///
+    /// Commands run at once when called at once: each takes its own number
+    /// and record in the evidence, nothing of the workspace is held for a
+    /// command's duration.
+    ///
     /// A command that exits non-zero, times out or is killed is a normal outcome,
-    /// not an error. An error means the run itself broke (its journal or its
-    /// evidence); the run is then failed and [`finish`](Self::finish) exports and
-    /// cleans it up.
+    /// not an error. An error means the run itself broke (its evidence); the
+    /// run is then failed and [`finish`](Self::finish) exports and cleans it up.
     pub async fn exec(
-        &mut self,
+        &self,
         command: &CommandSpec,
         io: CommandIo,
     ) -> Result<CommandOutcome, RunError> {
-        let seq = u32::try_from(self.commands.len() + 1).unwrap_or(u32::MAX);
-        let result = self.exec_inner(seq, command, io).await;
-        match result {
+        if self.cancel.is_cancelled() {
+            return Err(self.error(RunErrorKind::Failed(FailureCause::Cancelled)));
+        }
+        if let Some(cause) = lock(&self.broken).clone() {
+            return Err(self.error(RunErrorKind::Failed(cause)));
+        }
+        if self.life.state() != &State::Sealed {
+            let state = self.life.state().name();
+            return Err(self.error(RunErrorKind::NotSealed {
+                step: "a command",
+                state,
+            }));
+        }
+        // A command may change what the checks verified.
+        *lock(&self.checked) = None;
+        let process = self.stack.process.clone();
+        let ran = execute(
+            process.as_ref(),
+            &self.run,
+            (&self.evidence, &self.paths.run_dir),
+            command,
+            io,
+            (&self.cancel, self.cancel_grace, &self.scrubber),
+        )
+        .await;
+        match ran {
             Ok(outcome) => {
-                self.commands.push(outcome.clone());
+                let mut commands = lock(&self.commands);
+                let at = commands.partition_point(|c| c.seq < outcome.seq);
+                commands.insert(at, outcome.clone());
                 Ok(outcome)
             }
             Err(kind) => {
-                self.fail(kind.failure_cause());
+                lock(&self.broken).get_or_insert_with(|| kind.failure_cause());
                 Err(self.error(kind))
             }
         }
@@ -228,32 +263,6 @@ impl Workspace {
         started.map_err(|kind| self.error(kind))
     }
 
-    async fn exec_inner(
-        &mut self,
-        seq: u32,
-        command: &CommandSpec,
-        io: CommandIo,
-    ) -> Result<CommandOutcome, RunErrorKind> {
-        if self.cancel.is_cancelled() {
-            return Err(RunErrorKind::Failed(FailureCause::Cancelled));
-        }
-        self.life.run(seq)?;
-        // A command may change what the checks verified.
-        self.checked = None;
-        let process = self.stack.process.clone();
-        let outcome = execute(
-            process.as_ref(),
-            &self.run,
-            (&self.evidence, &self.paths.run_dir),
-            command,
-            io,
-            (&self.cancel, self.cancel_grace, &self.scrubber),
-        )
-        .await?;
-        self.life.finish()?;
-        Ok(outcome)
-    }
-
     /// Ends the run: runs the contract's required checks (while sealed and not
     /// cancelled), stops every process, exports and seals the evidence, cleans up.
     ///
@@ -270,8 +279,14 @@ impl Workspace {
     /// why it refused is `promotion.json` in the sealed evidence. A failed run is
     /// never promoted.
     pub async fn finish_with(mut self, options: FinishOptions) -> Result<RunReport, RunError> {
+        self.fail_if_broken();
         let mut verified = Verified::default();
-        if let Some(checked) = self.checked.take() {
+        if let Some(checked) = self
+            .checked
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             // Checked just before, and no command ran since.
             verified = checked;
         } else if self.life.state() == &State::Sealed && !self.cancel.is_cancelled() {
@@ -292,6 +307,7 @@ impl Workspace {
     /// again. A [`finish_with`](Self::finish_with) right after (no command in
     /// between) promotes on these results instead of running the checks again.
     pub async fn check(&mut self) -> Result<Vec<crate::boundary::CheckResult>, RunError> {
+        self.fail_if_broken();
         if self.life.state() != &State::Sealed {
             let state = self.life.state().name();
             return Err(self.error(RunErrorKind::NotSealed {
@@ -301,7 +317,7 @@ impl Workspace {
         }
         let verified = self.run_required_checks().await?;
         let results = verified.checks.clone();
-        self.checked = Some(verified);
+        *lock(&self.checked) = Some(verified);
         Ok(results)
     }
 
@@ -324,8 +340,9 @@ impl Workspace {
         &mut self,
         approvals: &[crate::boundary::ApprovalRecord],
     ) -> Result<Option<String>, RunError> {
-        let checks = match &self.checked {
-            Some(verified) => verified.checks.clone(),
+        let checked = lock(&self.checked).as_ref().map(|v| v.checks.clone());
+        let checks = match checked {
+            Some(checks) => checks,
             None => self.check().await?,
         };
         if let Some(failed) = checks.iter().find(|c| !c.passed) {
@@ -339,8 +356,12 @@ impl Workspace {
             return Err(self.error(RunErrorKind::NotProvisioned { step: "promote" }));
         };
         let promotion = self.stack.promotion.clone();
-        let digest = match self.checked.as_ref().and_then(|v| v.patch.as_ref()) {
-            Some(patch) => patch.patch_sha256.clone(),
+        let checked_digest = lock(&self.checked)
+            .as_ref()
+            .and_then(|v| v.patch.as_ref())
+            .map(|patch| patch.patch_sha256.clone());
+        let digest = match checked_digest {
+            Some(digest) => digest,
             None => match promotion.export(&self.run, &source).await {
                 Ok(patch) => patch.patch_sha256,
                 Err(e) => return Ok(Some(crate::error_chain(&e))),
@@ -372,6 +393,25 @@ impl Workspace {
         self.cancel.cancel();
         self.fail(FailureCause::Cancelled);
         self.conclude(Verified::default(), None).await
+    }
+
+    /// Marks command `seq` as the run of the required check `name`.
+    fn mark_check(&self, seq: u32, name: &str) {
+        if let Some(recorded) = lock(&self.commands).iter_mut().find(|c| c.seq == seq) {
+            recorded.check = Some(name.to_owned());
+        }
+    }
+
+    /// Fails the run with the cause a command broke it with, if one did.
+    pub(super) fn fail_if_broken(&mut self) {
+        let broken = self
+            .broken
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(cause) = broken {
+            self.fail(cause);
+        }
     }
 
     /// Fails the run (keeping an earlier cause) and records why.
@@ -434,4 +474,10 @@ impl Drop for Workspace {
                 "the workspace is let go before it was cleaned up; the run is left to crash recovery");
         }
     }
+}
+
+/// `mutex`'s value; a holder that panicked left it consistent (each is one
+/// value replaced whole, or a list inserted into).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

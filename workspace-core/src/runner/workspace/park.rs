@@ -21,6 +21,7 @@ impl Workspace {
     /// Only a sealed run (no command running) can be detached; a run the process
     /// boundary cannot detach is failed and concluded instead.
     pub async fn detach(mut self) -> Result<DetachedRun, RunError> {
+        self.fail_if_broken();
         if self.life.state() != &State::Sealed {
             let state = self.life.state().name();
             let refused = self.life.detach().map(drop).map_err(RunErrorKind::from);
@@ -56,6 +57,7 @@ impl Workspace {
     /// processes can be neither frozen nor proven stopped is failed and
     /// concluded instead.
     pub async fn suspend(mut self) -> Result<SuspendedRun, RunError> {
+        self.fail_if_broken();
         if self.life.state() != &State::Sealed {
             let state = self.life.state().name();
             let refused = self.life.suspend().map(drop).map_err(RunErrorKind::from);
