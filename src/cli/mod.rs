@@ -65,9 +65,9 @@ enum Command {
     Run(run::RunArgs),
     /// Create a sealed, live workspace and keep it for `exec`; print its id.
     Create(create::CreateArgs),
-    /// Run one more command in a created workspace.
+    /// Run one more command in a created workspace (any number at once).
     Exec(exec::ExecArgs),
-    /// Print the current patch of a created workspace.
+    /// Print the current patch of a created workspace (while commands run).
     Export(export::ExportArgs),
     /// End a created workspace: checks, evidence, cleanup.
     Destroy(destroy::DestroyArgs),

@@ -201,18 +201,19 @@ impl ProcessBoundary for ContainerProcess {
         let (runtime, spec) = (self.options.runtime.clone(), command.clone());
         let keepers = self.options.output_keepers.clone();
         let execution = blocking("starting a command", move || {
-            // The runner's number, when it gave one (commands of one run may
-            // start from several processes); the count goes on past it.
-            let n = match spec.number {
-                Some(n) => {
-                    live.next_command
-                        .fetch_max(n.saturating_add(1), Ordering::Relaxed);
-                    n
+            // The runner's number, when it gave one (commands of one run start
+            // from several processes); a process it did not number (a service,
+            // a background command) is of another series, so that the two
+            // never meet.
+            let (name, cgroup) = match spec.number {
+                Some(n) => (seal::command_cgroup_name(n), live.command_cgroup(n)?),
+                None => {
+                    let n = live.next_background.fetch_add(1, Ordering::Relaxed);
+                    let name = seal::background_cgroup_name(n);
+                    let cgroup = live.cgroups.create_child(&name)?;
+                    (name, cgroup)
                 }
-                None => live.next_command.fetch_add(1, Ordering::Relaxed),
             };
-            let name = seal::command_cgroup_name(n);
-            let cgroup = live.command_cgroup(n)?;
             let cwd = spec
                 .workdir_under(&live.workdir)
                 .map_err(|source| ContainerError::BadCwd { source })?;
@@ -257,8 +258,12 @@ impl ProcessBoundary for ContainerProcess {
                 (&name, &cgroup.procs_file()),
                 (spec.argv.clone(), &cwd),
                 write_ends,
-                // Once this one runs: the next command's.
-                || live.make_ahead(n + 1),
+                // Once this one runs: the next numbered command's.
+                || {
+                    if let Some(n) = spec.number {
+                        live.make_ahead(n.saturating_add(1));
+                    }
+                },
             );
             let started = match started {
                 Ok(started) => started,

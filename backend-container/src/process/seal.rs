@@ -50,8 +50,9 @@ pub(crate) struct Live {
     pub(crate) workdir: String,
     /// `environment.limits.wall_time` in milliseconds.
     pub(crate) wall_time_ms: Option<u64>,
-    /// The number of the next command's cgroup (`cmd-<n>`).
-    pub(crate) next_command: AtomicU32,
+    /// The number of the next cgroup of a process the runner gave no number
+    /// (`bg-<n>`); a numbered command's is `cmd-<its number>`.
+    pub(crate) next_background: AtomicU32,
     /// A command's cgroup being made ahead, by a thread of its own while
     /// the command before it runs (tens of `mkdir`s, one per hierarchy), with
     /// the command's number.
@@ -106,12 +107,20 @@ pub(crate) fn command_cgroup_name(n: u32) -> String {
     format!("cmd-{n}")
 }
 
+/// The prefix of the cgroups of processes the runner gave no number
+/// (services, background commands), beside the commands' `cmd-N`.
+const BACKGROUND_CGROUP_PREFIX: &str = "bg-";
+
+/// The name of the `n`th cgroup of a process the runner gave no number.
+pub(crate) fn background_cgroup_name(n: u32) -> String {
+    format!("{BACKGROUND_CGROUP_PREFIX}{n}")
+}
+
 /// What a later runner reads back to attach.
 #[derive(Debug, Serialize, Deserialize)]
 struct SealedState {
     workdir: String,
     cgroups_path: String,
-    next_command: u32,
     /// The runtime program that made the container (later runners drive it
     /// with the same one).
     #[serde(default)]
@@ -274,7 +283,6 @@ pub(crate) fn prepare(
     let state = SealedState {
         workdir: mount_plan.workdir.clone(),
         cgroups_path: cgroups_path.clone(),
-        next_command: 1,
         runtime: Some(options.runtime.program().to_path_buf()),
         image_env,
     };
@@ -337,7 +345,7 @@ pub(crate) fn prepare(
             template,
             workdir: mount_plan.workdir,
             wall_time_ms: plan.environment.limits.wall_time_ms,
-            next_command: AtomicU32::new(1),
+            next_background: AtomicU32::new(1),
             made_ahead: std::sync::Mutex::new(None),
         },
         expected,
@@ -433,13 +441,17 @@ pub(crate) fn reopen(
     })?;
     let env = run_env(plan, &state.image_env);
     let cgroups = ContainerCgroups::of(&state.cgroups_path);
-    // Command numbers go on where the last runner left them.
+    // Background numbers go on where the last runner left them.
     let next = cgroups
         .children()
         .iter()
-        .filter_map(|name| name.strip_prefix("cmd-")?.parse::<u32>().ok())
+        .filter_map(|name| {
+            name.strip_prefix(BACKGROUND_CGROUP_PREFIX)?
+                .parse::<u32>()
+                .ok()
+        })
         .max()
-        .map_or(state.next_command, |n| n + 1);
+        .map_or(1, |n| n + 1);
     let _ = options;
     Ok(Live {
         id: run.run_id.to_string(),
@@ -455,7 +467,7 @@ pub(crate) fn reopen(
         cgroups,
         workdir: state.workdir,
         wall_time_ms: plan.environment.limits.wall_time_ms,
-        next_command: AtomicU32::new(next),
+        next_background: AtomicU32::new(next),
         made_ahead: std::sync::Mutex::new(None),
     })
 }

@@ -16,6 +16,10 @@ use super::{Live, ProcessError, blocking};
 use crate::cgroup::RunCgroup;
 use crate::spawn::{Sandbox, SpawnedChild};
 
+/// The prefix of the cgroups of processes the runner gave no number (services,
+/// background commands): `bg-1`, `bg-2`, ... beside the commands' `cmd-N`.
+pub(super) const BACKGROUND_CGROUP_PREFIX: &str = "bg-";
+
 /// Starts `command` in the live sandbox `live` of `run`, in a child cgroup of its own.
 pub(super) async fn spawn(
     live: Result<Live, ProcessError>,
@@ -31,19 +35,17 @@ pub(super) async fn spawn(
     let cwd = command
         .workdir_under(&spec.workdir)
         .map_err(|e| ProcessError::BadCwd { cwd: e.cwd })?;
-    // The runner's number, when it gave one (commands of one run may start
-    // from several processes); the count goes on past it.
-    let number = match command.number {
-        Some(n) => {
-            spec.next_command
-                .fetch_max(n.saturating_add(1), std::sync::atomic::Ordering::Relaxed);
-            n
-        }
-        None => spec
-            .next_command
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+    // The runner's number, when it gave one (commands of one run start from
+    // several processes); a process it did not number (a service, a
+    // background command) is of another series, so that the two never meet.
+    let name = match command.number {
+        Some(n) => format!("cmd-{n}"),
+        None => format!(
+            "{BACKGROUND_CGROUP_PREFIX}{}",
+            spec.next_background
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ),
     };
-    let name = format!("cmd-{number}");
     if command.tty && command.output.is_some() {
         return Err(ProcessError::TtyWithOutputFiles);
     }

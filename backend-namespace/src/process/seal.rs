@@ -419,10 +419,14 @@ pub(crate) fn adopt(
         .children()
         .unwrap_or_default()
         .iter()
-        .filter_map(|name| name.strip_prefix("cmd-")?.parse::<u32>().ok())
+        .filter_map(|name| {
+            name.strip_prefix(super::command::BACKGROUND_CGROUP_PREFIX)?
+                .parse::<u32>()
+                .ok()
+        })
         .max()
         .unwrap_or(0);
-    spec.next_command.store(next + 1, Ordering::Relaxed);
+    spec.next_background.store(next + 1, Ordering::Relaxed);
     Ok(Ok(Sealed {
         spec: Arc::new(spec),
         cgroup: Arc::new(cgroup),

@@ -24,8 +24,9 @@ pub(crate) struct RunSpec {
     pub(crate) wall_time_ms: Option<u64>,
     /// The rlimits every command starts with.
     pub(crate) rlimits: ResourceLimits,
-    /// The number of the next command's cgroup (`cmd-<n>`).
-    pub(crate) next_command: AtomicU32,
+    /// The number of the next cgroup of a process the runner gave no number
+    /// (`bg-<n>`); a numbered command's is `cmd-<its number>`.
+    pub(crate) next_background: AtomicU32,
 }
 
 impl fmt::Debug for RunSpec {
@@ -65,7 +66,7 @@ impl RunSpec {
             gid: plan.identity.gid,
             wall_time_ms: plan.environment.limits.wall_time_ms,
             rlimits: rlimits(&plan.environment.limits),
-            next_command: AtomicU32::new(1),
+            next_background: AtomicU32::new(1),
         }
     }
 
