@@ -72,7 +72,16 @@ impl BadInput {
 
 /// Isolated, reviewable workspaces for coding-agent runs.
 #[derive(Debug, Parser)]
-#[command(name = "agent-workspace", version, about)]
+#[command(
+    name = "agent-workspace",
+    version,
+    about,
+    after_help = "With --json every subcommand answers with one JSON document on one line: on \
+stdout, or for `run` and `exec` (whose stdout is the command's) on the last line of \
+stderr unless --capture carries the output inline on stdout. An error is one too, \
+{\"error\": {\"kind\", \"message\", ...}}, with the same exit status. docs/cli-json.md \
+lists every field."
+)]
 struct Cli {
     #[command(flatten)]
     host: host::HostArgs,
