@@ -14,14 +14,19 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::cli::{CliFixture, text};
 
-/// `run --json -- /bin/sh -c SCRIPT` with one capacity slot on the host, started
-/// in the background.
+/// `run --json --capture -- /bin/sh -c SCRIPT` with one capacity slot on the
+/// host, started in the background (its stdout is the JSON summary).
 fn spawn_run(fixture: &CliFixture, script: &str) -> Child {
     let repo = fixture.repo();
     let evidence = fixture.evidence();
     with_one_slot(fixture.command())
         .args(["run", "--repo", repo.to_str().unwrap()])
-        .args(["--evidence", evidence.to_str().unwrap(), "--json"])
+        .args([
+            "--evidence",
+            evidence.to_str().unwrap(),
+            "--json",
+            "--capture",
+        ])
         .args(["--", "/bin/sh", "-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -106,7 +106,9 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
     // forwarder outlived the process that created the workspace.
     let ports = fixture.agent_workspace(&["ports", &run, "--json"]);
     assert_eq!(ports.status.code(), Some(0), "{}", text(&ports.stderr));
-    let endpoints: serde_json::Value = serde_json::from_slice(&ports.stdout).unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&ports.stdout).unwrap();
+    assert_eq!(answer["run_id"], run.as_str(), "{answer}");
+    let endpoints = &answer["ports"];
     assert_eq!(endpoints[0]["port"], 8000, "{endpoints}");
     let endpoint: std::net::SocketAddr = endpoints[0]["host"].as_str().unwrap().parse().unwrap();
     assert!(endpoint.ip().is_loopback(), "{endpoint}");

@@ -1006,7 +1006,7 @@ fn a_timeout_and_a_missing_program_are_told_apart_in_the_outcome_and_the_json() 
     let record = read_json(&evidence.join("commands/0001"), "command.json");
     assert_eq!(record["killed"], "timeout", "{record}");
     // A program that is not there: 127, and the JSON says why.
-    let out = fixture.run(&["--json", "--", "no-such-program-here"]);
+    let out = fixture.run(&["--json", "--capture", "--", "no-such-program-here"]);
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["exit_status"], 127, "{summary}");
     assert!(

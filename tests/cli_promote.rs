@@ -167,10 +167,15 @@ fn a_failing_check_keeps_the_workspace_for_the_agent_to_fix_and_says_which_faile
     let out = fixture.agent_workspace(&["checks", &run]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
-        stdout.trim(),
+        lines[0],
         "check: failed: it changed the workspace it verified: fix.txt"
     );
+    // Where its record is (it printed nothing to show the end of).
+    assert!(lines[1].starts_with("  record: "), "{stdout}");
+    assert!(lines[1].ends_with("/command.json"), "{stdout}");
+    assert_eq!(lines.len(), 2, "{stdout}");
     // So does `promote`, which keeps the workspace for the agent to fix...
     let out = promote(&fixture, &run, &digest);
     let stderr = text(&out.stderr);

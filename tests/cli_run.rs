@@ -286,21 +286,28 @@ fn the_summary_names_the_change_and_the_evidence_which_verifies() {
 }
 
 #[test]
-fn json_gives_a_parseable_summary_on_stdout() {
+fn json_gives_a_parseable_summary_as_the_last_line_of_stderr() {
     let fixture = CliFixture::new("json");
     let out = fixture.run(&["--json", "--", "/bin/sh", "-c", "echo out; echo hi > x"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The command's own stdout stays on stdout; the summary is stderr's one line.
+    assert_eq!(text(&out.stdout), "out\n");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     let summary: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("stdout is one JSON summary");
+        serde_json::from_str(&stderr).expect("stderr is one JSON summary");
     assert_eq!(summary["exit_status"], 0, "{summary}");
     assert_eq!(summary["changed_paths"], 1, "{summary}");
     assert_eq!(summary["cleaned"], true, "{summary}");
     let evidence = PathBuf::from(summary["evidence"].as_str().expect("evidence"));
     assert!(evidence.starts_with(fixture.evidence()), "{summary}");
     assert!(evidence.join("manifest.json").is_file(), "{summary}");
-    // The command's own stdout went to stderr, so stdout is only the summary.
-    assert_eq!(stderr, "out\n");
+    // With --capture stdout is the summary alone, the output in it.
+    let out = fixture.run(&["--json", "--capture", "--", "/bin/sh", "-c", "echo out"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("stdout is one JSON summary");
+    assert_eq!(summary["command"]["stdout"], "out\n", "{summary}");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use support::cli::{CliFixture, text};
 
 /// Runs `echo hi > x` and returns its evidence directory.
 fn one_run(fixture: &CliFixture) -> PathBuf {
-    let out = fixture.run(&["--json", "--", "/bin/sh", "-c", "echo hi > x"]);
+    let out = fixture.run(&["--json", "--capture", "--", "/bin/sh", "-c", "echo hi > x"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
     PathBuf::from(summary["evidence"].as_str().expect("evidence"))

@@ -16,7 +16,7 @@ use super::{BadInput, session::bad_input};
 pub(crate) struct CheckHostArgs {
     /// Print the findings as JSON on stdout.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// The backend to check the host for: the container backend needs what a
     /// standalone checkout's run needs, and an OCI runtime that runs here.
     #[arg(long, value_enum, value_name = "BACKEND", default_value = "namespace")]
@@ -126,10 +126,12 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
         return fix(user, host);
     }
     if args.runtime.is_some() && args.backend != Backend::Container {
-        return bad_input(BadInput(
-            "--runtime names the OCI runtime of --backend container; the namespace backend has none"
-                .into(),
-        ));
+        return bad_input(
+            BadInput::new(
+                "--runtime names the OCI runtime of --backend container; the namespace backend has none",
+            )
+            .with(|f| f.flag("--runtime")),
+        );
     }
     // Without overlayfs for this caller the command's checkouts are
     // standalone copies, which need neither it nor idmapped mounts.
@@ -172,13 +174,7 @@ pub(crate) fn run(args: &CheckHostArgs, host: &HostArgs) -> ExitCode {
             runtime: runtime.as_ref(),
             elapsed_us: report.elapsed_us,
         };
-        match serde_json::to_string_pretty(&output) {
-            Ok(text) => println!("{text}"),
-            Err(err) => {
-                eprintln!("agent-workspace: cannot print the findings: {err}");
-                return ExitCode::FAILURE;
-            }
-        }
+        super::json::print(&output);
     } else {
         print!("{}", table(&report, required, runtime.as_ref()));
         let backend = args.backend.name();
@@ -245,13 +241,29 @@ fn table(report: &HostReport, required: &[Check], runtime: Option<&RuntimeFindin
     out
 }
 
+/// The answer of `check-host --fix --user NAME --json`.
+#[derive(Debug, Serialize)]
+struct Delegated {
+    /// The user the host was prepared for.
+    user: String,
+    /// Its uid.
+    uid: u32,
+    /// The cgroup directory its runs are made in.
+    cgroup_parent: String,
+    /// Each cgroup directory that now belongs to it.
+    delegated: Vec<std::path::PathBuf>,
+}
+
 /// `--fix --user NAME`: as root, delegates the cgroup subtree `NAME`'s runs
 /// make their groups in (its default parent unless `--cgroup-parent` names
 /// another), and prints each directory. Exit 0 when done, 1 otherwise.
 fn fix(name: &str, host: &HostArgs) -> ExitCode {
+    let refused =
+        |message: String| super::json::Failure::new(super::json::ErrorKind::BadInput, 1, message);
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("agent-workspace: check-host --fix changes the host's cgroups: run it as root");
-        return ExitCode::FAILURE;
+        return refused("check-host --fix changes the host's cgroups: run it as root".into())
+            .flag("--fix")
+            .report();
     }
     let user = match name.parse::<u32>() {
         Ok(uid) => nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)),
@@ -260,16 +272,19 @@ fn fix(name: &str, host: &HostArgs) -> ExitCode {
     let user = match user {
         Ok(Some(user)) if !user.uid.is_root() => user,
         Ok(Some(_)) => {
-            eprintln!("agent-workspace: --user {name}: root needs no delegation");
-            return ExitCode::FAILURE;
+            return refused(format!("--user {name}: root needs no delegation"))
+                .flag("--user")
+                .report();
         }
         Ok(None) => {
-            eprintln!("agent-workspace: --user {name}: no such user");
-            return ExitCode::FAILURE;
+            return refused(format!("--user {name}: no such user"))
+                .flag("--user")
+                .report();
         }
         Err(err) => {
-            eprintln!("agent-workspace: --user {name}: cannot look it up: {err}");
-            return ExitCode::FAILURE;
+            return refused(format!("--user {name}: cannot look it up: {err}"))
+                .flag("--user")
+                .report();
         }
     };
     let parent = host.cgroup_parent_of(user.uid.as_raw());
@@ -277,6 +292,15 @@ fn fix(name: &str, host: &HostArgs) -> ExitCode {
         .and_then(|layout| delegate(&layout, &parent, user.uid.as_raw(), user.gid.as_raw()));
     match delegated {
         Ok(dirs) => {
+            if super::json::enabled() {
+                super::json::print(&Delegated {
+                    user: user.name.clone(),
+                    uid: user.uid.as_raw(),
+                    cgroup_parent: parent,
+                    delegated: dirs,
+                });
+                return ExitCode::SUCCESS;
+            }
             for dir in dirs {
                 println!(
                     "cgroup_delegation  {} now belongs to {} ({})",
@@ -287,12 +311,11 @@ fn fix(name: &str, host: &HostArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(err) => {
-            eprintln!(
-                "agent-workspace: delegating {parent} to {}: {err}",
-                user.name
-            );
-            ExitCode::FAILURE
-        }
+        Err(err) => super::json::Failure::new(
+            super::json::ErrorKind::Io,
+            1,
+            format!("delegating {parent} to {}: {err}", user.name),
+        )
+        .report(),
     }
 }

@@ -4,20 +4,35 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
 use workspace_core::runner::CreateOptions;
 
+use super::check_report::{CheckJson, failed_check_lines};
+use super::command_json::evidence_of;
 use super::host::HostArgs;
 use super::session::{TheRun, on_run};
 use super::summary::report_run_error;
-use super::text::{escaped, one_line};
+use super::text::escaped;
+
+/// The answer of `checks --json`.
+#[derive(Debug, Serialize)]
+struct ChecksJson {
+    /// The run checked.
+    run_id: String,
+    /// Whether every required check passed (also when there is none).
+    passed: bool,
+    /// Each required check, in the contract's order.
+    checks: Vec<CheckJson>,
+}
 
 #[derive(Debug, Args)]
 pub(crate) struct ChecksArgs {
     #[command(flatten)]
     run: TheRun,
-    /// Print the results as JSON on stdout.
+    /// Print `{"run_id", "passed", "checks"}` on stdout instead of lines
+    /// (each check with the paths of its command's record and output).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Runs the contract's required checks in the workspace, each against the patch
@@ -36,23 +51,24 @@ pub(crate) fn run(args: ChecksArgs, host: &HostArgs) -> ExitCode {
             (Ok(checks), Ok(_)) => checks,
             (Err(error), _) | (_, Err(error)) => return report_run_error(&error),
         };
+        let evidence = evidence_of(&runner, &run_id);
         if args.json {
-            match serde_json::to_string(&checks) {
-                Ok(text) => println!("{text}"),
-                Err(e) => eprintln!("agent-workspace: cannot print the checks: {e}"),
-            }
+            super::json::print(&ChecksJson {
+                run_id: run_id.to_string(),
+                passed: checks.iter().all(|c| c.passed),
+                checks: checks.iter().map(|c| CheckJson::of(c, &evidence)).collect(),
+            });
         } else if checks.is_empty() {
             println!("the contract declares no required checks");
         } else {
             for check in &checks {
-                match &check.failure {
-                    None if check.passed => println!("{}: passed", escaped(&check.name)),
-                    // A check's failure may quote what it printed.
-                    failure => println!(
-                        "{}: failed: {}",
-                        escaped(&check.name),
-                        one_line(failure.as_deref().unwrap_or("it did not pass"))
-                    ),
+                if check.passed {
+                    println!("{}: passed", escaped(&check.name));
+                } else {
+                    // The end of what it printed, escaped, and its record.
+                    for line in failed_check_lines(check, &evidence) {
+                        println!("{line}");
+                    }
                 }
             }
         }

@@ -33,7 +33,7 @@ pub(crate) struct ConformanceArgs {
     runtime: Option<String>,
     /// Print the results as JSON on stdout.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Runs every case of the kit, each on a fresh fixture of its own (under the
@@ -41,15 +41,17 @@ pub(crate) struct ConformanceArgs {
 /// case (or JSON), and exits 0 only when none failed.
 pub(crate) fn run(args: &ConformanceArgs, host: &HostArgs) -> ExitCode {
     if args.runtime.is_some() && args.backend != KitBackend::Container {
-        eprintln!(
-            "agent-workspace: --runtime names the OCI runtime of --backend container; the {} stack has none",
-            if args.backend == KitBackend::Namespace {
-                "namespace"
-            } else {
-                "danger-host"
-            }
+        return super::session::bad_input(
+            super::BadInput::new(format!(
+                "--runtime names the OCI runtime of --backend container; the {} stack has none",
+                if args.backend == KitBackend::Namespace {
+                    "namespace"
+                } else {
+                    "danger-host"
+                }
+            ))
+            .with(|f| f.flag("--runtime")),
         );
-        return ExitCode::from(super::EXIT_BAD_INPUT);
     }
     let parent = format!(
         "{}-conformance-{}",
@@ -90,10 +92,7 @@ pub(crate) fn run(args: &ConformanceArgs, host: &HostArgs) -> ExitCode {
 /// backend on stderr) and returns the exit status: 1 when a case failed.
 fn report(results: &[CaseResult], json: bool, backend: KitBackend) -> ExitCode {
     if json {
-        match serde_json::to_string(results) {
-            Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("agent-workspace: cannot print the results: {e}"),
-        }
+        super::json::print(&results);
     } else {
         for result in results {
             match &result.verdict {

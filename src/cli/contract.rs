@@ -4,11 +4,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use serde::Serialize;
 use workspace_core::contract::{Contract, ContractError};
 use workspace_core::runner::RunErrorKind;
 
 use super::backend::Backend;
+use super::contract_args::problem_list;
 use super::host::HostArgs;
+use super::json::{ErrorKind, Failure};
 use super::text::{escaped, escaped_lines, one_line};
 use super::{BadInput, EXIT_BAD_INPUT};
 
@@ -23,13 +26,45 @@ pub(crate) enum ContractCommand {
         /// cannot keep (what `run` would refuse before creating anything).
         #[arg(long, value_enum)]
         backend: Option<Backend>,
-        /// Print `{"valid": ..., "problems": [{"path", "line", "message"}]}` on
-        /// stdout instead of lines on stderr.
+        /// Print `{"valid": ..., "problems": [{"field", "path", "line",
+        /// "message"}]}` on stdout instead of lines on stderr.
         #[arg(long)]
         json: bool,
     },
     /// Print the JSON Schema of a contract.
     Schema,
+}
+
+impl ContractCommand {
+    /// Whether `--json` was given (`schema` is JSON without it).
+    pub(crate) fn json(&self) -> bool {
+        matches!(self, Self::Check { json: true, .. })
+    }
+}
+
+/// The answer of `contract check --json`.
+#[derive(Debug, Serialize)]
+struct CheckedJson {
+    /// Whether the contract is valid (and, with `--backend`, kept by it).
+    valid: bool,
+    /// Every problem, one per field.
+    problems: Vec<ContractProblemJson>,
+}
+
+/// One problem of a contract.
+#[derive(Debug, Serialize)]
+struct ContractProblemJson {
+    /// The field's path (`environment.limits.disk`; `--backend` for a
+    /// backend that cannot be set up; empty when the file is not a contract
+    /// at all).
+    field: String,
+    /// The same as `field` (its name before `field` was added).
+    path: String,
+    /// The line of the file it is on, where the format tells (TOML).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<usize>,
+    /// What is wrong with it.
+    message: String,
 }
 
 pub(crate) fn run(command: ContractCommand, host: &HostArgs) -> ExitCode {
@@ -57,8 +92,13 @@ fn check(file: &Path, backend: Option<Backend>, json: bool, host: &HostArgs) -> 
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(err) => {
-            eprintln!("{shown}: cannot read the contract: {err}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return Failure::new(
+                ErrorKind::BadInput,
+                EXIT_BAD_INPUT,
+                format!("{shown}: cannot read the contract: {err}"),
+            )
+            .path(file)
+            .report();
         }
     };
     let is_json = file
@@ -74,16 +114,22 @@ fn check(file: &Path, backend: Option<Backend>, json: bool, host: &HostArgs) -> 
         (parsed, _) => parsed,
     };
     if json {
+        let problem = |field: &str, line, message: String| ContractProblemJson {
+            field: field.to_owned(),
+            path: field.to_owned(),
+            line,
+            message,
+        };
         let problems = match &parsed {
-            Ok(_) => serde_json::json!([]),
-            Err(ContractError::Invalid { problems }) => serde_json::json!(problems),
-            Err(err) => serde_json::json!([{ "path": "", "message": err.to_string() }]),
+            Ok(_) => Vec::new(),
+            Err(ContractError::Invalid { problems }) => problems
+                .iter()
+                .map(|p| problem(&p.path, p.line, p.message.clone()))
+                .collect(),
+            Err(err) => vec![problem("", None, err.to_string())],
         };
         let valid = parsed.is_ok();
-        println!(
-            "{}",
-            serde_json::json!({ "valid": valid, "problems": problems })
-        );
+        super::json::print(&CheckedJson { valid, problems });
         return if valid {
             ExitCode::SUCCESS
         } else {
@@ -158,8 +204,10 @@ fn kept_by(
 /// the rest breaks, one line each.
 pub(crate) fn load_contract(file: &Path) -> Result<Contract, BadInput> {
     let shown = file.display();
-    let text = std::fs::read_to_string(file)
-        .map_err(|err| BadInput(format!("--contract {shown}: cannot read it: {err}")))?;
+    let text = std::fs::read_to_string(file).map_err(|err| {
+        BadInput::new(format!("--contract {shown}: cannot read it: {err}"))
+            .with(|f| f.flag("--contract").path(file))
+    })?;
     let is_json = file
         .extension()
         .is_some_and(|ext| ext.eq_ignore_ascii_case("json"));
@@ -174,14 +222,29 @@ pub(crate) fn load_contract(file: &Path) -> Result<Contract, BadInput> {
         } else {
             Contract::from_toml(&text)
         };
-        let report = match whole.err().unwrap_or(err) {
-            ContractError::Invalid { problems } => problems
-                .iter()
-                .map(|problem| format!("--contract {shown}: {}", one_line(&problem.to_string())))
-                .collect::<Vec<_>>()
-                .join("\nagent-workspace: "),
-            err => format!("--contract {shown}: {}", one_line(&err.to_string())),
+        let (report, list) = match whole.err().unwrap_or(err) {
+            ContractError::Invalid { problems } => (
+                problems
+                    .iter()
+                    .map(|problem| {
+                        format!("--contract {shown}: {}", one_line(&problem.to_string()))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\nagent-workspace: "),
+                problem_list(&problems),
+            ),
+            err => (
+                format!("--contract {shown}: {}", one_line(&err.to_string())),
+                Vec::new(),
+            ),
         };
-        BadInput(report)
+        let field = list.first().map(|p| p.field.clone());
+        BadInput::new(report).with(|f| {
+            let f = f.flag("--contract").path(file).problems(list);
+            match field {
+                Some(field) => f.field(field),
+                None => f,
+            }
+        })
     })
 }

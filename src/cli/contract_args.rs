@@ -137,13 +137,13 @@ impl ContractArgs {
                 Ok(())
             }
             Err(RunErrorKind::InvalidContract(problems)) if self.names_a_flag(&problems) => {
-                Err(BadInput(self.naming_flags(&problems)))
+                Err(self.refused(&problems, self.naming_flags(&problems)))
             }
             Err(RunErrorKind::Unsupported(problems)) => {
                 let refused = if self.names_a_flag(&problems) {
                     self.naming_flags(&problems)
                 } else {
-                    one_line(&RunErrorKind::Unsupported(problems).to_string())
+                    one_line(&RunErrorKind::Unsupported(problems.clone()).to_string())
                 };
                 // For an ordinary user what is refused is most often what only
                 // root may give a run (a disk cap, an egress proxy): check-host
@@ -156,10 +156,29 @@ impl ContractArgs {
                         self.backend.name()
                     )
                 };
-                Err(BadInput(format!("{refused}{hint}")))
+                Err(self.refused(&problems, format!("{refused}{hint}")))
             }
-            Err(kind) => Err(BadInput(one_line(&kind.to_string()))),
+            Err(RunErrorKind::InvalidContract(problems)) => Err(self.refused(
+                &problems,
+                one_line(&RunErrorKind::InvalidContract(problems.clone()).to_string()),
+            )),
+            Err(kind) => Err(BadInput::new(one_line(&kind.to_string()))),
         }
+    }
+
+    /// `message` as bad input naming `problems`' fields (and the flag that
+    /// set the first, where one did).
+    fn refused(&self, problems: &Problems, message: String) -> BadInput {
+        let first = problems.iter().next();
+        BadInput::new(message).with(|mut f| {
+            if let Some(first) = first {
+                f = f.field(first.path.clone());
+                if let Some(flag) = self.flag_of(&first.path) {
+                    f = f.flag(flag);
+                }
+            }
+            f.problems(problem_list(problems))
+        })
     }
 
     /// Whether a flag set the field of any of `problems`.
@@ -202,10 +221,10 @@ impl ContractArgs {
     /// its repository made an absolute path, validated. Nothing is created.
     pub(crate) fn resolve(&self, objective: &str) -> Result<Contract, BadInput> {
         if self.runtime.is_some() && self.backend != Backend::Container {
-            return Err(BadInput(
-                "--runtime names the OCI runtime of --backend container; the namespace backend has none"
-                    .into(),
-            ));
+            return Err(BadInput::new(
+                "--runtime names the OCI runtime of --backend container; the namespace backend has none",
+            )
+            .with(|f| f.flag("--runtime")));
         }
         let mut contract = match &self.contract {
             Some(file) => load_contract(file)?,
@@ -232,9 +251,10 @@ impl ContractArgs {
         }
         if !self.allow.is_empty() || !self.deny.is_empty() {
             if matches!(self.network, Some(Network::Deny | Network::Loopback)) {
-                return Err(BadInput(
-                    "--allow and --deny go with --network allowlist".into(),
-                ));
+                return Err(
+                    BadInput::new("--allow and --deny go with --network allowlist")
+                        .with(|f| f.flag("--network").field("environment.network.mode")),
+                );
             }
             let network = &mut contract.environment.network;
             network.mode = NetworkMode::Allowlist;
@@ -244,9 +264,10 @@ impl ContractArgs {
         let limits = &mut contract.environment.limits;
         if let Some(secs) = self.timeout {
             if secs == 0 {
-                return Err(BadInput(
-                    "--timeout 0: the timeout must be at least 1 second".into(),
-                ));
+                return Err(
+                    BadInput::new("--timeout 0: the timeout must be at least 1 second")
+                        .with(|f| f.flag("--timeout").field("environment.limits.wall_time")),
+                );
             }
             limits.wall_time = Some(DurationSpec::from_secs(secs));
         }
@@ -264,7 +285,10 @@ impl ContractArgs {
         }
         for pair in &self.env {
             let Some((name, value)) = pair.split_once('=') else {
-                return Err(BadInput(format!("--env {pair:?}: write it as NAME=VALUE")));
+                return Err(
+                    BadInput::new(format!("--env {pair:?}: write it as NAME=VALUE"))
+                        .with(|f| f.flag("--env").field("environment.env")),
+                );
             };
             contract
                 .environment
@@ -294,9 +318,10 @@ impl ContractArgs {
         }
         for cache in &self.rw_caches {
             let Some((host, target)) = cache.split_once(':') else {
-                return Err(BadInput(format!(
+                return Err(BadInput::new(format!(
                     "--rw-cache {cache:?}: write it as HOST:TARGET"
-                )));
+                ))
+                .with(|f| f.flag("--rw-cache")));
             };
             grant_exists("--rw-cache", cache, host)?;
             contract.filesystem.host_mounts.push(HostMount {
@@ -317,21 +342,23 @@ impl ContractArgs {
                 .strip_prefix(agent_workspace::ENV_SOURCE_PREFIX)
                 && std::env::var_os(variable).is_none_or(|v| v.is_empty())
             {
-                return Err(BadInput(format!(
+                return Err(BadInput::new(format!(
                     "identity.credentials[{i}] ({}): the invoking environment has no variable {variable}",
                     credential.name
-                )));
+                ))
+                .with(|f| f.field(format!("identity.credentials[{i}].source"))));
             }
         }
         contract.validate().map_err(|problems| {
-            if self.names_a_flag(&problems) {
-                BadInput(self.naming_flags(&problems))
+            let message = if self.names_a_flag(&problems) {
+                self.naming_flags(&problems)
             } else {
-                BadInput(format!(
+                format!(
                     "the contract is invalid: {}",
                     one_line(&problems.to_string())
-                ))
-            }
+                )
+            };
+            self.refused(&problems, message)
         })?;
         Ok(contract)
     }
@@ -343,18 +370,36 @@ impl ContractArgs {
 /// ([`ContractArgs::check_on`]).
 fn absolute_repository(repo: &Path, from_flag: bool) -> Result<PathBuf, BadInput> {
     let named = if from_flag { "--repo" } else { "source.repo" };
+    let at_fault = |f: super::json::Failure| {
+        let f = f.field("source.repo").path(repo);
+        if from_flag { f.flag("--repo") } else { f }
+    };
     let shown = repo.to_string_lossy();
     if shown.contains("://") || shown.starts_with("git@") {
-        return Err(BadInput(format!(
+        return Err(BadInput::new(format!(
             "{named} {shown}: only a repository on this host is supported; clone it and name the clone"
-        )));
+        ))
+        .with(at_fault));
     }
-    let named_dir = std::fs::canonicalize(repo)
-        .map_err(|e| BadInput(format!("{named} {}: {}", repo.display(), io_reason(&e))))?;
+    let named_dir = std::fs::canonicalize(repo).map_err(|e| {
+        BadInput::new(format!("{named} {}: {}", repo.display(), io_reason(&e))).with(at_fault)
+    })?;
     Ok(named_dir
         .ancestors()
         .find(|dir| dir.join(".git").exists())
         .map_or(named_dir.clone(), Path::to_path_buf))
+}
+
+/// `problems` as the error answer lists them.
+pub(crate) fn problem_list(problems: &Problems) -> Vec<super::json::ProblemJson> {
+    problems
+        .iter()
+        .map(|p| super::json::ProblemJson {
+            field: p.path.clone(),
+            line: p.line,
+            message: p.message.clone(),
+        })
+        .collect()
 }
 
 fn io_reason(error: &std::io::Error) -> String {
@@ -370,9 +415,10 @@ fn io_reason(error: &std::io::Error) -> String {
 fn grant_exists(flag: &str, given: &str, host: &str) -> Result<(), BadInput> {
     match std::fs::metadata(host) {
         Ok(_) => Ok(()),
-        Err(e) => Err(BadInput(format!(
+        Err(e) => Err(BadInput::new(format!(
             "{flag} {given:?}: {host}: {}",
             one_line(&e.to_string())
-        ))),
+        ))
+        .with(|f| f.flag(flag).path(host))),
     }
 }

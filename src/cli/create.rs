@@ -4,6 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
+use workspace_core::boundary::PreviewEndpoint;
+use workspace_core::lifecycle::StateName;
 use workspace_core::runner::CreateOptions;
 
 use super::contract_args::ContractArgs;
@@ -19,6 +22,25 @@ pub(crate) struct CreateArgs {
     /// [default: `$XDG_STATE_HOME/agent-workspace/evidence`].
     #[arg(long, value_name = "DIR")]
     evidence: Option<PathBuf>,
+    /// Print `{"run_id", "evidence", "backend"}` on stdout instead of the id.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The answer of `create --json`: the new run.
+#[derive(Debug, Serialize)]
+struct Created {
+    /// The run, for `exec`, `destroy` and the rest.
+    run_id: String,
+    /// Its evidence bundle (filled as it goes, sealed when it ends).
+    evidence: PathBuf,
+    /// The backend that sealed it (`namespace` or `container`).
+    backend: &'static str,
+    /// Its live state: `detached` (live, waiting for `exec`).
+    state: StateName,
+    /// Where its `process.ports` are published on the host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ports: Vec<PreviewEndpoint>,
 }
 
 /// Creates a run (provisioned, sealed, probed), then detaches from it: its
@@ -29,6 +51,7 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
         Ok(contract) => contract,
         Err(bad) => return bad_input(bad),
     };
+    let backend = args.contract.backend();
     block_on(async move {
         let runner = match runner_on(
             host,
@@ -60,6 +83,16 @@ pub(crate) fn run(args: CreateArgs, host: &HostArgs) -> ExitCode {
             Err(error) => return report_run_error(&error),
         };
         match workspace.detach().await {
+            Ok(detached) if super::json::enabled() => {
+                super::json::print(&Created {
+                    run_id: detached.run_id.to_string(),
+                    evidence: detached.evidence.clone(),
+                    backend: backend.name(),
+                    state: StateName::Detached,
+                    ports: runner.previews(&detached.run_id).unwrap_or_default(),
+                });
+                ExitCode::SUCCESS
+            }
             Ok(detached) => {
                 println!("{}", detached.run_id);
                 super::line_start::eprint_own_line(&format!(

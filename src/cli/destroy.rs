@@ -12,9 +12,10 @@ use super::summary::{print_summary, report_run_error};
 pub(crate) struct DestroyArgs {
     #[command(flatten)]
     run: TheRun,
-    /// Print a JSON summary on stdout instead of the summary line.
+    /// Print the run's JSON summary on stdout instead of the summary line
+    /// (`command` is its last command's end, `checks` its required checks).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Ends the run (`Runner::end`: it never waits for capacity, and a run whose
@@ -25,7 +26,7 @@ pub(crate) fn run(args: DestroyArgs, host: &HostArgs) -> ExitCode {
     on_run(host, &args.run, |runner, run_id| async move {
         match runner.end(&run_id).await {
             Ok(report) => {
-                print_summary(&report, args.json);
+                print_summary(&report, false);
                 if report.cleaned && report.evidence_sealed {
                     ExitCode::SUCCESS
                 } else {

@@ -9,11 +9,11 @@ use workspace_core::runner::{
     CommandIo, CommandOutcome, CreateOptions, JoinedRun, RunError, RunErrorKind, Runner, Workspace,
 };
 
+use super::EXIT_RUNNER_FAILED;
 use super::host::HostArgs;
-use super::progress::{Progress, passing_through, while_ticking};
+use super::progress::{Progress, while_ticking};
 use super::session::{TheRun, cancel_on_signals, interrupted_status, on_run};
 use super::summary::report_run_error;
-use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
@@ -46,9 +46,28 @@ pub(crate) struct ExecArgs {
     /// (`..` is refused).
     #[arg(long, short = 'w', value_name = "DIR", default_value = ".")]
     workdir: String,
+    /// Print the command's end as JSON instead of the summary line, as the
+    /// last line of stderr (its stdout and stderr pass through as without
+    /// it); with `--capture` on stdout; with `--detach` `{"run_id", "name"}`
+    /// on stdout.
+    #[arg(long)]
+    json: bool,
+    /// With `--json`: do not pass the command's output through; stdout is
+    /// one JSON document that carries it (`stdout`/`stderr` as text, or
+    /// `stdout_base64`/`stderr_base64` when not UTF-8).
+    #[arg(long, requires = "json", conflicts_with = "detach")]
+    capture: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+impl ExecArgs {
+    /// Where the answer goes (`--json`, `--capture`; a detached command's
+    /// name on stdout).
+    pub(crate) fn answer(&self) -> super::json::Answer {
+        super::json::answer_of(self.json, self.capture || self.detach)
+    }
 }
 
 /// `NAME=VALUE`, split at the first `=`.
@@ -65,8 +84,10 @@ fn name_value(text: &str) -> Result<(String, String), String> {
 /// run at once. Exits with the command's status.
 pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
     if args.timeout == Some(0) {
-        eprintln!("agent-workspace: --timeout 0: the timeout must be at least 1 second");
-        return ExitCode::from(EXIT_BAD_INPUT);
+        return super::session::bad_input(
+            super::BadInput::new("--timeout 0: the timeout must be at least 1 second")
+                .with(|f| f.flag("--timeout")),
+        );
     }
     let interactive = args.interactive;
     let command = CommandSpec {
@@ -101,7 +122,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
             let detached = workspace.detach().await;
             return match (started, detached) {
                 (Ok(name), Ok(_)) => {
-                    println!("{name}");
+                    super::command_json::print_detached(&run_id, &name);
                     ExitCode::SUCCESS
                 }
                 (Err(error), _) | (Ok(_), Err(error)) => report_run_error(&error),
@@ -111,7 +132,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
             Ok(live) => live,
             Err(error) => return report_run_error(&error),
         };
-        let mut io = passing_through(progress.as_ref(), false);
+        let mut io = super::command_json::command_io(progress.as_ref(), args.capture);
         if interactive {
             io.stdin = Some(Box::pin(tokio::io::stdin()));
         }
@@ -120,10 +141,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         }
         let outcome = while_ticking(progress, live.exec(&command, io)).await;
         if let Ok(outcome) = &outcome {
-            super::line_start::eprint_own_line(&format!(
-                "agent-workspace: {}",
-                super::summary::command_line(&run_id, outcome)
-            ));
+            super::command_json::print_exec_end(&runner, &run_id, outcome, args.capture);
         }
         let left = live.leave().await;
         match (outcome, left) {

@@ -5,9 +5,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
+use workspace_core::boundary::ChangedPath;
 
 use super::EXIT_RUNNER_FAILED;
+use super::command_json::text_or_base64;
 use super::host::HostArgs;
+use super::json::{ErrorKind, Failure};
 use super::session::{TheRun, on_run};
 use super::summary::report_run_error;
 
@@ -18,6 +22,34 @@ pub(crate) struct ExportArgs {
     /// Write the patch to FILE instead of stdout.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Print `{"run_id", "patch_sha256", "changed_paths", "changes", "patch"}`
+    /// on stdout instead of the patch (`patch_base64` when it is not UTF-8,
+    /// `patch_file` with `--out`).
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The answer of `export --json`: the run's current patch.
+#[derive(Debug, Serialize)]
+struct ExportJson {
+    /// The run.
+    run_id: String,
+    /// The sha256 of the patch: what checks and approvals are bound to.
+    patch_sha256: String,
+    /// How many paths changed (ignored new files not counted).
+    changed_paths: usize,
+    /// Every changed path, as `changes.json` lists them (with why one is
+    /// not in the patch).
+    changes: Vec<ChangedPath>,
+    /// The patch, when it is UTF-8 and not written to `--out`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    /// The patch as base64, when it is not UTF-8 (and not written to `--out`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_base64: Option<String>,
+    /// Where `--out` wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_file: Option<PathBuf>,
 }
 
 /// Prints the run's changes against its base commit as a patch `git apply`
@@ -31,11 +63,38 @@ pub(crate) fn run(args: ExportArgs, host: &HostArgs) -> ExitCode {
         };
         let written = match &args.out {
             Some(file) => std::fs::write(file, &patch.patch),
+            None if args.json => Ok(()),
             None => std::io::stdout().write_all(&patch.patch),
         };
         if let Err(e) = written {
-            eprintln!("agent-workspace: cannot write the patch: {e}");
-            return ExitCode::from(EXIT_RUNNER_FAILED);
+            let failure = Failure::new(
+                ErrorKind::Io,
+                EXIT_RUNNER_FAILED,
+                format!("cannot write the patch: {e}"),
+            )
+            .run(&run_id);
+            return match &args.out {
+                Some(file) => failure.flag("--out").path(file),
+                None => failure,
+            }
+            .report();
+        }
+        let changed_paths = patch.changes.iter().filter(|c| !c.ignored).count();
+        if args.json {
+            let (text, base64) = match &args.out {
+                Some(_) => (None, None),
+                None => text_or_base64(patch.patch.clone()),
+            };
+            super::json::print(&ExportJson {
+                run_id: run_id.to_string(),
+                patch_sha256: patch.patch_sha256.clone(),
+                changed_paths,
+                changes: patch.changes.clone(),
+                patch: text,
+                patch_base64: base64,
+                patch_file: args.out.clone(),
+            });
+            return ExitCode::SUCCESS;
         }
         let not_in_patch: Vec<String> = patch
             .changes
@@ -50,8 +109,7 @@ pub(crate) fn run(args: ExportArgs, host: &HostArgs) -> ExitCode {
             paths => format!("; not in the patch: {}", paths.join(", ")),
         };
         eprintln!(
-            "agent-workspace: run {run_id}: {} changed path(s), sha256 {}{left_out}",
-            patch.changes.iter().filter(|c| !c.ignored).count(),
+            "agent-workspace: run {run_id}: {changed_paths} changed path(s), sha256 {}{left_out}",
             patch.patch_sha256
         );
         ExitCode::SUCCESS

@@ -60,7 +60,8 @@ pub(crate) struct HostArgs {
     )]
     wait: Option<u64>,
     /// No summary lines on stderr (`run`, `exec`, `create`, `destroy`): what a
-    /// command writes, and what went wrong, only.
+    /// command writes, and what went wrong, only (an answer `--json` asks for
+    /// is still printed).
     #[arg(long, short = 'q', global = true, env = "AGENT_WORKSPACE_QUIET")]
     quiet: bool,
 }

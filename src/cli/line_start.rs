@@ -44,6 +44,12 @@ pub(crate) fn eprint_own_line(line: &str) {
     if QUIET.load(Ordering::Relaxed) {
         return;
     }
+    eprint_own_line_always(line);
+}
+
+/// [`eprint_own_line`] even under `--quiet`: a JSON answer asked for with
+/// `--json`.
+pub(crate) fn eprint_own_line_always(line: &str) {
     if AT_LINE_START.swap(true, Ordering::Relaxed) {
         eprintln!("{line}");
     } else {

@@ -1,12 +1,16 @@
 //! `agent-workspace logs RUN [SERVICE]`: what a live workspace's services wrote.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
 
+use super::BadInput;
 use super::host::HostArgs;
-use super::session::{TheRun, on_run};
+use super::json::{ErrorKind, Failure};
+use super::session::{TheRun, bad_input, on_run};
 use super::summary::report_run_error;
 
 #[derive(Debug, Args)]
@@ -16,6 +20,48 @@ pub(crate) struct LogsArgs {
     /// One service of `environment.services`; without it, every service, each
     /// line prefixed with `NAME | `.
     service: Option<String>,
+    /// Print `{"run_id", "logs": [{"name", "stdout_path", "stderr_path",
+    /// "stdout_bytes", "stderr_bytes"}]}` on stdout, naming the log files
+    /// instead of printing them.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The answer of `logs --json`.
+#[derive(Debug, Serialize)]
+struct LogsJson {
+    /// The run.
+    run_id: String,
+    /// Each service (or detached command, `exec-N`) asked for.
+    logs: Vec<LogJson>,
+}
+
+/// The log files of one service of a live run (the raw files, as written so
+/// far; the evidence's copies are redacted when the run ends).
+#[derive(Debug, Serialize)]
+struct LogJson {
+    /// The service's name (`exec-N` for a detached command).
+    name: String,
+    /// Its standard output.
+    stdout_path: PathBuf,
+    /// Its standard error.
+    stderr_path: PathBuf,
+    /// How much it has written to stdout so far (0 before its first write).
+    stdout_bytes: u64,
+    /// How much it has written to stderr so far.
+    stderr_bytes: u64,
+}
+
+/// The size of a log file, 0 when it is not there yet.
+fn size(path: &Path) -> std::io::Result<u64> {
+    match std::fs::metadata(path) {
+        Ok(meta) => Ok(meta.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("cannot read {}: {e}", path.display()),
+        )),
+    }
 }
 
 /// Prints a service's stdout on stdout and its stderr on stderr, as written so
@@ -40,6 +86,10 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
             None => known.clone(),
         };
         let prefix = args.service.is_none();
+        let mut answer = LogsJson {
+            run_id: run_id.to_string(),
+            logs: Vec::new(),
+        };
         for name in &names {
             let Some(logs) = runner.service_logs(&run_id, name) else {
                 let known = if known.is_empty() {
@@ -48,9 +98,25 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
                 } else {
                     format!("its services: {}", known.join(", "))
                 };
-                eprintln!("agent-workspace: run {run_id} has no service {name:?}; {known}");
-                return ExitCode::from(super::EXIT_BAD_INPUT);
+                return bad_input(
+                    BadInput::new(format!("run {run_id} has no service {name:?}; {known}"))
+                        .with(|f| f.field("SERVICE").run(&run_id)),
+                );
             };
+            if args.json {
+                let sizes = size(&logs.stdout).and_then(|out| Ok((out, size(&logs.stderr)?)));
+                match sizes {
+                    Ok((stdout_bytes, stderr_bytes)) => answer.logs.push(LogJson {
+                        name: name.clone(),
+                        stdout_path: logs.stdout.clone(),
+                        stderr_path: logs.stderr.clone(),
+                        stdout_bytes,
+                        stderr_bytes,
+                    }),
+                    Err(e) => return unreadable(&run_id, name, &e),
+                }
+                continue;
+            }
             let print = |path: &std::path::Path, out: &mut dyn Write| {
                 // A log that cannot be read is an error, never an empty log.
                 let bytes = match std::fs::read(path) {
@@ -75,12 +141,23 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
             let written = print(&logs.stdout, &mut std::io::stdout().lock())
                 .and_then(|()| print(&logs.stderr, &mut std::io::stderr().lock()));
             if let Err(e) = written {
-                eprintln!("agent-workspace: run {run_id}: service {name}: {e}");
-                return ExitCode::from(super::EXIT_RUNNER_FAILED);
+                return unreadable(&run_id, name, &e);
             }
         }
+        super::json::print(&answer);
         ExitCode::SUCCESS
     })
+}
+
+/// A log that could not be read (or written out): exit 125.
+fn unreadable(run_id: &workspace_core::RunId, name: &str, e: &std::io::Error) -> ExitCode {
+    Failure::new(
+        ErrorKind::Io,
+        super::EXIT_RUNNER_FAILED,
+        format!("run {run_id}: service {name}: {e}"),
+    )
+    .run(run_id)
+    .report()
 }
 
 /// Whether `error` says the run has ended.

@@ -29,7 +29,7 @@ pub(crate) struct LsArgs {
     all: bool,
     /// Print a JSON array instead of the table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// List only the runs of this backend that are not cleaned up (a cleaned
     /// run's backend is gone with its files).
     #[arg(long, value_enum, value_name = "BACKEND")]
@@ -131,11 +131,13 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
     let paths = match journal_files(&dir) {
         Ok(paths) => paths,
         Err(err) => {
-            eprintln!(
-                "agent-workspace: cannot list the journals in {}: {err}",
-                dir.display()
-            );
-            return ExitCode::FAILURE;
+            return super::json::Failure::new(
+                super::json::ErrorKind::Io,
+                1,
+                format!("cannot list the journals in {}: {err}", dir.display()),
+            )
+            .path(&dir)
+            .report();
         }
     };
     let now = unix_ms_now();
@@ -183,13 +185,7 @@ pub(crate) fn run(args: &LsArgs, host: &HostArgs) -> ExitCode {
     }
     let unreadable = rows.iter().any(|r| r.error.is_some());
     if args.json {
-        match serde_json::to_string_pretty(&rows) {
-            Ok(text) => println!("{text}"),
-            Err(err) => {
-                eprintln!("agent-workspace: cannot print the list: {err}");
-                return ExitCode::FAILURE;
-            }
-        }
+        super::json::print(&rows);
     } else {
         if rows.is_empty() {
             let listed = if args.all {

@@ -3,7 +3,9 @@
 
 mod backend;
 mod check_host;
+mod check_report;
 mod checks;
+mod command_json;
 mod conformance;
 mod contract;
 mod contract_args;
@@ -12,6 +14,7 @@ mod destroy;
 mod exec;
 mod export;
 mod host;
+mod json;
 mod line_start;
 mod logs;
 mod ls;
@@ -45,13 +48,40 @@ pub(crate) const EXIT_RUNNER_FAILED: u8 = 125;
 pub(crate) const EXIT_BUSY: u8 = 75;
 
 /// Input refused before anything was created: the message names the flag, field
-/// or path at fault.
+/// or path at fault, and under `--json` the answer names them apart
+/// ([`json::Failure`], exit 2).
 #[derive(Debug)]
-pub(crate) struct BadInput(pub(crate) String);
+pub(crate) struct BadInput(pub(crate) Box<json::Failure>);
+
+impl BadInput {
+    /// Bad input, said in `message`.
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Self::of_kind(json::ErrorKind::BadInput, message)
+    }
+
+    /// Bad input of another kind (no such run, another user's).
+    pub(crate) fn of_kind(kind: json::ErrorKind, message: impl Into<String>) -> Self {
+        Self(Box::new(json::Failure::new(kind, EXIT_BAD_INPUT, message)))
+    }
+
+    /// Adds what is known of the fault (its flag, field, path, run).
+    pub(crate) fn with(self, add: impl FnOnce(json::Failure) -> json::Failure) -> Self {
+        Self(Box::new(add(*self.0)))
+    }
+}
 
 /// Isolated, reviewable workspaces for coding-agent runs.
 #[derive(Debug, Parser)]
-#[command(name = "agent-workspace", version, about)]
+#[command(
+    name = "agent-workspace",
+    version,
+    about,
+    after_help = "With --json every subcommand answers with one JSON document on one line: on \
+stdout, or for `run` and `exec` (whose stdout is the command's) on the last line of \
+stderr unless --capture carries the output inline on stdout. An error is one too, \
+{\"error\": {\"kind\", \"message\", ...}}, with the same exit status. docs/cli-json.md \
+lists every field."
+)]
 struct Cli {
     #[command(flatten)]
     host: host::HostArgs,
@@ -125,11 +155,13 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(err) => {
-            eprintln!("agent-workspace: {}", usage_error_line(&err.to_string()));
-            return ExitCode::from(EXIT_BAD_INPUT);
+            json::set_answer(json::answer_of_raw_args());
+            let line = usage_error_line(&err.to_string());
+            return json::Failure::new(json::ErrorKind::Usage, EXIT_BAD_INPUT, line).report();
         }
     };
     line_start::set_quiet(cli.host.quiet());
+    json::set_answer(cli.command.answer());
     match cli.command {
         Command::Run(args) => run::run(args, &cli.host),
         Command::Create(args) => create::run(args, &cli.host),
@@ -152,6 +184,36 @@ pub(crate) fn main() -> ExitCode {
         Command::Conformance(args) => conformance::run(&args, &cli.host),
         Command::EgressProxy { config } => helper(agent_workspace::egress::serve(&config)),
         Command::PreviewForward { config } => helper(agent_workspace::preview::serve(&config)),
+    }
+}
+
+impl Command {
+    /// Where the subcommand's answer goes: `--json` on stdout, or for `run`
+    /// and `exec` without `--capture` on stderr's last line.
+    fn answer(&self) -> json::Answer {
+        use json::Answer;
+        let on_stdout = |json: bool| if json { Answer::Stdout } else { Answer::Human };
+        match self {
+            Self::Run(args) => args.answer(),
+            Self::Exec(args) => args.answer(),
+            Self::Create(args) => on_stdout(args.json),
+            Self::Export(args) => on_stdout(args.json),
+            Self::Destroy(args) => on_stdout(args.json),
+            Self::Promote(args) => on_stdout(args.json),
+            Self::Checks(args) => on_stdout(args.json),
+            Self::Contract(command) => on_stdout(command.json()),
+            Self::Verify(args) => on_stdout(args.json),
+            Self::Ls(args) => on_stdout(args.json),
+            Self::Suspend(args) | Self::Resume(args) => on_stdout(args.json),
+            Self::Ports(args) => on_stdout(args.json),
+            Self::Logs(args) => on_stdout(args.json),
+            Self::Recover(args) => on_stdout(args.json),
+            Self::Prune(args) => on_stdout(args.json),
+            Self::CheckHost(args) => on_stdout(args.json),
+            Self::Probe(args) => on_stdout(args.json),
+            Self::Conformance(args) => on_stdout(args.json),
+            Self::EgressProxy { .. } | Self::PreviewForward { .. } => Answer::Human,
+        }
     }
 }
 

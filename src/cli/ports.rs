@@ -3,6 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
+use workspace_core::boundary::PreviewEndpoint;
 
 use super::host::HostArgs;
 use super::session::{TheRun, on_run};
@@ -12,9 +14,20 @@ use super::summary::report_run_error;
 pub(crate) struct PortsArgs {
     #[command(flatten)]
     run: TheRun,
-    /// Print a JSON array of `{"port", "host"}` instead of lines.
+    /// Print `{"run_id", "ports": [{"port", "host"}]}` on stdout instead of
+    /// lines.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+}
+
+/// The answer of `ports --json`.
+#[derive(Debug, Serialize)]
+struct PortsJson {
+    /// The run.
+    run_id: String,
+    /// Each port of `process.ports` (`port`, inside the workspace) and the
+    /// host address that forwards to it (`host`, on the host's loopback).
+    ports: Vec<PreviewEndpoint>,
 }
 
 /// Prints `127.0.0.1:HOSTPORT -> PORT` for each port of `process.ports`: a
@@ -27,13 +40,10 @@ pub(crate) fn run(args: PortsArgs, host: &HostArgs) -> ExitCode {
             Err(error) => return report_run_error(&error),
         };
         if args.json {
-            match serde_json::to_string_pretty(&previews) {
-                Ok(text) => println!("{text}"),
-                Err(e) => {
-                    eprintln!("agent-workspace: {e}");
-                    return ExitCode::from(super::EXIT_RUNNER_FAILED);
-                }
-            }
+            super::json::print(&PortsJson {
+                run_id: run_id.to_string(),
+                ports: previews,
+            });
         } else {
             if previews.is_empty() {
                 eprintln!(

@@ -28,7 +28,7 @@ pub(crate) struct ProbeArgs {
     evidence: Option<PathBuf>,
     /// Print the facts and mismatches as JSON on stdout.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// What `--json` prints.
@@ -45,9 +45,10 @@ struct ProbeSummary {
     evidence: Option<PathBuf>,
     /// Whether the run was cleaned up afterwards.
     cleaned: bool,
-    /// Why the run failed, if it did.
+    /// Why the run failed (or was not cleaned up, or its observation could
+    /// not be read), if it did: the probe then exits 1.
     #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
+    problem: Option<String>,
 }
 
 /// Creates and seals a run (the process boundary probes it from inside), prints
@@ -100,27 +101,27 @@ async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {
                 mismatches: Vec::new(),
                 evidence: Some(evidence),
                 cleaned: false,
-                error: None,
+                problem: None,
             };
             match observed {
                 Ok(observed) => {
                     summary.facts = observed.probe.facts;
                     summary.mismatches = observed.probe.mismatches;
                 }
-                Err(message) => summary.error = Some(message),
+                Err(message) => summary.problem = Some(message),
             }
             match workspace.finish().await {
                 Ok(report) => {
                     summary.cleaned = report.cleaned;
                     if let Some(failure) = &report.outcome.failure {
-                        summary.error.get_or_insert_with(|| {
+                        summary.problem.get_or_insert_with(|| {
                             format!(
                                 "the run failed: {}",
                                 serde_json::to_string(failure).unwrap_or_default()
                             )
                         });
                     } else if !report.cleaned {
-                        summary.error.get_or_insert_with(|| {
+                        summary.problem.get_or_insert_with(|| {
                             format!(
                                 "not cleaned up (run `agent-workspace recover`): {}",
                                 one_line(&describe(&report.cleanup_errors))
@@ -129,7 +130,7 @@ async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {
                     }
                 }
                 Err(err) => {
-                    summary.error = Some(one_line(&workspace_core::error_chain(&err)));
+                    summary.problem = Some(one_line(&workspace_core::error_chain(&err)));
                 }
             }
             summary
@@ -149,12 +150,15 @@ async fn execute(runner: Runner, contract: Contract, json: bool) -> ExitCode {
                 mismatches,
                 evidence: err.evidence.clone(),
                 cleaned: false,
-                error: Some(one_line(&workspace_core::error_chain(&err))),
+                problem: Some(one_line(&workspace_core::error_chain(&err))),
             }
         }
     };
     print_summary(&summary, json);
-    if summary.sealed && summary.cleaned && summary.mismatches.is_empty() && summary.error.is_none()
+    if summary.sealed
+        && summary.cleaned
+        && summary.mismatches.is_empty()
+        && summary.problem.is_none()
     {
         ExitCode::SUCCESS
     } else {
@@ -171,10 +175,7 @@ fn read_observed(evidence: &Path) -> Result<ObservedRecord, String> {
 
 fn print_summary(summary: &ProbeSummary, json: bool) {
     if json {
-        match serde_json::to_string_pretty(summary) {
-            Ok(text) => println!("{text}"),
-            Err(err) => eprintln!("agent-workspace: cannot print the summary: {err}"),
-        }
+        super::json::print(summary);
         return;
     }
     let width = summary.facts.keys().map(String::len).max().unwrap_or(0);
@@ -203,7 +204,7 @@ fn print_summary(summary: &ProbeSummary, json: bool) {
     if let Some(evidence) = &summary.evidence {
         line.push_str(&format!("; evidence {}", evidence.display()));
     }
-    if let Some(error) = &summary.error {
+    if let Some(error) = &summary.problem {
         line.push_str(&format!("; {}", one_line(error)));
     }
     eprintln!("{line}");

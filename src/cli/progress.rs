@@ -104,17 +104,13 @@ impl Progress {
     }
 }
 
-/// The command's output passed to this process's stdout (or stderr, when
-/// `stdout_to_stderr`) and stderr, through the status line when there is one.
-pub(crate) fn passing_through(progress: Option<&Progress>, stdout_to_stderr: bool) -> CommandIo {
+/// The command's output passed to this process's stdout and stderr, through
+/// the status line when there is one.
+pub(crate) fn passing_through(progress: Option<&Progress>) -> CommandIo {
     let stderr = || LineTracking(tokio::io::stderr());
-    match (progress, stdout_to_stderr) {
-        (Some(p), false) => {
-            CommandIo::passing_to(p.clearing(tokio::io::stdout()), p.clearing(stderr()))
-        }
-        (Some(p), true) => CommandIo::passing_to(p.clearing(stderr()), p.clearing(stderr())),
-        (None, false) => CommandIo::passing_to(tokio::io::stdout(), stderr()),
-        (None, true) => CommandIo::passing_to(stderr(), stderr()),
+    match progress {
+        Some(p) => CommandIo::passing_to(p.clearing(tokio::io::stdout()), p.clearing(stderr())),
+        None => CommandIo::passing_to(tokio::io::stdout(), stderr()),
     }
 }
 

@@ -3,15 +3,17 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
 use workspace_core::RunId;
 use workspace_core::boundary::ApprovalRecord;
 use workspace_core::runner::{CreateOptions, FinishOptions, PromotionOutcome, Workspace};
 
+use super::EXIT_RUNNER_FAILED;
+use super::check_report::{CheckJson, failed_check_lines};
 use super::host::HostArgs;
 use super::session::{TheRun, on_run};
 use super::summary::{print_summary, report_run_error};
 use super::text::{escaped, one_line};
-use super::{EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
 
 #[derive(Debug, Args)]
 pub(crate) struct PromoteArgs {
@@ -29,9 +31,26 @@ pub(crate) struct PromoteArgs {
     /// promote again).
     #[arg(long)]
     end: bool,
-    /// Print a JSON summary on stdout instead of the summary line.
+    /// Print the run's JSON summary on stdout instead of the summary line
+    /// (`promotion` says what came of it); when the workspace is kept,
+    /// `{"run_id", "kept": true, "promotion", "checks"}`.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+}
+
+/// The answer of `promote --json` when the workspace is kept: a required
+/// check failed, or the promotion boundary would refuse.
+#[derive(Debug, Serialize)]
+struct KeptJson {
+    /// The run, kept live for its agent to fix.
+    run_id: String,
+    /// Always `true`: the workspace was not ended.
+    kept: bool,
+    /// Why it was not promoted (`{"result": "refused", "reason"}`).
+    promotion: PromotionOutcome,
+    /// The required checks, when they ran (each with its command's record).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    checks: Vec<CheckJson>,
 }
 
 /// Resumes the run and finishes it with promotion: its patch is taken, its
@@ -47,10 +66,12 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
     if let Some(digest) = &args.sha256
         && !workspace_core::digest::is_sha256_hex(digest)
     {
-        eprintln!(
-            "agent-workspace: --sha256 {digest:?} is not a sha256 digest (64 hex digits, as `export` prints it)"
+        return super::session::bad_input(
+            super::BadInput::new(format!(
+                "--sha256 {digest:?} is not a sha256 digest (64 hex digits, as `export` prints it)"
+            ))
+            .with(|f| f.flag("--sha256")),
         );
-        return ExitCode::from(EXIT_BAD_INPUT);
     }
     let digest = args.sha256.clone().unwrap_or_default();
     let approvals: Vec<ApprovalRecord> = args
@@ -68,16 +89,27 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
                 Ok(checks) => checks,
                 Err(error) => return report_run_error(&error),
             };
+            let evidence = workspace.evidence_dir().to_path_buf();
+            let checked: Vec<CheckJson> =
+                checks.iter().map(|c| CheckJson::of(c, &evidence)).collect();
             let failed: Vec<_> = checks.iter().filter(|c| !c.passed).collect();
             if !failed.is_empty() {
-                for check in &failed {
-                    eprintln!(
-                        "agent-workspace: required check {:?} failed: {}",
-                        check.name,
-                        one_line(check.failure.as_deref().unwrap_or("it did not pass"))
-                    );
+                if !super::json::enabled() {
+                    for check in &failed {
+                        // The end of what it printed, escaped, and its record.
+                        eprintln!(
+                            "agent-workspace: required check {:?} failed: {}",
+                            check.name,
+                            one_line(check.failure.as_deref().unwrap_or("it did not pass"))
+                        );
+                        for line in failed_check_lines(check, &evidence).iter().skip(1) {
+                            eprintln!("{line}");
+                        }
+                    }
                 }
-                return keep(workspace, &run_id).await;
+                let names: Vec<String> = failed.iter().map(|c| format!("{:?}", c.name)).collect();
+                let reason = format!("required check(s) failed: {}", names.join(", "));
+                return keep(workspace, &run_id, reason, checked).await;
             }
             // What the promotion boundary would refuse (a stale or missing
             // approval, changes out of scope) keeps the workspace too.
@@ -86,7 +118,7 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
                 // A refusal names paths the workspace chose.
                 Ok(Some(reason)) => {
                     eprintln!("agent-workspace: promotion refused: {}", one_line(&reason));
-                    return keep(workspace, &run_id).await;
+                    return keep(workspace, &run_id, reason, checked).await;
                 }
                 Err(error) => return report_run_error(&error),
             }
@@ -98,7 +130,7 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
             Ok(report) => report,
             Err(error) => return report_run_error(&error),
         };
-        print_summary(&report, args.json);
+        print_summary(&report, false);
         match &report.promotion {
             Some(PromotionOutcome::Promoted { record }) => {
                 let target = record
@@ -135,13 +167,25 @@ pub(crate) fn run(args: PromoteArgs, host: &HostArgs) -> ExitCode {
     })
 }
 
-/// Leaves a workspace that was not promoted live for its agent to fix.
-async fn keep(workspace: Workspace, run_id: &RunId) -> ExitCode {
+/// Leaves a workspace that was not promoted (`reason`) live for its agent to
+/// fix; under `--json` answers with [`KeptJson`].
+async fn keep(
+    workspace: Workspace,
+    run_id: &RunId,
+    reason: String,
+    checks: Vec<CheckJson>,
+) -> ExitCode {
     match workspace.detach().await {
         Ok(_) => {
             eprintln!(
                 "agent-workspace: run {run_id} not promoted and kept: fix it and promote again, or `destroy` it (`promote --end` ends it)"
             );
+            super::json::print(&KeptJson {
+                run_id: run_id.to_string(),
+                kept: true,
+                promotion: PromotionOutcome::Refused { reason },
+                checks,
+            });
             ExitCode::FAILURE
         }
         Err(error) => report_run_error(&error),

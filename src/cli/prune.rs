@@ -1,14 +1,16 @@
 //! `agent-workspace prune`: forget cleaned runs beyond a count or an age.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
 use workspace_core::evidence::MANIFEST_FILE;
 use workspace_core::recovery::JOURNAL_DIR;
 use workspace_core::runner::EVIDENCE_POINTER_EXTENSION;
 
 use super::host::HostArgs;
+use super::json::{ErrorKind, Failure};
 use super::ls::cleaned_runs;
 
 #[derive(Debug, Args)]
@@ -27,6 +29,44 @@ pub(crate) struct PruneArgs {
     /// host) not used for `--older-than` days too; one a live run uses stays.
     #[arg(long)]
     templates: bool,
+    /// Print `{"pruned", "bundles_removed", "templates_removed", "failures"}`
+    /// on stdout instead of the line.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The answer of `prune --json`.
+#[derive(Debug, Default, Serialize)]
+struct PrunedJson {
+    /// The runs whose journals were removed.
+    pruned: Vec<PrunedRun>,
+    /// How many evidence bundles were removed (`--evidence`).
+    bundles_removed: usize,
+    /// How many service templates were removed (`--templates`; absent
+    /// without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    templates_removed: Option<usize>,
+    /// What could not be removed, and why (the exit status is then 1).
+    failures: Vec<PruneFailure>,
+}
+
+/// One pruned run.
+#[derive(Debug, Serialize)]
+struct PrunedRun {
+    /// The run.
+    run_id: String,
+    /// Its evidence bundle, when `--evidence` removed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    evidence_removed: Option<PathBuf>,
+}
+
+/// What `prune` could not remove.
+#[derive(Debug, Serialize)]
+struct PruneFailure {
+    /// The file or directory kept.
+    path: PathBuf,
+    /// Why.
+    message: String,
 }
 
 /// Removes the journals (and, with `--evidence`, the evidence bundles) of
@@ -38,13 +78,16 @@ pub(crate) fn run(args: &PruneArgs, host: &HostArgs) -> ExitCode {
     let cleaned = match cleaned_runs(&dir) {
         Ok(cleaned) => cleaned,
         Err(e) => {
-            eprintln!(
-                "agent-workspace: cannot list the journals in {}: {e}",
-                dir.display()
-            );
-            return ExitCode::FAILURE;
+            return Failure::new(
+                ErrorKind::Io,
+                1,
+                format!("cannot list the journals in {}: {e}", dir.display()),
+            )
+            .path(&dir)
+            .report();
         }
     };
+    let mut answer = PrunedJson::default();
     let now = workspace_core::clock::unix_ms_now();
     let cutoff = now.saturating_sub(args.older_than.saturating_mul(24 * 3600 * 1000));
     let (mut journals, mut bundles, mut failed) = (0, 0, 0);
@@ -53,17 +96,25 @@ pub(crate) fn run(args: &PruneArgs, host: &HostArgs) -> ExitCode {
             continue;
         }
         let pointer = journal.with_extension(EVIDENCE_POINTER_EXTENSION);
+        let mut removed_bundle = None;
         if args.evidence
             && let Some(bundle) = std::fs::read_to_string(&pointer)
                 .ok()
                 .map(|p| p.trim().to_owned())
         {
             match remove_bundle(Path::new(&bundle), &journal) {
-                Ok(true) => bundles += 1,
+                Ok(true) => {
+                    bundles += 1;
+                    removed_bundle = Some(PathBuf::from(&bundle));
+                }
                 Ok(false) => {}
                 Err(e) => {
                     failed += 1;
                     eprintln!("agent-workspace: keeping {bundle}: {e}");
+                    answer.failures.push(PruneFailure {
+                        path: PathBuf::from(&bundle),
+                        message: e.to_string(),
+                    });
                     continue;
                 }
             }
@@ -74,10 +125,23 @@ pub(crate) fn run(args: &PruneArgs, host: &HostArgs) -> ExitCode {
                 _ => Ok(()),
             });
         match removed {
-            Ok(()) => journals += 1,
+            Ok(()) => {
+                journals += 1;
+                let run_id = journal
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned());
+                answer.pruned.push(PrunedRun {
+                    run_id: run_id.unwrap_or_default(),
+                    evidence_removed: removed_bundle,
+                });
+            }
             Err(e) => {
                 failed += 1;
                 eprintln!("agent-workspace: cannot remove {}: {e}", journal.display());
+                answer.failures.push(PruneFailure {
+                    path: journal.clone(),
+                    message: e.to_string(),
+                });
             }
         }
     }
@@ -88,14 +152,20 @@ pub(crate) fn run(args: &PruneArgs, host: &HostArgs) -> ExitCode {
             Ok(n) => templates = n,
             Err(e) => {
                 failed += 1;
-                eprintln!(
-                    "agent-workspace: pruning the service templates: {}",
-                    workspace_core::error_chain(&e)
-                );
+                let message = workspace_core::error_chain(&e);
+                eprintln!("agent-workspace: pruning the service templates: {message}");
+                answer.failures.push(PruneFailure {
+                    path: host.dirs().runtime,
+                    message,
+                });
             }
         }
+        answer.templates_removed = Some(templates);
     }
-    if args.templates {
+    answer.bundles_removed = bundles;
+    if args.json {
+        super::json::print(&answer);
+    } else if args.templates {
         println!(
             "pruned {journals} cleaned run(s) ({bundles} evidence bundle(s)), {templates} service template(s)"
         );

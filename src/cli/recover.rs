@@ -30,7 +30,7 @@ pub(crate) struct RecoverArgs {
     evidence: Option<PathBuf>,
     /// Print the recovery report as JSON on stdout.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Recover only the runs this backend sealed (the others are listed as
     /// left out) [default: every run, each with the backend that sealed it].
     #[arg(long, value_enum, value_name = "BACKEND")]
@@ -75,13 +75,16 @@ pub(crate) fn run(args: &RecoverArgs, host: &HostArgs) -> ExitCode {
         };
         match recover_where(&config.runtime_dir, &hooks, config.timeouts, &wanted).await {
             Ok(report) => print_report(&report, json),
-            Err(err) => {
-                eprintln!(
-                    "agent-workspace: recovery could not start: {}",
+            Err(err) => super::json::Failure::new(
+                super::json::ErrorKind::Io,
+                1,
+                format!(
+                    "recovery could not start: {}",
                     one_line(&workspace_core::error_chain(&err))
-                );
-                ExitCode::FAILURE
-            }
+                ),
+            )
+            .path(config.runtime_dir.clone())
+            .report(),
         }
     })
 }
@@ -158,13 +161,7 @@ impl<F: Fn(Option<&str>) -> Option<StackRecovery> + Send + Sync> RecoveryHooks f
 /// Prints the report (lines, or JSON) and returns the exit status.
 fn print_report(report: &RecoveryReport, json: bool) -> ExitCode {
     if json {
-        match serde_json::to_string_pretty(report) {
-            Ok(text) => println!("{text}"),
-            Err(err) => {
-                eprintln!("agent-workspace: cannot print the report: {err}");
-                return ExitCode::FAILURE;
-            }
-        }
+        super::json::print(report);
     } else {
         for line in lines(report) {
             println!("{line}");

@@ -7,9 +7,10 @@ use clap::Args;
 use workspace_core::boundary::CommandSpec;
 use workspace_core::runner::CreateOptions;
 
+use super::command_json::command_io;
 use super::contract_args::ContractArgs;
 use super::host::HostArgs;
-use super::progress::{Progress, passing_through, while_ticking};
+use super::progress::{Progress, while_ticking};
 use super::session::{bad_input, block_on, cancel_on_signals, runner_on};
 use super::summary::{report_run_error, report_summary};
 
@@ -21,10 +22,16 @@ pub(crate) struct RunArgs {
     /// [default: `$XDG_STATE_HOME/agent-workspace/evidence`].
     #[arg(long, value_name = "DIR")]
     evidence: Option<PathBuf>,
-    /// Print a JSON summary on stdout instead of the summary line (the command's
-    /// own stdout then goes to stderr, so stdout is only the summary).
+    /// Print the run's JSON summary instead of the summary line, as the last
+    /// line of stderr (the command's stdout and stderr pass through as
+    /// without it); with `--capture` on stdout.
     #[arg(long)]
     json: bool,
+    /// With `--json`: do not pass the command's output through; stdout is
+    /// one JSON document that carries it (`command.stdout`/`stderr` as text,
+    /// or `stdout_base64`/`stderr_base64` when not UTF-8).
+    #[arg(long, requires = "json")]
+    capture: bool,
     /// Run the command on a terminal of its own (a pseudo-terminal in the run):
     /// for programs that need one; stdout and stderr then arrive together. Its
     /// input is empty unless `-i` passes yours.
@@ -41,6 +48,13 @@ pub(crate) struct RunArgs {
     command: Vec<String>,
 }
 
+impl RunArgs {
+    /// Where the answer goes (`--json`, `--capture`).
+    pub(crate) fn answer(&self) -> super::json::Answer {
+        super::json::answer_of(self.json, self.capture)
+    }
+}
+
 pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
     let contract = match args.contract.resolve("agent-workspace run") {
         Ok(contract) => contract,
@@ -51,7 +65,7 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         tty: args.tty,
         ..CommandSpec::new(args.command)
     };
-    let (json, interactive) = (args.json, args.interactive);
+    let (capture, interactive) = (args.capture, args.interactive);
     block_on(async move {
         let runner = match runner_on(
             host,
@@ -65,9 +79,9 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         if let Err(bad) = args.contract.check_on(&runner, &contract).await {
             return bad_input(bad);
         }
-        // With --json the command's stdout goes to stderr: stdout is the summary's.
+        // With --capture its output is the answer's, not passed through.
         let progress = Progress::on_terminal();
-        let mut io = passing_through(progress.as_ref(), json);
+        let mut io = command_io(progress.as_ref(), capture);
         if interactive {
             io.stdin = Some(Box::pin(tokio::io::stdin()));
         }
@@ -84,7 +98,7 @@ pub(crate) fn run(args: RunArgs, host: &HostArgs) -> ExitCode {
         };
         let ran = while_ticking(progress, runner.run(contract, &command, io, options)).await;
         match ran {
-            Ok(report) => report_summary(&report, json),
+            Ok(report) => report_summary(&report, capture),
             Err(error) => report_run_error(&error),
         }
     })

@@ -14,7 +14,8 @@ use workspace_core::runner::{Runner, RunnerConfig};
 
 use super::backend::Backend;
 use super::host::{HostArgs, host_capacity};
-use super::{BadInput, EXIT_BAD_INPUT, EXIT_RUNNER_FAILED};
+use super::json::{ErrorKind, Failure};
+use super::{BadInput, EXIT_RUNNER_FAILED};
 
 /// Runs `body` on a multi-threaded runtime and returns its exit code.
 pub(crate) fn block_on(body: impl Future<Output = ExitCode>) -> ExitCode {
@@ -24,8 +25,12 @@ pub(crate) fn block_on(body: impl Future<Output = ExitCode>) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("agent-workspace: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_RUNNER_FAILED);
+            return Failure::new(
+                ErrorKind::RunFailed,
+                EXIT_RUNNER_FAILED,
+                format!("cannot start the async runtime: {e}"),
+            )
+            .report();
         }
     };
     let code = runtime.block_on(body);
@@ -51,12 +56,16 @@ pub(crate) fn runner_on(
 ) -> Result<Runner, ExitCode> {
     let dirs = host.dirs();
     let cannot = |e: &dyn std::error::Error| {
-        eprintln!(
-            "agent-workspace: cannot set up the {} backend: {}",
-            backend.name(),
-            workspace_core::error_chain(e)
-        );
-        ExitCode::from(EXIT_RUNNER_FAILED)
+        Failure::new(
+            ErrorKind::BackendUnavailable,
+            EXIT_RUNNER_FAILED,
+            format!(
+                "cannot set up the {} backend: {}",
+                backend.name(),
+                super::text::one_line(&workspace_core::error_chain(e))
+            ),
+        )
+        .report()
     };
     // The runtime directory holds every run's files: closed to other users
     // before anything of a run is made there.
@@ -183,12 +192,15 @@ where
         workspace_core::runner::RunPaths::new(&runtime, &host.dirs().evidence, &run_id).run_dir;
     let backend = Backend::that_sealed(&run_dir);
     if let Some(expected) = run.backend.filter(|expected| *expected != backend) {
-        return bad_input(BadInput(format!(
-            "--backend {}: run {run_id} was sealed by the {} backend (leave --backend out, or give {})",
-            expected.name(),
-            backend.name(),
-            backend.name()
-        )));
+        return bad_input(
+            BadInput::new(format!(
+                "--backend {}: run {run_id} was sealed by the {} backend (leave --backend out, or give {})",
+                expected.name(),
+                backend.name(),
+                backend.name()
+            ))
+            .with(|f| f.flag("--backend").run(&run_id)),
+        );
     }
     let runtime = backend_container::process::sealed_runtime(&run_dir);
     let runtime = runtime.as_deref().and_then(|p| p.to_str());
@@ -216,35 +228,51 @@ fn this_users_run(journal: &Path, run_id: &RunId, runtime: &Path) -> Result<(), 
             match std::fs::metadata(runtime) {
                 Ok(meta) => meta,
                 Err(_) => {
-                    return Err(BadInput(format!(
-                        "run {run_id}: cannot read its journal {}: {e} (a run is driven by the user that created it)",
-                        journal.display()
-                    )));
+                    return Err(BadInput::of_kind(
+                        ErrorKind::NotYourRun,
+                        format!(
+                            "run {run_id}: cannot read its journal {}: {e} (a run is driven by the user that created it)",
+                            journal.display()
+                        ),
+                    )
+                    .with(|f| f.run(run_id).path(journal)));
                 }
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(BadInput(format!(
-                "no run {run_id} under {} (`agent-workspace ls` lists the runs)",
-                runtime.display()
-            )));
+            return Err(BadInput::of_kind(
+                ErrorKind::NoSuchRun,
+                format!(
+                    "no run {run_id} under {} (`agent-workspace ls` lists the runs)",
+                    runtime.display()
+                ),
+            )
+            .with(|f| f.run(run_id).path(runtime)));
         }
         Err(e) => {
-            return Err(BadInput(format!(
-                "run {run_id}: cannot read its journal {}: {e} (a run is driven by the user that created it)",
-                journal.display()
-            )));
+            return Err(BadInput::of_kind(
+                ErrorKind::NotYourRun,
+                format!(
+                    "run {run_id}: cannot read its journal {}: {e} (a run is driven by the user that created it)",
+                    journal.display()
+                ),
+            )
+            .with(|f| f.run(run_id).path(journal)));
         }
     };
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() == me {
         return Ok(());
     }
-    Err(BadInput(format!(
-        "run {run_id} belongs to {}, not to {}: a run is driven by the user that created it",
-        user_named(meta.uid()),
-        user_named(me)
-    )))
+    Err(BadInput::of_kind(
+        ErrorKind::NotYourRun,
+        format!(
+            "run {run_id} belongs to {}, not to {}: a run is driven by the user that created it",
+            user_named(meta.uid()),
+            user_named(me)
+        ),
+    )
+    .with(|f| f.run(run_id)))
 }
 
 /// `alice (uid 1000)`, or `uid 1000` when the name cannot be found.
@@ -257,12 +285,13 @@ fn user_named(uid: u32) -> String {
 
 /// A run id given on the command line.
 fn run_id(text: &str) -> Result<RunId, BadInput> {
-    RunId::new(text).map_err(|e| BadInput(format!("RUN {text:?}: {e}")))
+    RunId::new(text)
+        .map_err(|e| BadInput::new(format!("RUN {text:?}: {e}")).with(|f| f.field("RUN")))
 }
 
-/// Prints `message` for bad input and returns exit status 2. The message may
-/// quote a contract that came with the repository: its lines are escaped.
-pub(crate) fn bad_input(BadInput(message): BadInput) -> ExitCode {
-    eprintln!("agent-workspace: {}", super::text::escaped_lines(&message));
-    ExitCode::from(EXIT_BAD_INPUT)
+/// Prints bad input (its message's lines escaped: it may quote a contract
+/// that came with the repository; under `--json` the error answer) and returns
+/// exit status 2.
+pub(crate) fn bad_input(BadInput(failure): BadInput) -> ExitCode {
+    (*failure).report()
 }

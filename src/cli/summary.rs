@@ -14,6 +14,9 @@ use workspace_core::runner::{
     CommandOutcome, CredentialLeak, LateOutput, NetworkCounts, RunError, RunErrorKind, RunReport,
 };
 
+use super::check_report::{CheckJson, failed_check_lines, recorded_checks};
+use super::command_json::CommandJson;
+use super::json::{ErrorKind, Failure};
 use super::session::interrupted_status;
 use super::text::{escaped, one_line};
 use super::{EXIT_BAD_INPUT, EXIT_BUSY, EXIT_RUNNER_FAILED};
@@ -22,20 +25,28 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// What `--json` prints.
+/// The answer of `run --json`, `destroy --json` and `promote --json`: how a
+/// run ended.
 #[derive(Debug, Serialize)]
 pub(crate) struct Summary {
+    /// The run.
     pub run_id: String,
     /// The command's status as a shell reports it (124 timeout, 128+N signal).
     pub exit_status: Option<i32>,
+    /// Why the runner killed the command, when it did (`timeout`,
+    /// `memory-limit`, `cancelled`, `teardown`).
     pub killed: Option<KillCause>,
     /// Why the command ended as it did when its status alone does not say: it
     /// did not start (not found, not executable), its time ran out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
+    /// Why the run failed, when it did (not the command in it).
     pub failure: Option<FailureCause>,
+    /// The run's evidence bundle.
     pub evidence: PathBuf,
+    /// Whether the bundle was sealed (its manifest written).
     pub evidence_sealed: bool,
+    /// How many paths the run changed.
     pub changed_paths: usize,
     /// Paths changed after the required checks' patch was taken (not in it).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -49,6 +60,7 @@ pub(crate) struct Summary {
     /// Credential values found in the patch (those files withheld).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub credential_leaks: Vec<CredentialLeak>,
+    /// The digest of `diff.patch`, when a patch was exported.
     pub patch_sha256: Option<String>,
     /// An allowlisted run's connection attempts, allowed and denied.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -59,7 +71,9 @@ pub(crate) struct Summary {
     /// The commands whose background processes wrote after they ended.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub late_output: Vec<LateOutput>,
+    /// Wall time from request to cleaned up, in milliseconds.
     pub duration_ms: u64,
+    /// Whether the run was cleaned up.
     pub cleaned: bool,
     /// Processes still running at the end, stopped with the workspace.
     #[serde(skip_serializing_if = "is_zero")]
@@ -68,14 +82,29 @@ pub(crate) struct Summary {
     /// when the run was promoted or refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub promotion: Option<workspace_core::runner::PromotionOutcome>,
+    /// How the run's last command (the caller's, not a required check's)
+    /// ended; with `run --capture` its output inline.
+    #[serde(rename = "command", skip_serializing_if = "Option::is_none")]
+    pub command_json: Option<CommandJson>,
+    /// The contract's required checks, as `checks.json` records them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckJson>,
     /// The command the line is about (not printed in JSON).
     #[serde(skip)]
     pub command: Option<CommandOutcome>,
 }
 
 impl Summary {
-    pub(crate) fn of(report: &RunReport) -> Self {
+    /// The summary of `report`, reading the sizes of its last command's
+    /// streams (and, with `capture`, their bytes) and its checks from its
+    /// evidence.
+    pub(crate) fn of(report: &RunReport, capture: bool) -> Self {
         let command = report.last_command();
+        let run_id = report.run_id.to_string();
+        let checks = recorded_checks(&report.evidence)
+            .iter()
+            .map(|check| CheckJson::of(check, &report.evidence))
+            .collect();
         Self {
             run_id: report.run_id.to_string(),
             exit_status: command.map(|c| c.shell_status()),
@@ -97,6 +126,8 @@ impl Summary {
             cleaned: report.cleaned,
             stopped: report.outcome.stopped,
             promotion: report.promotion.clone(),
+            command_json: command.map(|c| CommandJson::of(&run_id, &report.evidence, c, capture)),
+            checks,
             command: command.cloned(),
         }
     }
@@ -285,30 +316,47 @@ pub(crate) fn exit_code(report: &RunReport) -> u8 {
     }
 }
 
-/// Prints the end of a run (the summary line, or JSON on stdout) and returns its
-/// exit status ([`exit_code`]).
-pub(crate) fn report_summary(report: &RunReport, json: bool) -> ExitCode {
-    print_summary(report, json);
+/// Prints the end of a run (the summary line, or its JSON answer) and returns
+/// its exit status ([`exit_code`]).
+pub(crate) fn report_summary(report: &RunReport, capture: bool) -> ExitCode {
+    print_summary(report, capture);
     ExitCode::from(exit_code(report))
 }
 
-/// Prints the end of a run: the summary line on stderr, or JSON on stdout.
-pub(crate) fn print_summary(report: &RunReport, json: bool) {
-    let summary = Summary::of(report);
-    if json {
-        match serde_json::to_string(&summary) {
-            Ok(line) => println!("{line}"),
-            Err(e) => eprintln!("agent-workspace: cannot print the summary: {e}"),
-        }
-    } else {
-        super::line_start::eprint_own_line(&summary.line());
+/// Prints the end of a run: each required check that failed (the end of its
+/// output and its record) and the summary line on stderr, or under `--json`
+/// the [`Summary`] as the answer (with `capture` its last command's output
+/// inline).
+pub(crate) fn print_summary(report: &RunReport, capture: bool) {
+    let summary = Summary::of(report, capture);
+    if super::json::enabled() {
+        super::json::print(&summary);
+        return;
     }
+    for check in summary.checks.iter().filter(|c| !c.result.passed) {
+        let mut lines = failed_check_lines(&check.result, &report.evidence).into_iter();
+        if let Some(first) = lines.next() {
+            super::line_start::eprint_own_line(&format!("agent-workspace: required check {first}"));
+        }
+        for line in lines {
+            super::line_start::eprint_own_line(&line);
+        }
+    }
+    super::line_start::eprint_own_line(&summary.line());
 }
 
-/// Prints a run that could not be created or resumed, with its evidence if any,
-/// and returns exit status 125.
+/// Prints a run that could not be created or resumed, with its evidence if any
+/// (under `--json` the error answer), and returns its exit status: 2 for a run
+/// that has ended, 75 for one in use or capacity that did not come in time,
+/// 125 otherwise.
 pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
+    run_error_failure(error).report()
+}
+
+/// The failure [`report_run_error`] prints.
+pub(crate) fn run_error_failure(error: &RunError) -> Failure {
     let run = &error.run_id;
+    let with_run = |failure: Failure| failure.run(run).evidence(error.evidence.clone());
     match error.kind.as_ref() {
         // Asking an ended run for more is bad input, not a failure of the run.
         RunErrorKind::NotSuspended { state } | RunErrorKind::Ended { state } => {
@@ -317,8 +365,11 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
             } else {
                 "`agent-workspace recover` finishes it"
             };
-            eprintln!("agent-workspace: run {run} has ended ({state}); {next}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return with_run(Failure::new(
+                ErrorKind::RunEnded,
+                EXIT_BAD_INPUT,
+                format!("run {run} has ended ({state}); {next}"),
+            ));
         }
         RunErrorKind::Lifecycle(LifecycleError::Open {
             source: JournalError::Held { path },
@@ -327,10 +378,11 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
             let holder = lock_holder(path)
                 .map(|pid| format!("process {pid}"))
                 .unwrap_or_else(|| "another process".to_owned());
-            eprintln!(
-                "agent-workspace: run {run} is in use by {holder}; try again when it is done"
-            );
-            return ExitCode::from(EXIT_BUSY);
+            return with_run(Failure::new(
+                ErrorKind::RunBusy,
+                EXIT_BUSY,
+                format!("run {run} is in use by {holder}; try again when it is done"),
+            ));
         }
         _ => {}
     }
@@ -341,22 +393,33 @@ pub(crate) fn report_run_error(error: &RunError) -> ExitCode {
         .unwrap_or_default();
     // Capacity that did not come in time (`--wait`): try again later, as a
     // busy run says.
-    if let RunErrorKind::Failed(FailureCause::Timeout {
-        state: StateName::Waiting,
-        limit_ms,
-    }) = error.kind.as_ref()
+    if let RunErrorKind::Failed(
+        cause @ FailureCause::Timeout {
+            state: StateName::Waiting,
+            limit_ms,
+        },
+    ) = error.kind.as_ref()
     {
-        eprintln!(
-            "agent-workspace: run {run} gave up waiting for capacity after {} s (--wait); try again later{evidence}",
-            limit_ms / 1000
-        );
-        return ExitCode::from(EXIT_BUSY);
+        return with_run(Failure::new(
+            ErrorKind::CapacityTimeout,
+            EXIT_BUSY,
+            format!(
+                "run {run} gave up waiting for capacity after {} s (--wait); try again later{evidence}",
+                limit_ms / 1000
+            ),
+        ))
+        .failure(Some(cause.clone()));
     }
-    eprintln!(
-        "agent-workspace: {}{evidence}",
-        one_line(&workspace_core::error_chain(error))
-    );
-    ExitCode::from(EXIT_RUNNER_FAILED)
+    let failure = Some(error.kind.failure_cause());
+    with_run(Failure::new(
+        ErrorKind::RunFailed,
+        EXIT_RUNNER_FAILED,
+        format!(
+            "{}{evidence}",
+            one_line(&workspace_core::error_chain(error))
+        ),
+    ))
+    .failure(failure)
 }
 
 /// The process holding the lock of `file`, from `/proc/locks` (a `FLOCK` on its

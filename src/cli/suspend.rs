@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
 use workspace_core::RunId;
 use workspace_core::boundary::Suspension;
 use workspace_core::lifecycle::{StateName, Transition};
@@ -17,6 +18,41 @@ use super::summary::report_run_error;
 pub(crate) struct SuspendArgs {
     #[command(flatten)]
     run: TheRun,
+    /// Print `{"run_id", "state", "changed", ...}` on stdout instead of the
+    /// line on stderr.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The answer of `suspend --json` and `resume --json`: the run's state now.
+#[derive(Debug, Serialize)]
+struct StateJson {
+    /// The run.
+    run_id: String,
+    /// Its state now: `suspended`, or `detached` (live, waiting for `exec`).
+    state: StateName,
+    /// Whether this command changed it (`false`: it was so already).
+    changed: bool,
+    /// For `suspend`: how its processes were suspended: `frozen` (in place,
+    /// they go on after `resume`) or `stopped` (they are gone; `resume`
+    /// seals it again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suspension: Option<&'static str>,
+    /// For a frozen run: how many processes were frozen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frozen_processes: Option<usize>,
+}
+
+impl StateJson {
+    fn new(run_id: &RunId, state: StateName, changed: bool) -> Self {
+        Self {
+            run_id: run_id.to_string(),
+            state,
+            changed,
+            suspension: None,
+            frozen_processes: None,
+        }
+    }
 }
 
 /// The state the run's journal last recorded, when no process holds the run
@@ -39,6 +75,7 @@ pub(crate) fn suspend(args: SuspendArgs, host: &HostArgs) -> ExitCode {
         // run another process holds goes on to be refused as in use.)
         if settled_state(&runner, &run_id) == Some(StateName::Suspended) {
             eprintln!("agent-workspace: run {run_id} is suspended already");
+            super::json::print(&StateJson::new(&run_id, StateName::Suspended, false));
             return ExitCode::SUCCESS;
         }
         let workspace = match runner.resume(&run_id, CreateOptions::default()).await {
@@ -47,15 +84,24 @@ pub(crate) fn suspend(args: SuspendArgs, host: &HostArgs) -> ExitCode {
         };
         match workspace.suspend().await {
             Ok(suspended) => {
+                let mut answer = StateJson::new(&run_id, StateName::Suspended, true);
                 match suspended.suspension {
-                    Suspension::Frozen { processes } => eprintln!(
-                        "agent-workspace: run {run_id} suspended: {} processes frozen",
-                        processes.len()
-                    ),
-                    Suspension::Stopped => eprintln!(
-                        "agent-workspace: run {run_id} suspended: its processes were stopped"
-                    ),
+                    Suspension::Frozen { processes } => {
+                        eprintln!(
+                            "agent-workspace: run {run_id} suspended: {} processes frozen",
+                            processes.len()
+                        );
+                        answer.suspension = Some("frozen");
+                        answer.frozen_processes = Some(processes.len());
+                    }
+                    Suspension::Stopped => {
+                        eprintln!(
+                            "agent-workspace: run {run_id} suspended: its processes were stopped"
+                        );
+                        answer.suspension = Some("stopped");
+                    }
                 }
+                super::json::print(&answer);
                 ExitCode::SUCCESS
             }
             Err(error) => report_run_error(&error),
@@ -81,6 +127,7 @@ pub(crate) fn resume(args: SuspendArgs, host: &HostArgs) -> ExitCode {
                 } else {
                     eprintln!("agent-workspace: run {run_id} resumed");
                 }
+                super::json::print(&StateJson::new(&run_id, StateName::Detached, !live));
                 ExitCode::SUCCESS
             }
             Err(error) => report_run_error(&error),

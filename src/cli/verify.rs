@@ -1,12 +1,16 @@
 //! `agent-workspace verify DIR`: check an evidence bundle against its manifest.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use workspace_core::evidence;
+use serde::Serialize;
+use workspace_core::evidence::{self, Tamper};
+use workspace_core::step::StepFailure;
 
-use super::EXIT_BAD_INPUT;
+use super::BadInput;
+use super::json::{ErrorKind, Failure};
+use super::session::bad_input;
 use super::text::{self, one_line};
 
 #[derive(Debug, Args)]
@@ -14,10 +18,31 @@ pub(crate) struct VerifyArgs {
     /// The evidence bundle (`<evidence>/<run-id>/`).
     #[arg(value_name = "DIR")]
     dir: PathBuf,
-    /// Print the report as JSON on stdout (`dir`, `intact`, `files_checked`,
-    /// `problems`, or `error` when the bundle cannot be checked at all).
+    /// Print the report as JSON on stdout (`dir`, `intact`, `complete`,
+    /// `files_checked`, `problems`, ...; an `error` answer when the bundle
+    /// cannot be checked at all).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+}
+
+/// The answer of `verify --json`.
+#[derive(Debug, Serialize)]
+struct VerifiedJson<'a> {
+    /// The bundle checked.
+    dir: &'a Path,
+    /// Whether every file matches the manifest.
+    intact: bool,
+    /// Whether it is intact and records the run's changes (its export did
+    /// not fail).
+    complete: bool,
+    /// How many files were hashed and compared.
+    files_checked: usize,
+    /// Each file that is changed, missing, extra or irregular.
+    problems: &'a [Tamper],
+    /// Why the run's export failed, when the bundle's outcome says it did.
+    export_failed: &'a Option<StepFailure>,
+    /// The changed paths `diff.patch` does not carry (`changes.json` says why).
+    not_in_patch: &'a [String],
 }
 
 /// Re-hashes every file of the bundle and compares it with `manifest.json`.
@@ -35,40 +60,38 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => {
-            eprintln!("agent-workspace: {shown}: not a directory");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return bad_input(
+                BadInput::new(format!("{shown}: not a directory")).with(|f| f.path(dir)),
+            );
         }
         Err(err) => {
             let reason = match err.kind() {
                 std::io::ErrorKind::NotFound => "no such directory".to_owned(),
                 _ => err.to_string(),
             };
-            eprintln!("agent-workspace: {shown}: {reason}");
-            return ExitCode::from(EXIT_BAD_INPUT);
+            return bad_input(BadInput::new(format!("{shown}: {reason}")).with(|f| f.path(dir)));
         }
     }
     let verified = evidence::verify(dir);
     if args.json {
-        let value = match &verified {
-            Ok(report) => serde_json::json!({
-                "dir": dir,
-                "intact": report.is_intact(),
-                "complete": report.is_complete(),
-                "files_checked": report.files_checked,
-                "problems": report.problems,
-                "export_failed": report.completeness.export_failed,
-                "not_in_patch": report.completeness.not_in_patch,
-            }),
-            Err(err) => serde_json::json!({
-                "dir": dir,
-                "intact": false,
-                "error": one_line(&workspace_core::error_chain(err)),
-            }),
-        };
-        println!("{value}");
-        return match verified {
-            Ok(report) if report.is_complete() => ExitCode::SUCCESS,
-            _ => ExitCode::FAILURE,
+        return match &verified {
+            Ok(report) => {
+                super::json::print(&VerifiedJson {
+                    dir,
+                    intact: report.is_intact(),
+                    complete: report.is_complete(),
+                    files_checked: report.files_checked,
+                    problems: &report.problems,
+                    export_failed: &report.completeness.export_failed,
+                    not_in_patch: &report.completeness.not_in_patch,
+                });
+                if report.is_complete() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(err) => cannot_verify(dir, err),
         };
     }
     match verified {
@@ -119,12 +142,22 @@ pub(crate) fn run(args: &VerifyArgs) -> ExitCode {
             );
             ExitCode::FAILURE
         }
-        Err(err) => {
-            eprintln!(
-                "agent-workspace: {shown}: cannot verify the bundle: {}",
-                one_line(&workspace_core::error_chain(&err))
-            );
-            ExitCode::FAILURE
-        }
+        Err(err) => cannot_verify(dir, &err),
     }
+}
+
+/// A bundle that cannot be checked at all (no manifest, an unreadable
+/// file): exit 1.
+fn cannot_verify(dir: &Path, err: &evidence::EvidenceError) -> ExitCode {
+    Failure::new(
+        ErrorKind::Evidence,
+        1,
+        format!(
+            "{}: cannot verify the bundle: {}",
+            dir.display(),
+            one_line(&workspace_core::error_chain(err))
+        ),
+    )
+    .path(dir)
+    .report()
 }

@@ -179,6 +179,11 @@ pub struct CheckResult {
     /// changes what it verifies fails; its changes are not part of the patch).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed_paths: Vec<String>,
+    /// The sequence number of the command that ran it: its record, output and
+    /// end are `commands/NNNN/` in the evidence (none when it did not run,
+    /// as when the patch could not be taken first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_seq: Option<u32>,
 }
 
 impl CheckResult {
@@ -190,6 +195,7 @@ impl CheckResult {
             patch_sha256: patch_sha256.into(),
             failure: None,
             changed_paths: Vec::new(),
+            command_seq: None,
         }
     }
 
@@ -205,6 +211,7 @@ impl CheckResult {
             patch_sha256: patch_sha256.into(),
             failure: Some(failure.into()),
             changed_paths: Vec::new(),
+            command_seq: None,
         }
     }
 }

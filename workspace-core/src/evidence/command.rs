@@ -156,6 +156,11 @@ pub struct CommandRecord {
     /// What its tree used, once finished (what its cgroup counted).
     #[serde(default, skip_serializing_if = "ResourceUsage::is_empty")]
     pub usage: ResourceUsage,
+    /// The name of the contract's required check this command ran for, when
+    /// it ran for one (absent in records of the caller's own commands, and in
+    /// records written before checks were named here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
 }
 
 /// Records one command into its own directory `commands/NNNN/`.
@@ -208,6 +213,7 @@ impl CommandRecorder {
             stderr_bytes: None,
             usage: ResourceUsage::default(),
             killed: None,
+            check: None,
         };
         write_record(&dir, &record)?;
         let stdout = create_output(&dir.join(STDOUT_FILE))?;
@@ -333,6 +339,23 @@ impl Write for OutputStream {
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
     }
+}
+
+/// Names the required check `check` in the finished record of the command in
+/// `dir` (`commands/NNNN/`): the command ran for that check, not for the caller.
+pub(crate) fn record_check(dir: &Path, check: &str) -> Result<(), EvidenceError> {
+    let path = dir.join(COMMAND_FILE);
+    let bytes = fs::read(&path).map_err(|source| EvidenceError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let mut record: CommandRecord =
+        serde_json::from_slice(&bytes).map_err(|e| EvidenceError::Read {
+            path: path.clone(),
+            source: io::Error::new(io::ErrorKind::InvalidData, e),
+        })?;
+    record.check = Some(check.to_owned());
+    write_record(dir, &record)
 }
 
 fn write_record(dir: &Path, record: &CommandRecord) -> Result<(), EvidenceError> {

@@ -288,6 +288,18 @@ impl EvidenceWriter {
         }
     }
 
+    /// Names the required check `check` in the record of command `seq`
+    /// (`commands/NNNN/command.json`, which must be finished): it ran for that
+    /// check, so a run read back from its evidence does not count it as one of
+    /// the caller's commands.
+    pub fn mark_check(&self, seq: u32, check: &str) -> Result<(), EvidenceError> {
+        let _state = self.unsealed()?;
+        super::command::record_check(
+            &self.dir.join(COMMANDS_DIR).join(format!("{seq:04}")),
+            check,
+        )
+    }
+
     /// Seals the bundle: hashes every regular file (never following links; a
     /// symlink or other non-regular file anywhere in the bundle is an error naming
     /// it), syncs every file and directory of the bundle to disk together with

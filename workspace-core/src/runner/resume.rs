@@ -253,7 +253,7 @@ pub(super) fn previous_commands(
                 .finished_unix_ms
                 .map_or(0, |end| end.saturating_sub(record.started_unix_ms)),
             error: record.cause.clone(),
-            check: None,
+            check: record.check.clone(),
             not_run: None,
         };
         commands.push((record, outcome));

@@ -305,6 +305,36 @@ fn a_recorder_dropped_without_finish_leaves_exit_unknown() {
 }
 
 #[test]
+fn a_check_is_named_in_its_record_and_an_old_record_reads_without_one() {
+    let root = TempDir::new().unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    let mut recorder = writer.start_command(start(&["make", "test"])).unwrap();
+    let dir = recorder.dir().to_path_buf();
+    recorder.stdout_writer().write_all(b"ok\n").unwrap();
+    recorder.finish(end(ExitStatusRecord::Code(0))).unwrap();
+    assert_eq!(read_record(&dir).check, None);
+
+    writer.mark_check(1, "tests").unwrap();
+    let record = read_record(&dir);
+    assert_eq!(record.check.as_deref(), Some("tests"));
+    // The rest of the record is as the recorder left it.
+    assert_eq!(record.exit, ExitStatusRecord::Code(0));
+    assert_eq!(record.stdout_bytes, Some(3));
+    writer.seal().unwrap();
+    assert!(verify(writer.dir()).unwrap().is_intact());
+    assert!(matches!(
+        writer.mark_check(1, "tests"),
+        Err(EvidenceError::Sealed { .. })
+    ));
+
+    // A record written before checks were named reads as the caller's command.
+    let mut old = serde_json::to_value(&record).unwrap();
+    old.as_object_mut().unwrap().remove("check");
+    let old: CommandRecord = serde_json::from_value(old).unwrap();
+    assert_eq!(old.check, None);
+}
+
+#[test]
 fn exit_status_is_tagged_in_json() {
     assert_eq!(
         serde_json::to_value(ExitStatusRecord::Code(3)).unwrap(),

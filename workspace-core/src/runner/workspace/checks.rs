@@ -9,7 +9,7 @@
 
 use super::Workspace;
 use crate::boundary::{CheckResult, CommandSpec};
-use crate::runner::error::RunError;
+use crate::runner::error::{RunError, RunErrorKind};
 use crate::runner::execute::{CommandIo, describe_kill, millis};
 use crate::runner::export::Verified;
 use crate::runner::outcome::CommandOutcome;
@@ -56,11 +56,20 @@ impl Workspace {
             };
             let outcome = self.exec(&spec, CommandIo::captured()).await?;
             self.mark_check(outcome.seq, &check.name);
+            // Named in its record too, so that a run read back from its
+            // evidence (resumed, destroyed by another process) tells it from
+            // the caller's commands.
+            if let Err(error) = self.evidence.mark_check(outcome.seq, &check.name) {
+                let kind = RunErrorKind::from(error);
+                self.fail(kind.failure_cause());
+                return Err(self.error(kind));
+            }
             let after = promotion.export(&self.run, &source).await;
             let mut result = match exit_failure(&outcome) {
                 None => CheckResult::passed(&check.name, &before.patch_sha256),
                 Some(failure) => CheckResult::failed(&check.name, &before.patch_sha256, failure),
             };
+            result.command_seq = Some(outcome.seq);
             match after {
                 Ok(after) => {
                     let changed = changed_between_exports(&before, &after);
