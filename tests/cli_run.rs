@@ -797,24 +797,31 @@ fn exec_says_how_its_command_ended_a_busy_run_names_its_holder_and_an_ended_one_
     assert_eq!(out.status.code(), Some(124), "{stderr}");
     assert!(stderr.contains("command 3: timed out after 1."), "{stderr}");
 
-    // While one exec holds the run, another says who.
+    // While one exec runs, another runs beside it, and ending the run is
+    // refused, naming who holds it.
     let mut holder = fixture
         .command()
         .args(["exec", &run, "--", "sleep", "3"])
         .spawn()
         .unwrap();
+    let bundle = fixture
+        .state_home()
+        .join("agent-workspace/evidence")
+        .join(&run);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let busy = loop {
-        let out = fixture.agent_workspace(&["exec", &run, "--", "true"]);
-        let stderr = text(&out.stderr);
-        if stderr.contains("is in use by process") {
-            // Busy is "try again", not a failed run.
-            assert_eq!(out.status.code(), Some(75), "{stderr}");
-            break stderr;
-        }
-        assert!(std::time::Instant::now() < deadline, "never busy: {stderr}");
+    while !std::fs::read_to_string(bundle.join("commands/0004/command.json"))
+        .is_ok_and(|record| record.contains("\"sleep\""))
+    {
+        assert!(std::time::Instant::now() < deadline, "the holder never started");
         std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    }
+    let beside = fixture.agent_workspace(&["exec", &run, "--", "true"]);
+    assert_eq!(beside.status.code(), Some(0), "{}", text(&beside.stderr));
+    let out = fixture.agent_workspace(&["destroy", &run]);
+    let busy = text(&out.stderr);
+    assert!(busy.contains("is in use by process"), "{busy}");
+    // Busy is "try again", not a failed run.
+    assert_eq!(out.status.code(), Some(75), "{busy}");
     assert_eq!(busy.trim().lines().count(), 1, "{busy}");
     assert!(holder.wait().unwrap().success());
 

@@ -22,6 +22,7 @@ use super::outcome::CommandOutcome;
 use super::paths::{CAPACITY_HELD_FILE, RunPaths};
 use super::resume::SharedParked;
 use super::scrub::Scrubber;
+use super::spawned::SpawnedCommand;
 use super::state_files::read_state;
 use super::workspace::{Provisioned, seal_plan, with_run_vars};
 use crate::RunId;
@@ -144,7 +145,27 @@ impl JoinedRun {
         command: &CommandSpec,
         io: CommandIo,
     ) -> Result<CommandOutcome, RunError> {
-        if self.cancel.is_cancelled() {
+        self.exec_until(command, io, &self.cancel).await
+    }
+
+    /// Starts `command` to be watched as it runs, as
+    /// [`Workspace::spawn`](super::Workspace::spawn) does.
+    pub fn spawn(&self, command: &CommandSpec) -> SpawnedCommand<'_> {
+        let kill = self.cancel.child_token();
+        let command = command.clone();
+        SpawnedCommand::start(kill.clone(), move |io| async move {
+            self.exec_until(&command, io, &kill).await
+        })
+    }
+
+    /// [`exec`](Self::exec), its command killed when `cancel` is.
+    async fn exec_until(
+        &self,
+        command: &CommandSpec,
+        io: CommandIo,
+        cancel: &CancellationToken,
+    ) -> Result<CommandOutcome, RunError> {
+        if cancel.is_cancelled() {
             return Err(self.error(RunErrorKind::Failed(FailureCause::Cancelled)));
         }
         execute(
@@ -153,7 +174,7 @@ impl JoinedRun {
             (&self.evidence, &self.paths.run_dir),
             command,
             io,
-            (&self.cancel, self.cancel_grace, &self.scrubber),
+            (cancel, self.cancel_grace, &self.scrubber),
         )
         .await
         .map_err(|kind| self.error(kind))

@@ -29,6 +29,7 @@ use super::outcome::{CommandOutcome, RunReport};
 use super::paths::RunPaths;
 use super::scrub::Scrubber;
 use super::services::Services;
+use super::spawned::SpawnedCommand;
 use crate::boundary::{CommandSpec, RunContext, SourceRecord, Stack};
 use crate::capacity::{AdmissionControl, Grant};
 use crate::evidence::EvidenceWriter;
@@ -202,7 +203,29 @@ impl Workspace {
         command: &CommandSpec,
         io: CommandIo,
     ) -> Result<CommandOutcome, RunError> {
-        if self.cancel.is_cancelled() {
+        self.exec_until(command, io, &self.cancel).await
+    }
+
+    /// Starts `command` to be watched as it runs (see [`SpawnedCommand`]):
+    /// its output as events, its input written as it runs, a kill of its
+    /// tree; recorded as [`exec`](Self::exec) records it.
+    pub fn spawn(&self, command: &CommandSpec) -> SpawnedCommand<'_> {
+        let kill = self.cancel.child_token();
+        let command = command.clone();
+        SpawnedCommand::start(kill.clone(), move |io| async move {
+            self.exec_until(&command, io, &kill).await
+        })
+    }
+
+    /// [`exec`](Self::exec), its command killed when `cancel` is (the run's
+    /// token, or a child of it for this command alone).
+    async fn exec_until(
+        &self,
+        command: &CommandSpec,
+        io: CommandIo,
+        cancel: &CancellationToken,
+    ) -> Result<CommandOutcome, RunError> {
+        if cancel.is_cancelled() {
             return Err(self.error(RunErrorKind::Failed(FailureCause::Cancelled)));
         }
         if let Some(cause) = lock(&self.broken).clone() {
@@ -224,7 +247,7 @@ impl Workspace {
             (&self.evidence, &self.paths.run_dir),
             command,
             io,
-            (&self.cancel, self.cancel_grace, &self.scrubber),
+            (cancel, self.cancel_grace, &self.scrubber),
         )
         .await;
         match ran {
