@@ -812,7 +812,10 @@ fn exec_says_how_its_command_ended_a_busy_run_names_its_holder_and_an_ended_one_
     while !std::fs::read_to_string(bundle.join("commands/0004/command.json"))
         .is_ok_and(|record| record.contains("\"sleep\""))
     {
-        assert!(std::time::Instant::now() < deadline, "the holder never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never started"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let beside = fixture.agent_workspace(&["exec", &run, "--", "true"]);
