@@ -224,7 +224,7 @@ pub(crate) fn print_exec_end(
     if !super::json::enabled() {
         super::line_start::eprint_own_line(&format!(
             "agent-workspace: {}",
-            super::summary::command_line(run_id, command)
+            super::command_words::command_line(run_id, command)
         ));
         return;
     }

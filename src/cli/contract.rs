@@ -9,7 +9,6 @@ use workspace_core::contract::{Contract, ContractError};
 use workspace_core::runner::RunErrorKind;
 
 use super::backend::Backend;
-use super::contract_args::problem_list;
 use super::host::HostArgs;
 use super::json::{ErrorKind, Failure};
 use super::text::{escaped, escaped_lines, one_line};
@@ -231,7 +230,7 @@ pub(crate) fn load_contract(file: &Path) -> Result<Contract, BadInput> {
                     })
                     .collect::<Vec<_>>()
                     .join("\nagent-workspace: "),
-                problem_list(&problems),
+                super::json::ProblemJson::list(&problems),
             ),
             err => (
                 format!("--contract {shown}: {}", one_line(&err.to_string())),

@@ -177,7 +177,7 @@ impl ContractArgs {
                     f = f.flag(flag);
                 }
             }
-            f.problems(problem_list(problems))
+            f.problems(super::json::ProblemJson::list(problems))
         })
     }
 
@@ -388,18 +388,6 @@ fn absolute_repository(repo: &Path, from_flag: bool) -> Result<PathBuf, BadInput
         .ancestors()
         .find(|dir| dir.join(".git").exists())
         .map_or(named_dir.clone(), Path::to_path_buf))
-}
-
-/// `problems` as the error answer lists them.
-pub(crate) fn problem_list(problems: &Problems) -> Vec<super::json::ProblemJson> {
-    problems
-        .iter()
-        .map(|p| super::json::ProblemJson {
-            field: p.path.clone(),
-            line: p.line,
-            message: p.message.clone(),
-        })
-        .collect()
 }
 
 fn io_reason(error: &std::io::Error) -> String {

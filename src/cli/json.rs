@@ -135,6 +135,20 @@ pub(crate) struct ProblemJson {
     pub message: String,
 }
 
+impl ProblemJson {
+    /// `problems` as the error answer lists them.
+    pub(crate) fn list(problems: &workspace_core::contract::Problems) -> Vec<Self> {
+        problems
+            .iter()
+            .map(|p| Self {
+                field: p.path.clone(),
+                line: p.line,
+                message: p.message.clone(),
+            })
+            .collect()
+    }
+}
+
 /// `{"error": {...}}`: the answer of a subcommand that failed under `--json`.
 #[derive(Debug, Serialize)]
 pub(crate) struct ErrorJson {

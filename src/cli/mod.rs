@@ -6,6 +6,7 @@ mod check_host;
 mod check_report;
 mod checks;
 mod command_json;
+mod command_words;
 mod conformance;
 mod contract;
 mod contract_args;

@@ -16,10 +16,6 @@ use super::{Live, ProcessError, blocking};
 use crate::cgroup::RunCgroup;
 use crate::spawn::{Sandbox, SpawnedChild};
 
-/// The prefix of the cgroups of processes the runner gave no number (services,
-/// background commands): `bg-1`, `bg-2`, ... beside the commands' `cmd-N`.
-pub(super) const BACKGROUND_CGROUP_PREFIX: &str = "bg-";
-
 /// Starts `command` in the live sandbox `live` of `run`, in a child cgroup of its own.
 pub(super) async fn spawn(
     live: Result<Live, ProcessError>,
@@ -41,7 +37,8 @@ pub(super) async fn spawn(
     let name = match command.number {
         Some(n) => format!("cmd-{n}"),
         None => format!(
-            "{BACKGROUND_CGROUP_PREFIX}{}",
+            "{}{}",
+            super::seal::BACKGROUND_CGROUP_PREFIX,
             spec.next_background
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ),

@@ -319,6 +319,10 @@ fn publish(
 /// The name of the cgroup the sandbox's pid 1 lives in, below the run's.
 pub(crate) const INIT_CGROUP: &str = "init";
 
+/// The prefix of the cgroups of processes the runner gave no number (services,
+/// background commands): `bg-1`, `bg-2`, ... beside the commands' `cmd-N`.
+pub(crate) const BACKGROUND_CGROUP_PREFIX: &str = "bg-";
+
 /// The door a sandbox is entered through by a runner that may not enter its
 /// pid 1 (see [`Sandbox`]): a program of the base system that blocks, found
 /// in [`DOOR_PATH`].
@@ -420,7 +424,7 @@ pub(crate) fn adopt(
         .unwrap_or_default()
         .iter()
         .filter_map(|name| {
-            name.strip_prefix(super::command::BACKGROUND_CGROUP_PREFIX)?
+            name.strip_prefix(BACKGROUND_CGROUP_PREFIX)?
                 .parse::<u32>()
                 .ok()
         })
