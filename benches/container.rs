@@ -30,15 +30,13 @@ mod runc;
 mod support;
 mod timings;
 
-use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_workspace::core::boundary::CommandSpec;
 use agent_workspace::core::capacity::{Capacity, Resources};
 use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};
-use agent_workspace::core::runner::{CommandIo, CreateOptions, RUNS_DIR, Runner, RunnerConfig};
-use agent_workspace::namespace::cgroup::{CgroupLayout, remove_parent};
+use agent_workspace::core::runner::{CommandIo, CreateOptions, Runner, RunnerConfig};
 use agent_workspace::{container_stack, namespace_stack};
 use bwrap::host_system;
 use criterion::{Criterion, SamplingMode};
@@ -86,18 +84,10 @@ fn paced(iters: u64, pause: Duration, mut exec: impl FnMut() -> Duration) -> Vec
 
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
-    let args: Vec<String> = std::env::args().collect();
-    let full =
-        args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test" || a == "--list");
-    if args.iter().any(|a| a == "--list") {
-        criterion.final_summary();
+    let Some(full) = timings::full_run(&mut criterion) else {
         return;
-    }
-    let root = tempfile::Builder::new()
-        .prefix("aw-bench-container-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    let root = support::bench_root("aw-bench-container-");
     let repos = root.path().join("repos");
     std::fs::create_dir(&repos).unwrap();
     let repo = support::generate(&repos, 200, 20, 1_000);
@@ -293,11 +283,5 @@ fn main() {
         "containers left: {}",
         String::from_utf8_lossy(&known.stdout)
     );
-    let runs = runtime.join(RUNS_DIR);
-    let left: Vec<_> = std::fs::read_dir(&runs)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "runs left behind: {left:?}");
-    let layout = CgroupLayout::detect().unwrap();
-    remove_parent(&layout, &cgroup_parent).unwrap();
+    support::assert_nothing_left(&runtime, &cgroup_parent);
 }

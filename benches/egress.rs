@@ -202,13 +202,9 @@ fn send(mut stream: TcpStream, bytes: u64) -> Duration {
 
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
-    let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--list") {
-        criterion.final_summary();
+    let Some(full) = timings::full_run(&mut criterion) else {
         return;
-    }
-    let full =
-        args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test" || a == "--list");
+    };
     let bulk = if full { GIB } else { 1 << 20 };
     own_network();
     let destination = sink();

@@ -40,7 +40,6 @@ use agent_workspace::core::boundary::CommandSpec;
 use agent_workspace::core::capacity::{Capacity, Resources};
 use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};
 use agent_workspace::core::runner::{CommandIo, CreateOptions, RUNS_DIR, Runner, RunnerConfig};
-use agent_workspace::namespace::cgroup::{CgroupLayout, remove_parent};
 use agent_workspace::namespace_stack_layered;
 use bwrap::host_system;
 use criterion::{Criterion, SamplingMode};
@@ -140,21 +139,13 @@ impl HostCluster {
 
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
-    let args: Vec<String> = std::env::args().collect();
-    let full =
-        args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test" || a == "--list");
-    if args.iter().any(|a| a == "--list") {
-        criterion.final_summary();
+    let Some(full) = timings::full_run(&mut criterion) else {
         return;
-    }
+    };
     require("runc", &["--version"], "runc");
     require("bwrap", &["--version"], "bubblewrap");
     require("nsenter", &["--version"], "util-linux");
-    let root = tempfile::Builder::new()
-        .prefix("aw-bench-live-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = support::bench_root("aw-bench-live-");
     let repos = root.path().join("repos");
     std::fs::create_dir(&repos).unwrap();
     let repo = support::generate(&repos, 200, 20, 1_000);
@@ -352,16 +343,5 @@ fn main() {
         };
         println!("{label:<28} {:>9.3}", a.as_secs_f64() / b.as_secs_f64());
     }
-    let runs = runtime.join(RUNS_DIR);
-    let left: Vec<_> = std::fs::read_dir(&runs)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    let parent = CgroupLayout::detect()
-        .map_err(|e| e.to_string())
-        .and_then(|layout| remove_parent(&layout, &cgroup_parent).map_err(|e| e.to_string()));
-    assert!(
-        left.is_empty() && parent.is_ok(),
-        "left behind: {left:?} {parent:?}"
-    );
-    println!("nothing left behind; cgroup parent {cgroup_parent} removed");
+    support::assert_nothing_left(&runtime, &cgroup_parent);
 }

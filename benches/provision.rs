@@ -113,13 +113,9 @@ fn describe_fs(path: &Path) -> String {
 
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
-    let args: Vec<String> = std::env::args().collect();
-    let full =
-        args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test" || a == "--list");
-    if args.iter().any(|a| a == "--list") {
-        criterion.final_summary();
+    let Some(full) = timings::full_run(&mut criterion) else {
         return;
-    }
+    };
 
     // Full run: up to about 6 GB (repositories, the cache, every kept iteration).
     let need = if full { 8 << 30 } else { 256 << 20 };

@@ -36,7 +36,6 @@ mod support;
 mod timings;
 
 use std::cell::Cell;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -241,13 +240,9 @@ fn require_bwrap(fixture: &Fixture) -> String {
 
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
-    let args: Vec<String> = std::env::args().collect();
-    let full =
-        args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test" || a == "--list");
-    if args.iter().any(|a| a == "--list") {
-        criterion.final_summary();
+    let Some(full) = timings::full_run(&mut criterion) else {
         return;
-    }
+    };
     let (files, dirs, bytes_per_file) = if full {
         (5_000, 200, 10_000)
     } else {
@@ -256,11 +251,7 @@ fn main() {
 
     // Mode 0755 (not a private temporary directory's 0700): the run's mapped ids
     // must be able to reach the checkout.
-    let root = tempfile::Builder::new()
-        .prefix("aw-run-bench-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = support::bench_root("aw-run-bench-");
     let repos = root.path().join("repos");
     std::fs::create_dir(&repos).unwrap();
     let started = Instant::now();

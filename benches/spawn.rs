@@ -251,13 +251,9 @@ fn group_config(
 
 fn main() {
     let mut criterion = Criterion::default().configure_from_args();
-    let args: Vec<String> = std::env::args().collect();
-    let full =
-        args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test" || a == "--list");
-    if args.iter().any(|a| a == "--list") {
-        criterion.final_summary();
+    let Some(full) = timings::full_run(&mut criterion) else {
         return;
-    }
+    };
     let (small, large) = if full { (500, 2_000) } else { (20, 80) };
 
     // Mode 0755 (not a private temporary directory's 0700): the run's mapped ids

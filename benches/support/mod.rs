@@ -113,3 +113,30 @@ pub fn git_clone_shared(repo: &GeneratedRepo, dest: &Path) {
         .args(["checkout", "-q", "--detach"])
         .arg(&repo.commit));
 }
+
+/// A fresh directory for a bench's files, 0755: the runs' mapped ids must
+/// traverse it to their checkouts under it.
+pub fn bench_root(prefix: &str) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    root
+}
+
+/// Asserts that no run is left under `runtime` and removes the bench's cgroup
+/// parent (which fails while anything of a run is left in it).
+pub fn assert_nothing_left(runtime: &Path, cgroup_parent: &str) {
+    use agent_workspace::core::runner::RUNS_DIR;
+    use agent_workspace::namespace::cgroup::{CgroupLayout, remove_parent};
+    let left: Vec<_> = std::fs::read_dir(runtime.join(RUNS_DIR))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let parent = CgroupLayout::detect()
+        .map_err(|e| e.to_string())
+        .and_then(|layout| remove_parent(&layout, cgroup_parent).map_err(|e| e.to_string()));
+    assert!(
+        left.is_empty() && parent.is_ok(),
+        "left behind: {left:?} {parent:?}"
+    );
+    println!("nothing left behind; cgroup parent {cgroup_parent} removed");
+}

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use criterion::Criterion;
+
 /// Criterion samples per benchmark; the batches before them are warm-up.
 pub const SAMPLES: usize = 10;
 
@@ -75,4 +77,16 @@ pub fn print_medians(
         medians.insert(*name, m);
     }
     medians
+}
+
+/// How this bench binary was asked to run: `Some(true)` to measure
+/// (`cargo bench`), `Some(false)` to run each routine once (`cargo test
+/// --benches`), `None` when only asked to list its benchmarks (answered here).
+pub fn full_run(criterion: &mut Criterion) -> Option<bool> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        criterion.final_summary();
+        return None;
+    }
+    Some(args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test"))
 }
