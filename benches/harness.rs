@@ -21,10 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_workspace::core::boundary::CommandSpec;
-use agent_workspace::core::capacity::{Capacity, Resources};
-use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};
-use agent_workspace::core::runner::{CommandIo, CreateOptions, Runner, RunnerConfig, Workspace};
-use agent_workspace::namespace_stack_layered;
+use agent_workspace::core::runner::{CommandIo, CreateOptions, Workspace};
 use criterion::{Criterion, SamplingMode};
 use timings::{SAMPLES, median, ms, print_medians, record};
 
@@ -87,35 +84,13 @@ fn main() {
     let Some(full) = timings::full_run(&mut criterion) else {
         return;
     };
-    let root = support::bench_root("aw-bench-harness-");
-    let repos = root.path().join("repos");
-    std::fs::create_dir(&repos).unwrap();
-    let repo = support::generate(&repos, 200, 20, 1_000);
-    let cgroup_parent = format!("aw-bench-harness-{}", std::process::id());
-    let runtime = root.path().join("runtime");
-    let stack =
-        namespace_stack_layered(&cgroup_parent, root.path().join("cache"), 1 << 30).unwrap();
-    let runner = Runner::new(
-        stack,
-        RunnerConfig::new(&runtime, root.path().join("evidence")),
-        Arc::new(Capacity::new(Resources {
-            cpu_millis: 64_000,
-            memory_bytes: 256 << 30,
-            disk_bytes: 1 << 40,
-            slots: 1024,
-        })),
-    );
+    let bench = support::LiveBench::new("harness");
+    let (runner, runtime, cgroup_parent) = (&bench.runner, &bench.runtime, &bench.cgroup_parent);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    let contract = || {
-        Contract::preset(
-            TaskShape::NarrowFix,
-            "harness bench",
-            SourceSection::new(repo.path.to_string_lossy(), "HEAD"),
-        )
-    };
+    let contract = || bench.contract();
 
     let workspace = Arc::new(
         rt.block_on(runner.create(contract(), CreateOptions::default()))
@@ -205,5 +180,5 @@ fn main() {
     }
     println!("all ended in {:.2} s", started.elapsed().as_secs_f64());
 
-    support::assert_nothing_left(&runtime, &cgroup_parent);
+    support::assert_nothing_left(runtime, cgroup_parent);
 }

@@ -33,14 +33,11 @@ mod timings;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_workspace::core::boundary::CommandSpec;
-use agent_workspace::core::capacity::{Capacity, Resources};
-use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};
-use agent_workspace::core::runner::{CommandIo, CreateOptions, RUNS_DIR, Runner, RunnerConfig};
-use agent_workspace::namespace_stack_layered;
+use agent_workspace::core::contract::{Contract, SourceSection};
+use agent_workspace::core::runner::{CommandIo, CreateOptions, RUNS_DIR};
 use bwrap::host_system;
 use criterion::{Criterion, SamplingMode};
 use runc::{Container, succeed, timed};
@@ -145,42 +142,21 @@ fn main() {
     require("runc", &["--version"], "runc");
     require("bwrap", &["--version"], "bubblewrap");
     require("nsenter", &["--version"], "util-linux");
-    let root = support::bench_root("aw-bench-live-");
-    let repos = root.path().join("repos");
-    std::fs::create_dir(&repos).unwrap();
-    let repo = support::generate(&repos, 200, 20, 1_000);
-    let cgroup_parent = format!("aw-bench-live-{}", std::process::id());
-    let runtime = root.path().join("runtime");
-    let stack =
-        namespace_stack_layered(&cgroup_parent, root.path().join("cache"), 1 << 30).unwrap();
-    let runner = Runner::new(
-        stack,
-        RunnerConfig::new(&runtime, root.path().join("evidence")),
-        Arc::new(Capacity::new(Resources {
-            cpu_millis: 64_000,
-            memory_bytes: 256 << 30,
-            disk_bytes: 1 << 40,
-            slots: 64,
-        })),
-    );
+    let bench = support::LiveBench::new("live");
+    let (runner, runtime, cgroup_parent) = (&bench.runner, &bench.runtime, &bench.cgroup_parent);
+    let root = &bench.root;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    let contract = || {
-        Contract::preset(
-            TaskShape::NarrowFix,
-            "live bench",
-            SourceSection::new(repo.path.to_string_lossy(), "HEAD"),
-        )
-    };
+    let contract = || bench.contract();
     let postgres = || {
         let text = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/contracts/postgres.toml"),
         )
         .unwrap();
         let mut contract = Contract::from_toml(&text).unwrap();
-        contract.source = SourceSection::new(repo.path.to_string_lossy(), "HEAD");
+        contract.source = SourceSection::new(bench.repo.path.to_string_lossy(), "HEAD");
         contract
     };
     let truth = CommandSpec::new(vec!["/bin/true".into()]);
@@ -343,5 +319,5 @@ fn main() {
         };
         println!("{label:<28} {:>9.3}", a.as_secs_f64() / b.as_secs_f64());
     }
-    support::assert_nothing_left(&runtime, &cgroup_parent);
+    support::assert_nothing_left(runtime, cgroup_parent);
 }

@@ -140,3 +140,66 @@ pub fn assert_nothing_left(runtime: &Path, cgroup_parent: &str) {
     );
     println!("nothing left behind; cgroup parent {cgroup_parent} removed");
 }
+
+/// What a bench drives live workspaces with: a runner over the layered default
+/// stack with ample capacity, in a directory of its own, on a generated
+/// repository of 200 files.
+pub struct LiveBench {
+    /// The runner.
+    pub runner: agent_workspace::core::runner::Runner,
+    /// Its runtime directory.
+    pub runtime: PathBuf,
+    /// Its runs' cgroup parent.
+    pub cgroup_parent: String,
+    /// The repository the contracts check out.
+    pub repo: GeneratedRepo,
+    /// Keeps the directory alive.
+    pub root: tempfile::TempDir,
+}
+
+impl LiveBench {
+    /// A fresh one for the bench `name` (`aw-bench-NAME-...`).
+    pub fn new(name: &str) -> Self {
+        use agent_workspace::core::capacity::{Capacity, Resources};
+        use agent_workspace::core::runner::{Runner, RunnerConfig};
+        let root = bench_root(&format!("aw-bench-{name}-"));
+        let repos = root.path().join("repos");
+        std::fs::create_dir(&repos).unwrap();
+        let repo = generate(&repos, 200, 20, 1_000);
+        let cgroup_parent = format!("aw-bench-{name}-{}", std::process::id());
+        let runtime = root.path().join("runtime");
+        let stack = agent_workspace::namespace_stack_layered(
+            &cgroup_parent,
+            root.path().join("cache"),
+            1 << 30,
+        )
+        .unwrap();
+        let runner = Runner::new(
+            stack,
+            RunnerConfig::new(&runtime, root.path().join("evidence")),
+            std::sync::Arc::new(Capacity::new(Resources {
+                cpu_millis: 64_000,
+                memory_bytes: 256 << 30,
+                disk_bytes: 1 << 40,
+                slots: 1024,
+            })),
+        );
+        Self {
+            runner,
+            runtime,
+            cgroup_parent,
+            repo,
+            root,
+        }
+    }
+
+    /// The narrow-fix preset on the bench's repository.
+    pub fn contract(&self) -> agent_workspace::core::contract::Contract {
+        use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};
+        Contract::preset(
+            TaskShape::NarrowFix,
+            "bench",
+            SourceSection::new(self.repo.path.to_string_lossy(), "HEAD"),
+        )
+    }
+}
