@@ -37,6 +37,21 @@ fn barrier_script(i: usize) -> String {
 fn sixteen_execs_from_sixteen_processes_run_at_once_each_recorded() {
     let fixture = CliFixture::new("concurrent-execs");
     let run = fixture.create(None);
+    execs_at_once(&fixture, &run);
+}
+
+#[test]
+fn sixteen_execs_into_one_container_run_at_once_each_recorded() {
+    let fixture = CliFixture::new("concurrent-container-execs");
+    let run = fixture.create_with(&["--backend", "container"]);
+    execs_at_once(&fixture, &run);
+}
+
+/// Runs [`AT_ONCE`] `exec`s of [`barrier_script`] into `run` at once; checks
+/// that each got its own output and status back and its own record, then
+/// destroys the run and verifies its evidence.
+fn execs_at_once(fixture: &CliFixture, run: &str) {
+    let run = run.to_owned();
     let children: Vec<_> = (1..=AT_ONCE)
         .map(|i| {
             let child = fixture
