@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use workspace_core::boundary::{CommandSpec, KillCause};
+use workspace_core::contract::ByteSize;
 use workspace_core::runner::CreateOptions;
 
 use super::host::HostArgs;
@@ -43,6 +44,12 @@ pub(crate) struct ExecArgs {
     /// (`..` is refused).
     #[arg(long, short = 'w', value_name = "DIR", default_value = ".")]
     workdir: String,
+    /// The most of this command's stdout and of its stderr kept in the
+    /// evidence [default: the contract's, `16MiB` unless it says]: past it the
+    /// first and last half are kept, and the command runs on; what it writes
+    /// is still passed through whole.
+    #[arg(long, value_name = "SIZE", conflicts_with = "detach")]
+    output_limit: Option<ByteSize>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -65,6 +72,11 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
         eprintln!("agent-workspace: --timeout 0: the timeout must be at least 1 second");
         return ExitCode::from(EXIT_BAD_INPUT);
     }
+    if args.output_limit.is_some_and(|limit| limit.bytes() == 0) {
+        eprintln!("agent-workspace: --output-limit 0: no output would be kept");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let output_limit = args.output_limit.map(ByteSize::bytes);
     let interactive = args.interactive;
     let command = CommandSpec {
         argv: args.command,
@@ -103,6 +115,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
             };
         }
         let mut io = passing_through(progress.as_ref(), false);
+        io.output_limit = output_limit;
         if interactive {
             io.stdin = Some(Box::pin(tokio::io::stdin()));
         }

@@ -99,7 +99,10 @@ impl Progress {
 
 /// The command's output passed to this process's stdout (or stderr, when
 /// `stdout_to_stderr`) and stderr, through the status line when there is one.
-pub(crate) fn passing_through(progress: Option<&Progress>, stdout_to_stderr: bool) -> CommandIo {
+pub(crate) fn passing_through(
+    progress: Option<&Progress>,
+    stdout_to_stderr: bool,
+) -> CommandIo<'static> {
     let stderr = || LineTracking(tokio::io::stderr());
     match (progress, stdout_to_stderr) {
         (Some(p), false) => {

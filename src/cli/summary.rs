@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use std::process::ExitCode;
 use workspace_core::boundary::{ChangedPath, KillCause, NotInPatch};
+use workspace_core::evidence::HeadTail;
 use workspace_core::step::StepFailure;
 
 use workspace_core::journal::JournalError;
@@ -71,6 +72,34 @@ pub(crate) struct Summary {
     /// The command the line is about (not printed in JSON).
     #[serde(skip)]
     pub command: Option<CommandOutcome>,
+    /// The command's stdout, when it passed the output cap: how much it
+    /// wrote and what the evidence kept of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_truncated: Option<TruncatedStream>,
+    /// The command's stderr, when it passed the output cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_truncated: Option<TruncatedStream>,
+}
+
+/// A stream that passed the output cap, in `--json`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub(crate) struct TruncatedStream {
+    /// Every byte the command wrote to it.
+    pub total_bytes: u64,
+    /// The first bytes kept.
+    pub head_bytes: u64,
+    /// The last bytes kept.
+    pub tail_bytes: u64,
+}
+
+impl TruncatedStream {
+    fn of(total_bytes: u64, kept: Option<HeadTail>) -> Option<Self> {
+        kept.map(|kept| Self {
+            total_bytes,
+            head_bytes: kept.head_bytes,
+            tail_bytes: kept.tail_bytes,
+        })
+    }
 }
 
 impl Summary {
@@ -98,6 +127,10 @@ impl Summary {
             stopped: report.outcome.stopped,
             promotion: report.promotion.clone(),
             command: command.cloned(),
+            stdout_truncated: command
+                .and_then(|c| TruncatedStream::of(c.stdout_bytes, c.stdout_truncated)),
+            stderr_truncated: command
+                .and_then(|c| TruncatedStream::of(c.stderr_bytes, c.stderr_truncated)),
         }
     }
 
@@ -240,11 +273,33 @@ pub(crate) fn command_line(run: &workspace_core::RunId, command: &CommandOutcome
 /// A command's end in words: `exit 0`, `timed out after 30.0 s (exit 124)`,
 /// `did not start: not found: NAME (exit 127)` (126 when it is not executable).
 fn status_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome) -> String {
-    let words = ended_words(status, killed, command);
-    match command.exit.forks_refused {
-        0 => words,
-        n => format!("{words} (the run's pids limit refused {n} new process(es))"),
+    let mut words = ended_words(status, killed, command);
+    if let n @ 1.. = command.exit.forks_refused {
+        words.push_str(&format!(
+            " (the run's pids limit refused {n} new process(es))"
+        ));
     }
+    for (name, total, kept) in [
+        ("stdout", command.stdout_bytes, command.stdout_truncated),
+        ("stderr", command.stderr_bytes, command.stderr_truncated),
+    ] {
+        if let Some(kept) = kept {
+            words.push_str(&format!(", {name} {}", truncated_words(total, kept)));
+        }
+    }
+    words
+}
+
+/// `truncated at the output cap (1.0 GiB written; its first 8.0 MiB and
+/// last 8.0 MiB kept)`.
+fn truncated_words(total: u64, kept: HeadTail) -> String {
+    let size = |n| workspace_core::contract::ByteSize(n).approx();
+    format!(
+        "truncated at the output cap ({} written; its first {} and last {} kept)",
+        size(total),
+        size(kept.head_bytes),
+        size(kept.tail_bytes)
+    )
 }
 
 fn ended_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome) -> String {
@@ -262,6 +317,9 @@ fn ended_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome
             super::session::interrupted_status()
         ),
         Some(KillCause::Teardown) => format!("killed as the run ended (exit {status})"),
+        Some(KillCause::OutputLimit) => {
+            format!("killed when its output passed the output cap (exit {status})")
+        }
         None => format!("exit {status}"),
     }
 }

@@ -37,11 +37,13 @@ mod execute;
 mod export;
 mod http;
 mod identity_store;
+mod kept_output;
 mod late_output;
 mod leases;
 mod observed;
 mod options;
 mod outcome;
+mod output_cap;
 mod patch_reading;
 mod paths;
 mod preview;
@@ -68,6 +70,7 @@ pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};
 pub use options::{CreateOptions, FinishOptions, RunnerConfig};
 pub use outcome::{CommandOutcome, NetworkCounts, Outcome, PromotionOutcome, RunReport};
+pub use output_cap::{CapturedOutput, CapturedStream};
 pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
@@ -421,14 +424,26 @@ impl Runner {
         &self,
         contract: Contract,
         command: &CommandSpec,
-        io: CommandIo,
+        io: CommandIo<'_>,
         options: CreateOptions,
     ) -> Result<RunReport, RunError> {
         let mut workspace = self.create(contract, options).await?;
-        if let Err(e) = workspace.exec(command, io).await {
-            tracing::warn!(error = %crate::error_chain(&e), "the command broke the run");
+        let output = match workspace.exec(command, io).await {
+            Ok(outcome) => outcome.output.map(|output| (outcome.seq, output)),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "the command broke the run");
+                None
+            }
+        };
+        let mut report = workspace.finish().await?;
+        // The captured output goes back with the command's outcome (the
+        // report's copy, not outcome.json, which never holds it).
+        if let Some((seq, output)) = output
+            && let Some(command) = report.outcome.commands.iter_mut().find(|c| c.seq == seq)
+        {
+            command.output = Some(output);
         }
-        workspace.finish().await
+        Ok(report)
     }
 
     /// Finishes every run under this runner's runtime directory whose runner died

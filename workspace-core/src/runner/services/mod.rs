@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::error::RunErrorKind;
+use super::kept_output::read_kept;
 use super::paths::RunPaths;
 use super::scrub::Scrubber;
 use super::state_files::{read_state, remove_if_present, write_state};
@@ -33,7 +34,7 @@ use crate::boundary::{
 };
 use crate::clock::unix_ms_now;
 use crate::contract::Service;
-use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord};
+use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord, HeadTail};
 use crate::lifecycle::FailureCause;
 use crate::step::{RunnerStep, StepErrors};
 
@@ -148,7 +149,7 @@ impl Services {
             .filter(|r| r.name.starts_with(BACKGROUND_PREFIX))
             .count();
         let name = format!("{BACKGROUND_PREFIX}{}", taken + 1);
-        let logs = log_files(&run.run_dir, &name);
+        let logs = kept_log_files(run, &name);
         let dir = run.run_dir.join(LOGS_DIR).join(&name);
         std::fs::create_dir_all(&dir).map_err(|source| RunErrorKind::Io {
             path: dir.clone(),
@@ -201,7 +202,7 @@ impl Services {
                 "",
             ));
         };
-        let logs = log_files(&run.run_dir, &service.name);
+        let logs = kept_log_files(run, &service.name);
         let dir = run.run_dir.join(LOGS_DIR).join(&service.name);
         std::fs::create_dir_all(&dir).map_err(|source| RunErrorKind::Io {
             path: dir.clone(),
@@ -400,12 +401,14 @@ impl Services {
         }
     }
 
-    /// `services.json` and each service's scrubbed logs into the evidence.
+    /// `services.json` and each service's scrubbed logs into the evidence,
+    /// each stream's head and tail when it passed the output cap (`cap`, what
+    /// the logs' keeper held them to).
     pub(super) fn export(
         &self,
         evidence: &EvidenceWriter,
         run_dir: &Path,
-        scrubber: &Scrubber,
+        (scrubber, cap): (&Scrubber, HeadTail),
     ) -> Result<(), EvidenceError> {
         if self.records.is_empty() {
             return Ok(());
@@ -414,7 +417,12 @@ impl Services {
         for record in &self.records {
             let logs = log_files(run_dir, &record.name);
             for (stream, path) in [("stdout", &logs.stdout), ("stderr", &logs.stderr)] {
-                let bytes = scrubber.redact_bytes(&std::fs::read(path).unwrap_or_default());
+                let kept = read_kept(path, 0, cap).unwrap_or_default();
+                let mut bytes = match kept.truncated {
+                    Some(_) => scrubber.redact_cut(&kept.head),
+                    None => scrubber.redact_bytes(&kept.head),
+                };
+                bytes.extend(scrubber.redact_bytes(&kept.tail));
                 evidence.write_service_output(&record.name, stream, &bytes)?;
             }
         }
@@ -452,6 +460,17 @@ pub fn log_files(run_dir: &Path, name: &str) -> CommandOutput {
         stdout: dir.join("stdout"),
         stderr: dir.join("stderr"),
         follow: false,
+        bound: None,
+    }
+}
+
+/// The log files of the service (or background command) `name` of `run`, held
+/// by their keeper to the run's output cap.
+fn kept_log_files(run: &RunContext, name: &str) -> CommandOutput {
+    let cap = run.contract.environment.limits.output_bytes();
+    CommandOutput {
+        bound: Some(HeadTail::of_cap(cap)),
+        ..log_files(&run.run_dir, name)
     }
 }
 
@@ -473,8 +492,15 @@ fn failed(service: &Service, why: String, tail: &str) -> RunErrorKind {
 /// line (the two files do not say how their lines interleaved).
 fn log_tail(logs: &CommandOutput, scrubber: &Scrubber) -> String {
     let mut tail = Vec::new();
+    let bound = logs.bound.unwrap_or(HeadTail::of_cap(u64::MAX));
     for (stream, path) in [("stdout", &logs.stdout), ("stderr", &logs.stderr)] {
-        let bytes = scrubber.redact_bytes(&std::fs::read(path).unwrap_or_default());
+        let kept = read_kept(path, 0, bound).unwrap_or_default();
+        let end = if kept.tail.is_empty() {
+            kept.head
+        } else {
+            kept.tail
+        };
+        let bytes = scrubber.redact_bytes(&end);
         let start = bytes.len().saturating_sub(LOG_TAIL_BYTES);
         let text = String::from_utf8_lossy(&bytes[start..]);
         tail.extend(

@@ -181,7 +181,8 @@ impl Workspace {
     }
 
     /// Runs `command` in the sealed workspace, streaming its output into the
-    /// evidence (and to `io`'s sinks), and records how it ended.
+    /// evidence (and to `io`'s sinks; returned in the outcome when `io`
+    /// captures it), and records how it ended.
     ///
     /// A command that exits non-zero, times out or is killed is a normal outcome,
     /// not an error. An error means the run itself broke (its journal or its
@@ -190,13 +191,16 @@ impl Workspace {
     pub async fn exec(
         &mut self,
         command: &CommandSpec,
-        io: CommandIo,
+        io: CommandIo<'_>,
     ) -> Result<CommandOutcome, RunError> {
         let seq = u32::try_from(self.commands.len() + 1).unwrap_or(u32::MAX);
         let result = self.exec_inner(seq, command, io).await;
         match result {
-            Ok(outcome) => {
+            Ok(mut outcome) => {
+                // The run's record of it, without the output returned.
+                let output = outcome.output.take();
                 self.commands.push(outcome.clone());
+                outcome.output = output;
                 Ok(outcome)
             }
             Err(kind) => {
@@ -232,7 +236,7 @@ impl Workspace {
         &mut self,
         seq: u32,
         command: &CommandSpec,
-        io: CommandIo,
+        io: CommandIo<'_>,
     ) -> Result<CommandOutcome, RunErrorKind> {
         if self.cancel.is_cancelled() {
             return Err(RunErrorKind::Failed(FailureCause::Cancelled));
