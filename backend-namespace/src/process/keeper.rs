@@ -46,7 +46,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use nix::libc;
-use workspace_core::boundary::{BoundaryError, KeptFiles, KeptOutput, OutputFlush, OutputKeepers};
+use workspace_core::boundary::{
+    BoundaryError, KeptFiles, KeptOutput, OutputFlush, OutputKeepers, releasable, too_far_ahead,
+};
+use workspace_core::evidence::HeadTail;
 
 use super::error::ProcessError;
 use crate::cgroup::{CgroupError, RunCgroup};
@@ -70,6 +73,11 @@ const PIPES: [c_int; 2] = [0, 1];
 const FILES: [c_int; 2] = [2, 3];
 const ASKED: c_int = 4;
 const ANSWER: c_int = 5;
+/// How many bytes the keeper writes to a file between two looks at how much
+/// of it is on disk (to wait for its follower, or to release its middle).
+const CHECK_EVERY: u64 = 256 << 10;
+/// How long a keeper waiting for its follower sleeps between two looks.
+const WAIT_MS: c_int = 5;
 
 /// A keeper started for one command: the write ends of its pipes (the
 /// command's stdout and stderr) and the way to ask it to flush.
@@ -86,27 +94,37 @@ pub(crate) struct Flush {
     answer: OwnedFd,
 }
 
-/// What the forked processes get: raw descriptor numbers of the parent's, and
-/// how many bytes each file may still grow by.
+/// What the forked processes get: raw descriptor numbers of the parent's, the
+/// files' sizes when it started, and how they are held.
 struct Args {
     wanted: [c_int; 6],
-    room: [u64; 2],
+    sizes: [u64; 2],
+    bound: Option<HeadTail>,
+    followed: bool,
     /// The runner's command line, blanked in the keeper (as in a sandbox's
     /// pid 1): nothing looking for a process by its arguments finds it.
     arg_area: Option<process::ArgArea>,
 }
 
+/// How a keeper holds its files: to a bound (or not), followed by the runner
+/// (or not).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Holding {
+    pub(crate) bound: Option<HeadTail>,
+    pub(crate) followed: bool,
+}
+
 /// Starts the keeper of `files` (stdout, stderr: the output files, opened for
-/// appending), each allowed to grow to `limit` bytes, in the run's `output`
-/// group below `run`. Blocking (the fork, the cgroup write).
+/// appending), held as `holding` says, in the run's `output` group below
+/// `run`. Blocking (the fork, the cgroup write).
 pub(crate) fn start(
     files: [&OwnedFd; 2],
-    limit: Option<u64>,
+    holding: Holding,
     run: &RunCgroup,
 ) -> Result<Keeper, ProcessError> {
     let group = output_group(run)?;
     let key = group_key(&group);
-    start_placed([files[0].as_fd(), files[1].as_fd()], limit, key, |pid| {
+    start_placed([files[0].as_fd(), files[1].as_fd()], holding, key, |pid| {
         group
             .add_process(pid)
             .map_err(|source| ProcessError::Cgroup {
@@ -121,7 +139,7 @@ pub(crate) fn start(
 /// process reaps).
 fn start_placed(
     files: [BorrowedFd<'_>; 2],
-    limit: Option<u64>,
+    holding: Holding,
     group: PathBuf,
     place: impl FnOnce(u32) -> Result<(), ProcessError>,
 ) -> Result<Keeper, ProcessError> {
@@ -135,10 +153,7 @@ fn start_placed(
             source: std::io::Error::from_raw_os_error(errno),
         })?;
     }
-    let room = files.map(|file| {
-        let size = pipe_io::file_size(file.as_raw_fd()).unwrap_or(0);
-        limit.map_or(u64::MAX, |limit| limit.saturating_sub(size))
-    });
+    let sizes = files.map(|file| pipe_io::file_size(file.as_raw_fd()).unwrap_or(0));
     let args = Args {
         wanted: [
             stdout_read.as_raw_fd(),
@@ -148,7 +163,9 @@ fn start_placed(
             ask_read.as_raw_fd(),
             answer_write.as_raw_fd(),
         ],
-        room,
+        sizes,
+        bound: holding.bound,
+        followed: holding.followed,
         arg_area: process::ArgArea::of_this_process(),
     };
     let failed = |step| {
@@ -200,13 +217,12 @@ impl OutputKeepers for ForkedOutputKeepers {
             .and_then(|file| file.parent())
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let keeper = start_placed(
-            [files.stdout, files.stderr],
-            files.limit_bytes,
-            group,
-            place,
-        )
-        .map_err(|e| e.into_boundary("start an output keeper"))?;
+        let holding = Holding {
+            bound: files.bound,
+            followed: files.followed,
+        };
+        let keeper = start_placed([files.stdout, files.stderr], holding, group, place)
+            .map_err(|e| e.into_boundary("start an output keeper"))?;
         Ok(KeptOutput {
             stdout: keeper.stdout,
             stderr: keeper.stderr,
@@ -376,7 +392,7 @@ fn keep(args: &Args, _: sys::Birth) -> ! {
         area.blank();
     }
     ids::set_thread_name(c"aw-output-keep");
-    let mut room = args.room;
+    let mut held = [0, 1].map(|stream| Held::new(args, stream));
     let mut buffer = [0u8; 16 << 10];
     let mut open = [true, true];
     let mut asked = true;
@@ -389,45 +405,163 @@ fn keep(args: &Args, _: sys::Birth) -> ! {
             events: libc::POLLIN,
             revents: 0,
         };
+        for (stream, held) in held.iter_mut().enumerate() {
+            held.look(FILES[stream]);
+        }
+        let waiting = held.iter().any(|h| h.waiting);
         let mut ready = [
-            entry(PIPES[0], open[0]),
-            entry(PIPES[1], open[1]),
+            entry(PIPES[0], open[0] && !held[0].waiting),
+            entry(PIPES[1], open[1] && !held[1].waiting),
             entry(ASKED, asked),
         ];
-        match fd::poll(&mut ready, -1) {
+        match fd::poll(&mut ready, if waiting { WAIT_MS } else { -1 }) {
             Ok(_) => {}
             Err(libc::EINTR) => continue,
             Err(_) => process::exit(3),
         }
         for stream in 0..2 {
-            if ready[stream].revents != 0 && !copy(stream, usize::MAX, &mut buffer, &mut room) {
+            if ready[stream].revents != 0
+                && !copy(stream, usize::MAX, &mut buffer, &mut held[stream])
+            {
                 open[stream] = false;
                 sys::close(PIPES[stream]);
             }
         }
         if ready[2].revents != 0 {
             if let Ok(Some(_)) = fd::read_byte(ASKED) {
+                // The command ended: all it wrote goes to the files, then
+                // what comes is late, and nobody follows it.
                 for stream in 0..2 {
                     if open[stream] {
                         let waiting = pipe_io::bytes_waiting(PIPES[stream]).unwrap_or(0);
-                        copy(stream, waiting, &mut buffer, &mut room);
+                        copy(stream, waiting, &mut buffer, &mut held[stream]);
                     }
+                    held[stream].unfollowed(FILES[stream], true);
                 }
                 let _ = fd::write_all(ANSWER, b".");
             } else {
-                // The runner that started the command is gone: nobody asks.
+                // The runner that started the command is gone: nobody asks,
+                // nobody follows (what it had not read is all kept to the
+                // bound, from the start).
                 asked = false;
                 sys::close(ASKED);
                 sys::close(ANSWER);
+                for (stream, held) in held.iter_mut().enumerate() {
+                    held.unfollowed(FILES[stream], false);
+                }
             }
         }
     }
 }
 
+/// How one file is held to its bound, in the keeper (plain data: no
+/// allocation after the fork).
+struct Held {
+    bound: Option<HeadTail>,
+    /// Whether the runner follows the file (and releases what it read).
+    followed: bool,
+    /// Whether the file system releases (punches holes); without it, what
+    /// passes the bound is dropped.
+    can_release: bool,
+    /// Where the part held to the bound begins.
+    start: u64,
+    /// How far the keeper released it.
+    released: u64,
+    /// Bytes written to it (since it started).
+    written: u64,
+    /// Bytes written since the last look at it.
+    unchecked: u64,
+    /// Whether reading its pipe waits for the follower.
+    waiting: bool,
+}
+
+impl Held {
+    fn new(args: &Args, stream: usize) -> Self {
+        let size = args.sizes[stream];
+        // Released past the end of the file: nothing, but says whether the
+        // file system can.
+        let can_release =
+            args.bound.is_some() && pipe_io::release(FILES[stream], size, size + 4096).is_ok();
+        Self {
+            bound: args.bound,
+            followed: args.followed,
+            can_release,
+            start: size,
+            released: 0,
+            written: 0,
+            unchecked: 0,
+            waiting: false,
+        }
+    }
+
+    /// How many of `n` bytes just read go to the file: all, unless the file
+    /// system cannot release and the bound is reached.
+    fn admit(&self, n: usize) -> usize {
+        match self.bound {
+            Some(bound) if !self.can_release => {
+                let room = bound.cap().saturating_sub(self.written);
+                n.min(usize::try_from(room).unwrap_or(usize::MAX))
+            }
+            _ => n,
+        }
+    }
+
+    /// Counts `n` bytes written to `file`; looks at the file every
+    /// [`CHECK_EVERY`] bytes.
+    fn wrote(&mut self, file: c_int, n: usize) {
+        self.written += n as u64;
+        self.unchecked += n as u64;
+        if self.unchecked >= CHECK_EVERY {
+            self.look(file);
+        }
+    }
+
+    /// Followed: waits while the file is too far ahead of its follower.
+    /// Else: releases its middle.
+    fn look(&mut self, file: c_int) {
+        let Some(bound) = self.bound.filter(|_| self.can_release) else {
+            return;
+        };
+        if !self.waiting && self.unchecked < CHECK_EVERY {
+            return;
+        }
+        self.unchecked = 0;
+        let Ok((size, allocated)) = pipe_io::file_size_and_allocated(file) else {
+            return;
+        };
+        if self.followed {
+            self.waiting = too_far_ahead(bound, allocated);
+            return;
+        }
+        self.waiting = false;
+        let (from, to) = releasable(bound, self.start, size, self.released);
+        if from < to && pipe_io::release(file, from, to).is_ok() {
+            self.released = to;
+        }
+    }
+
+    /// Nobody follows the file any more: the command ended (`late`: what
+    /// comes now is held to the bound from here) or the runner is gone
+    /// (held from where it started).
+    fn unfollowed(&mut self, file: c_int, late: bool) {
+        if !self.followed {
+            return;
+        }
+        self.followed = false;
+        self.waiting = false;
+        if late {
+            self.start = pipe_io::file_size(file).unwrap_or(self.start);
+            self.written = 0;
+        }
+        // What the runner released is released.
+        self.released = 0;
+    }
+}
+
 /// Copies up to `most` bytes (what is there, without blocking) from pipe
-/// `stream` to its file, dropping what exceeds the file's room; `false` at
-/// the pipe's end of file (or a read error).
-fn copy(stream: usize, most: usize, buffer: &mut [u8], room: &mut [u64; 2]) -> bool {
+/// `stream` to its file, as `held` admits them (the rest is dropped);
+/// `false` at the pipe's end of file (or a read error).
+fn copy(stream: usize, most: usize, buffer: &mut [u8], held: &mut Held) -> bool {
     let mut left = most;
     while left > 0 {
         let want = buffer.len().min(left);
@@ -435,10 +569,11 @@ fn copy(stream: usize, most: usize, buffer: &mut [u8], room: &mut [u64; 2]) -> b
             Ok(0) => return false,
             Ok(n) => {
                 left -= n;
-                let kept = n.min(usize::try_from(room[stream]).unwrap_or(usize::MAX));
-                room[stream] -= kept as u64;
+                let kept = held.admit(n);
                 // A full disk loses what it cannot hold; the writer goes on.
-                let _ = fd::write_all(FILES[stream], &buffer[..kept]);
+                if kept > 0 && fd::write_all(FILES[stream], &buffer[..kept]).is_ok() {
+                    held.wrote(FILES[stream], kept);
+                }
             }
             Err(libc::EAGAIN) => return true,
             Err(_) => return false,
