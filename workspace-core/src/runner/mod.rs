@@ -6,7 +6,10 @@
 //! limits) → provision the source → start services → seal (the process boundary
 //! applies the filesystem, environment and identity plans and probes them from
 //! inside). [`Workspace::exec`] runs commands with their output streamed into the
-//! evidence as it is produced. [`Workspace::finish`] runs the contract's required
+//! evidence as it is produced, kept there to the output cap
+//! (`environment.limits.output`: head and tail past it), passed whole to the
+//! caller's sinks and, with [`CommandIo::capturing`], returned in the outcome
+//! ([`CapturedOutput`]). [`Workspace::finish`] runs the contract's required
 //! checks, stops every process, exports the evidence, and only then cleans up.
 //!
 //! Every way a run can end goes through the same conclusion: success, a non-zero
@@ -30,8 +33,10 @@
 //! [`Capacity`]: crate::capacity::Capacity
 
 mod bounded;
+mod command_io;
 mod credential_leaks;
 mod disk;
+mod drive;
 mod error;
 mod execute;
 mod export;
@@ -62,9 +67,9 @@ mod workspace;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use command_io::{CommandIo, OutputSink};
 pub use credential_leaks::{CredentialForm, CredentialLeak, MIN_REDACTED_LEN};
 pub use error::{RunError, RunErrorKind};
-pub use execute::{CommandIo, OutputSink};
 pub use late_output::LateOutput;
 pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};

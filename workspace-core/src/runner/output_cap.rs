@@ -12,7 +12,7 @@
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use super::execute::OutputSink;
+use super::command_io::OutputSink;
 use super::scrub::Scrubber;
 use crate::boundary::OutputStream;
 use crate::evidence::{CappedStream, HeadTail, StreamTally};

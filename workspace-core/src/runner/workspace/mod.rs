@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::command_io::CommandIo;
 use super::error::{RunError, RunErrorKind};
-use super::execute::{CommandIo, execute};
+use super::execute::execute;
 use super::export::Verified;
 use super::identity_store;
 use super::leases::RunLeases;
