@@ -95,7 +95,7 @@ fn open_pair(path: &Path) -> Result<(OwnedFd, File), ContainerError> {
 pub(crate) fn follow(
     mut file: File,
     mut ended: watch::Receiver<bool>,
-    mut bound: Option<HeadTail>,
+    bound: Option<HeadTail>,
 ) -> OutputStream {
     let (reader, mut writer) = tokio::io::duplex(BUFFER);
     tokio::spawn(async move {
@@ -103,6 +103,7 @@ pub(crate) fn follow(
         let mut offset = start;
         let mut released = 0u64;
         let mut passing = true;
+        let mut warned = false;
         let mut buf = vec![0u8; BUFFER];
         loop {
             let done = *ended.borrow_and_update();
@@ -123,12 +124,15 @@ pub(crate) fn follow(
                 }
                 offset += n as u64;
                 if let Some(held) = bound {
+                    // A failed release is tried again at the next step (its
+                    // keeper would otherwise wait for it); said once.
                     match release_read(&file, held, (start, offset), released) {
                         Ok(to) => released = to,
-                        Err(e) => {
+                        Err(e) if !warned => {
+                            warned = true;
                             tracing::warn!(error = %e, "releasing what was read of a command's output file failed");
-                            bound = None;
                         }
+                        Err(_) => {}
                     }
                 }
                 if passing && writer.write_all(&buf[..n]).await.is_err() {

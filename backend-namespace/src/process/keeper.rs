@@ -27,9 +27,17 @@
 //! | 5 | its answers (a byte: "everything it wrote is in the files") |
 //!
 //! It ends once both pipes reached end of file, that is when the last process
-//! holding their write ends ended. Output beyond the run's file size cap
-//! (`limits.disk`, what `RLIMIT_FSIZE` gives a command's own files) is read and
-//! dropped, so that a writer never blocks on a full pipe.
+//! holding their write ends ended.
+//!
+//! Output is not the run's disk (the files are the runner's, on the host) and
+//! never counts against `limits.disk`: a file is held to the command's output
+//! cap instead, its bound (`held.rs`; see
+//! `workspace_core::boundary::output_keeper`). While the runner follows it,
+//! the runner releases what it has read and the keeper stops reading the pipe
+//! while the file is more than a few MiB ahead of it (the writer waits, as on
+//! any pipe read slowly); once nobody follows (the command ended, or the
+//! runner is gone: its question pipe closes), the keeper releases the middle
+//! of what it writes itself and never waits.
 //!
 //! **When the command ended**, its stream must end exactly after what it
 //! wrote. Everything it wrote is in the pipes by then (a write to a pipe is
@@ -46,14 +54,15 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use nix::libc;
-use workspace_core::boundary::{
-    BoundaryError, KeptFiles, KeptOutput, OutputFlush, OutputKeepers, releasable, too_far_ahead,
-};
+use workspace_core::boundary::{BoundaryError, KeptFiles, KeptOutput, OutputFlush, OutputKeepers};
 use workspace_core::evidence::HeadTail;
 
 use super::error::ProcessError;
 use crate::cgroup::{CgroupError, RunCgroup};
 use crate::sys::{self, fd, ids, pidfd, pipe_io, process};
+use held::Held;
+
+mod held;
 
 /// The cgroup (below the run's) of the run's output keepers.
 pub(crate) const OUTPUT_CGROUP: &str = "output";
@@ -73,9 +82,6 @@ const PIPES: [c_int; 2] = [0, 1];
 const FILES: [c_int; 2] = [2, 3];
 const ASKED: c_int = 4;
 const ANSWER: c_int = 5;
-/// How many bytes the keeper writes to a file between two looks at how much
-/// of it is on disk (to wait for its follower, or to release its middle).
-const CHECK_EVERY: u64 = 256 << 10;
 /// How long a keeper waiting for its follower sleeps between two looks.
 const WAIT_MS: c_int = 5;
 
@@ -99,8 +105,7 @@ pub(crate) struct Flush {
 struct Args {
     wanted: [c_int; 6],
     sizes: [u64; 2],
-    bound: Option<HeadTail>,
-    followed: bool,
+    holding: Holding,
     /// The runner's command line, blanked in the keeper (as in a sandbox's
     /// pid 1): nothing looking for a process by its arguments finds it.
     arg_area: Option<process::ArgArea>,
@@ -164,8 +169,7 @@ fn start_placed(
             answer_write.as_raw_fd(),
         ],
         sizes,
-        bound: holding.bound,
-        followed: holding.followed,
+        holding,
         arg_area: process::ArgArea::of_this_process(),
     };
     let failed = |step| {
@@ -392,7 +396,8 @@ fn keep(args: &Args, _: sys::Birth) -> ! {
         area.blank();
     }
     ids::set_thread_name(c"aw-output-keep");
-    let mut held = [0, 1].map(|stream| Held::new(args, stream));
+    let holding = args.holding;
+    let mut held = [0, 1].map(|stream| Held::new(FILES[stream], args.sizes[stream], holding));
     let mut buffer = [0u8; 16 << 10];
     let mut open = [true, true];
     let mut asked = true;
@@ -451,110 +456,6 @@ fn keep(args: &Args, _: sys::Birth) -> ! {
                 }
             }
         }
-    }
-}
-
-/// How one file is held to its bound, in the keeper (plain data: no
-/// allocation after the fork).
-struct Held {
-    bound: Option<HeadTail>,
-    /// Whether the runner follows the file (and releases what it read).
-    followed: bool,
-    /// Whether the file system releases (punches holes); without it, what
-    /// passes the bound is dropped.
-    can_release: bool,
-    /// Where the part held to the bound begins.
-    start: u64,
-    /// How far the keeper released it.
-    released: u64,
-    /// Bytes written to it (since it started).
-    written: u64,
-    /// Bytes written since the last look at it.
-    unchecked: u64,
-    /// Whether reading its pipe waits for the follower.
-    waiting: bool,
-}
-
-impl Held {
-    fn new(args: &Args, stream: usize) -> Self {
-        let size = args.sizes[stream];
-        // Released past the end of the file: nothing, but says whether the
-        // file system can.
-        let can_release =
-            args.bound.is_some() && pipe_io::release(FILES[stream], size, size + 4096).is_ok();
-        Self {
-            bound: args.bound,
-            followed: args.followed,
-            can_release,
-            start: size,
-            released: 0,
-            written: 0,
-            unchecked: 0,
-            waiting: false,
-        }
-    }
-
-    /// How many of `n` bytes just read go to the file: all, unless the file
-    /// system cannot release and the bound is reached.
-    fn admit(&self, n: usize) -> usize {
-        match self.bound {
-            Some(bound) if !self.can_release => {
-                let room = bound.cap().saturating_sub(self.written);
-                n.min(usize::try_from(room).unwrap_or(usize::MAX))
-            }
-            _ => n,
-        }
-    }
-
-    /// Counts `n` bytes written to `file`; looks at the file every
-    /// [`CHECK_EVERY`] bytes.
-    fn wrote(&mut self, file: c_int, n: usize) {
-        self.written += n as u64;
-        self.unchecked += n as u64;
-        if self.unchecked >= CHECK_EVERY {
-            self.look(file);
-        }
-    }
-
-    /// Followed: waits while the file is too far ahead of its follower.
-    /// Else: releases its middle.
-    fn look(&mut self, file: c_int) {
-        let Some(bound) = self.bound.filter(|_| self.can_release) else {
-            return;
-        };
-        if !self.waiting && self.unchecked < CHECK_EVERY {
-            return;
-        }
-        self.unchecked = 0;
-        let Ok((size, allocated)) = pipe_io::file_size_and_allocated(file) else {
-            return;
-        };
-        if self.followed {
-            self.waiting = too_far_ahead(bound, allocated);
-            return;
-        }
-        self.waiting = false;
-        let (from, to) = releasable(bound, self.start, size, self.released);
-        if from < to && pipe_io::release(file, from, to).is_ok() {
-            self.released = to;
-        }
-    }
-
-    /// Nobody follows the file any more: the command ended (`late`: what
-    /// comes now is held to the bound from here) or the runner is gone
-    /// (held from where it started).
-    fn unfollowed(&mut self, file: c_int, late: bool) {
-        if !self.followed {
-            return;
-        }
-        self.followed = false;
-        self.waiting = false;
-        if late {
-            self.start = pipe_io::file_size(file).unwrap_or(self.start);
-            self.written = 0;
-        }
-        // What the runner released is released.
-        self.released = 0;
     }
 }
 

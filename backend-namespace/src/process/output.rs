@@ -173,7 +173,7 @@ pub(crate) fn ended(
 pub(crate) fn follow(
     file: File,
     mut ended: watch::Receiver<bool>,
-    mut bound: Option<HeadTail>,
+    bound: Option<HeadTail>,
 ) -> OutputStream {
     let (mut writer, reader) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
@@ -182,6 +182,7 @@ pub(crate) fn follow(
         let mut offset = 0u64;
         let mut released = 0u64;
         let mut passing = true;
+        let mut warned = false;
         let mut end: Option<u64> = None;
         loop {
             let want = match end {
@@ -199,15 +200,18 @@ pub(crate) fn follow(
             if read > 0 {
                 offset += read as u64;
                 if let Some(held) = bound {
+                    // A failed release is tried again at the next step (its
+                    // keeper would otherwise wait for it); said once.
                     match release_read(&file, held, offset, released) {
                         Ok(to) => released = to,
-                        Err(errno) => {
+                        Err(errno) if !warned => {
+                            warned = true;
                             tracing::warn!(
                                 errno,
                                 "releasing what was read of a command's output file failed"
                             );
-                            bound = None;
                         }
+                        Err(_) => {}
                     }
                 }
                 if passing && writer.write_all(&buffer[..read]).await.is_err() {
