@@ -243,3 +243,46 @@ fn the_json_summary_names_a_truncated_stream() {
     );
     assert!(summary.get("stdout_truncated").is_none(), "{summary}");
 }
+
+/// `exec --output-limit` is that command's cap alone: the next command of
+/// the same workspace keeps the workspace's (here `create --output-limit`).
+#[test]
+fn an_execs_output_limit_is_its_own_and_creates_is_the_workspaces() {
+    let fixture = CliFixture::new("output-exec");
+    let run = fixture.create_with(&["--output-limit", "4KiB"]);
+    let exec = |more: &[&str]| {
+        let mut args = vec!["exec", run.as_str()];
+        args.extend_from_slice(more);
+        args.extend(["--", "sh", "-c", "head -c 3000 /dev/zero"]);
+        let out = fixture.agent_workspace(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert_eq!(out.stdout.len(), 3000, "passed through whole");
+        text(&out.stderr)
+    };
+    let own = exec(&["--output-limit", "1KiB"]);
+    assert!(own.contains("stdout truncated at the output cap (2.9 KiB written; its first 512 B and last 512 B kept)"), "{own}");
+    let workspaces = exec(&[]);
+    assert!(!workspaces.contains("truncated"), "{workspaces}");
+    let destroyed = fixture.agent_workspace(&["destroy", &run]);
+    assert_eq!(
+        destroyed.status.code(),
+        Some(0),
+        "{}",
+        text(&destroyed.stderr)
+    );
+    let evidence = fixture
+        .state_home()
+        .join("agent-workspace/evidence")
+        .join(&run);
+    let first = serde_json::from_slice::<serde_json::Value>(
+        &std::fs::read(evidence.join("commands/0001/command.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first["stdout_bytes"], 3000, "{first}");
+    assert_eq!(
+        first["stdout_truncated"],
+        serde_json::json!({"head_bytes": 512, "tail_bytes": 512})
+    );
+    let second = std::fs::metadata(evidence.join("commands/0002/stdout")).unwrap();
+    assert_eq!(second.len(), 3000);
+}

@@ -234,3 +234,55 @@ async fn late_output_past_the_cap_is_held_to_it_on_the_host_and_in_the_evidence(
     assert!(bytes.starts_with(b"LATE-BEGIN\0"), "{:?}", &bytes[..16]);
     assert!(bytes.ends_with(b"\0LATE-END"));
 }
+
+/// A background command (`exec --detach`) that logs far past the cap: its log
+/// on the host is held to it as it is written, the evidence keeps its head
+/// and tail, and `services.json` says how much it logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_commands_log_is_held_to_the_cap() {
+    let fx = Fixture::new("output-log");
+    let mut contract = fx.contract();
+    let cap = 1 << 20;
+    contract.environment.limits.output = Some(ByteSize(cap));
+    let mut ws = fx
+        .runner()
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap();
+    let total: u64 = 32 << 20;
+    let script = format!("printf LOG-BEGIN; head -c {total} /dev/zero; printf LOG-END");
+    let name = ws
+        .start_background(&shell(&script, &marker("output-log")))
+        .await
+        .unwrap();
+    let log = fx
+        .paths(ws.run_id())
+        .run_dir
+        .join("services")
+        .join(&name)
+        .join("stdout");
+    let logged = 9 + total + 7;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(&log).map_or(0, |m| m.len()) < logged {
+        assert!(std::time::Instant::now() < deadline, "never logged it all");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let on_disk = std::fs::metadata(&log).unwrap().blocks() * 512;
+    assert!(on_disk <= cap + (1 << 20), "{on_disk} bytes on disk");
+
+    let report = ws.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    assert_intact(&report.evidence);
+    let kept = std::fs::read(report.evidence.join("services").join(&name).join("stdout")).unwrap();
+    assert_eq!(kept.len() as u64, cap);
+    assert!(kept.starts_with(b"LOG-BEGIN\0") && kept.ends_with(b"\0LOG-END"));
+    let services = read_json(&report.evidence, "services.json");
+    assert_eq!(
+        services[0]["logs_truncated"]["stdout"],
+        serde_json::json!({
+            "total_bytes": logged,
+            "truncated": {"head_bytes": cap / 2, "tail_bytes": cap / 2}
+        }),
+        "{services}"
+    );
+}

@@ -34,7 +34,10 @@ use crate::boundary::{
 };
 use crate::clock::unix_ms_now;
 use crate::contract::Service;
-use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord, HeadTail};
+use crate::evidence::{
+    EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord, HeadTail, OutputTally,
+    StreamTally,
+};
 use crate::lifecycle::FailureCause;
 use crate::step::{RunnerStep, StepErrors};
 
@@ -72,6 +75,10 @@ pub struct ServiceRecord {
     /// Its template, when it declares one: which, and whether this run made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<TemplateRecord>,
+    /// What its logs came to, in the evidence's copy, when one passed the
+    /// output cap (`services/NAME/stdout` then holds its head and tail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs_truncated: Option<crate::evidence::OutputTally>,
 }
 
 /// The run's services: their records, and the handles of those this runner
@@ -172,6 +179,7 @@ impl Services {
             ended: None,
             exit: None,
             template: None,
+            logs_truncated: None,
         });
         self.running.push((self.records.len() - 1, execution));
         self.save(&run.run_dir)?;
@@ -222,6 +230,7 @@ impl Services {
             ended: None,
             exit: None,
             template: None,
+            logs_truncated: None,
         });
         if let (Some(template), Some(layer)) = (&service.template, layer) {
             let made = if layer.prepared {
@@ -413,20 +422,35 @@ impl Services {
         if self.records.is_empty() {
             return Ok(());
         }
-        evidence.write_json(EvidenceFile::Services, &self.records)?;
-        for record in &self.records {
+        // services.json is written even when a log cannot be: the first
+        // such error is returned after it.
+        let mut records = self.records.clone();
+        let mut failed = Ok(());
+        for record in &mut records {
             let logs = log_files(run_dir, &record.name);
-            for (stream, path) in [("stdout", &logs.stdout), ("stderr", &logs.stderr)] {
+            let mut tally = OutputTally::default();
+            for (stream, path, tallied) in [
+                ("stdout", &logs.stdout, &mut tally.stdout),
+                ("stderr", &logs.stderr, &mut tally.stderr),
+            ] {
                 let kept = read_kept(path, 0, cap).unwrap_or_default();
+                *tallied = StreamTally {
+                    total_bytes: kept.total,
+                    truncated: kept.truncated,
+                };
                 let mut bytes = match kept.truncated {
                     Some(_) => scrubber.redact_cut(&kept.head),
                     None => scrubber.redact_bytes(&kept.head),
                 };
                 bytes.extend(scrubber.redact_bytes(&kept.tail));
-                evidence.write_service_output(&record.name, stream, &bytes)?;
+                let written = evidence.write_service_output(&record.name, stream, &bytes);
+                failed = failed.and(written);
             }
+            let truncated = tally.stdout.truncated.is_some() || tally.stderr.truncated.is_some();
+            record.logs_truncated = truncated.then_some(tally);
         }
-        Ok(())
+        evidence.write_json(EvidenceFile::Services, &records)?;
+        failed
     }
 
     /// Removes the services' logs and records from the run directory.
