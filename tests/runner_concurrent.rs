@@ -119,7 +119,7 @@ async fn read_to_end(command: &mut SpawnedCommand<'_>) -> (CommandOutcome, Strin
             Ok(CommandEvent::Stderr(_)) => {}
             Ok(CommandEvent::Exit(outcome)) => {
                 assert!(command.next().await.is_none(), "nothing after the exit");
-                return (outcome, stdout);
+                return (*outcome, stdout);
             }
             Err(error) => panic!("the run broke: {error}"),
         }

@@ -158,6 +158,54 @@ async fn a_value_split_between_a_command_and_its_late_output_is_still_redacted()
     assert!(!format!("{stdout}{late}").contains(&token[half..]));
 }
 
+/// What comes back to the caller (and what its sink is passed) is redacted as
+/// the evidence is: a value in the kept head, in the kept tail and on stderr.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_output_returned_to_the_caller_is_redacted_in_its_head_and_tail() {
+    let f = Fixture::new("credentials-returned");
+    let token = format!("tok-{}-s3cr3t-value", std::process::id());
+    let (runner, contract) = runner_with_token(&f, &token);
+    let ws = runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap();
+    // The value, 200 KiB, the value again: past a 64 KiB cap, one in each half.
+    let script = "printf 'first %s\\n' \"$REVIEW_TOKEN\"; head -c 204800 /dev/zero; \
+                  printf 'last %s' \"$REVIEW_TOKEN\"; printf 'err %s' \"$REVIEW_TOKEN\" >&2";
+    let mut passed = Vec::new();
+    let io = CommandIo {
+        capture: true,
+        ..CommandIo::passing_to(&mut passed, tokio::io::sink()).with_output_limit(64 << 10)
+    };
+    let ran = ws
+        .exec(&shell(script, "credentials-returned"), io)
+        .await
+        .unwrap();
+    assert!(ran.succeeded(), "{ran:?}");
+    let output = ran.output.clone().unwrap();
+    assert!(output.stdout.truncated.is_some(), "{output:?}");
+    assert!(
+        output
+            .stdout
+            .head()
+            .starts_with(b"first [redacted:REVIEW_TOKEN]\n\0")
+    );
+    assert!(
+        output
+            .stdout
+            .tail()
+            .ends_with(b"\0last [redacted:REVIEW_TOKEN]")
+    );
+    assert_eq!(output.stderr.bytes, b"err [redacted:REVIEW_TOKEN]");
+    let holds = |bytes: &[u8]| bytes.windows(token.len()).any(|w| w == token.as_bytes());
+    assert!(!holds(&output.stdout.bytes) && !holds(&passed));
+    let report = ws.finish().await.unwrap();
+    assert!(report.cleaned, "{:?}", report.cleanup_errors);
+    for (path, bytes) in files(&report.evidence) {
+        assert!(!holds(&bytes), "{} holds the value", path.display());
+    }
+}
+
 /// A runner whose one credential, `REVIEW_TOKEN`, is `token`.
 fn runner_with_token(f: &Fixture, token: &str) -> (workspace_core::runner::Runner, Contract) {
     let mut stack = f.stack();

@@ -15,8 +15,8 @@ use serde::Serialize;
 use workspace_core::RunId;
 use workspace_core::boundary::{KillCause, NotRunReason};
 use workspace_core::evidence::{
-    COMMAND_FILE, COMMANDS_DIR, CommandRecord, ExitStatusRecord, ResourceUsage, STDERR_FILE,
-    STDOUT_FILE,
+    COMMAND_FILE, COMMANDS_DIR, CommandRecord, ExitStatusRecord, HeadTail, ResourceUsage,
+    STDERR_FILE, STDOUT_FILE,
 };
 use workspace_core::runner::{CommandIo, CommandOutcome, RunPaths, Runner};
 
@@ -24,6 +24,27 @@ use super::progress::{Progress, passing_through};
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// A stream that passed the output cap, in `--json`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub(crate) struct TruncatedStream {
+    /// Every byte the command wrote to it.
+    pub total_bytes: u64,
+    /// The first bytes kept.
+    pub head_bytes: u64,
+    /// The last bytes kept.
+    pub tail_bytes: u64,
+}
+
+impl TruncatedStream {
+    fn of(total_bytes: u64, kept: Option<HeadTail>) -> Option<Self> {
+        kept.map(|kept| Self {
+            total_bytes,
+            head_bytes: kept.head_bytes,
+            tail_bytes: kept.tail_bytes,
+        })
+    }
 }
 
 /// How one command ended (`exec --json`; `command` in `run --json`).
@@ -69,6 +90,13 @@ pub(crate) struct CommandJson {
     pub stdout_bytes: Option<u64>,
     /// The size of its standard error, as its record counts it.
     pub stderr_bytes: Option<u64>,
+    /// Its stdout, when it passed the output cap: how much it wrote and what
+    /// the evidence kept of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_truncated: Option<TruncatedStream>,
+    /// Its stderr, when it passed the output cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_truncated: Option<TruncatedStream>,
     /// Its record in the evidence (`<evidence>/commands/NNNN/command.json`).
     pub record: PathBuf,
     /// Its standard output in the evidence.
@@ -193,6 +221,8 @@ impl CommandJson {
             usage: command.exit.usage,
             stdout_bytes: record.as_ref().and_then(|r| r.stdout_bytes),
             stderr_bytes: record.as_ref().and_then(|r| r.stderr_bytes),
+            stdout_truncated: TruncatedStream::of(command.stdout_bytes, command.stdout_truncated),
+            stderr_truncated: TruncatedStream::of(command.stderr_bytes, command.stderr_truncated),
             record: dir.join(COMMAND_FILE),
             stdout_path,
             stderr_path,
@@ -204,7 +234,7 @@ impl CommandJson {
 /// Where a command's input and output go for `run` and `exec`: passed
 /// through (through the status line when there is one), or with `capture`
 /// into the evidence only (the answer carries it).
-pub(crate) fn command_io(progress: Option<&Progress>, capture: bool) -> CommandIo {
+pub(crate) fn command_io(progress: Option<&Progress>, capture: bool) -> CommandIo<'static> {
     if capture {
         CommandIo::captured()
     } else {

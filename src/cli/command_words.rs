@@ -1,7 +1,9 @@
 //! A command's end in words, for the lines `run` and `exec` print:
-//! `exit 0`, `timed out after 30.0 s (exit 124)`, `did not start: ...`.
+//! `exit 0`, `timed out after 30.0 s (exit 124)`, `did not start: ...`,
+//! `stdout truncated at the output cap (...)`.
 
 use workspace_core::boundary::KillCause;
+use workspace_core::evidence::HeadTail;
 use workspace_core::runner::CommandOutcome;
 
 use super::text::one_line;
@@ -28,11 +30,33 @@ pub(crate) fn status_words(
     killed: Option<&KillCause>,
     command: &CommandOutcome,
 ) -> String {
-    let words = ended_words(status, killed, command);
-    match command.exit.forks_refused {
-        0 => words,
-        n => format!("{words} (the run's pids limit refused {n} new process(es))"),
+    let mut words = ended_words(status, killed, command);
+    if let n @ 1.. = command.exit.forks_refused {
+        words.push_str(&format!(
+            " (the run's pids limit refused {n} new process(es))"
+        ));
     }
+    for (name, total, kept) in [
+        ("stdout", command.stdout_bytes, command.stdout_truncated),
+        ("stderr", command.stderr_bytes, command.stderr_truncated),
+    ] {
+        if let Some(kept) = kept {
+            words.push_str(&format!(", {name} {}", truncated_words(total, kept)));
+        }
+    }
+    words
+}
+
+/// `truncated at the output cap (1.0 GiB written; its first 8.0 MiB and
+/// last 8.0 MiB kept)`.
+fn truncated_words(total: u64, kept: HeadTail) -> String {
+    let size = |n| workspace_core::contract::ByteSize(n).approx();
+    format!(
+        "truncated at the output cap ({} written; its first {} and last {} kept)",
+        size(total),
+        size(kept.head_bytes),
+        size(kept.tail_bytes)
+    )
 }
 
 fn ended_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome) -> String {
@@ -50,6 +74,9 @@ fn ended_words(status: i32, killed: Option<&KillCause>, command: &CommandOutcome
             super::session::interrupted_status()
         ),
         Some(KillCause::Teardown) => format!("killed as the run ended (exit {status})"),
+        Some(KillCause::OutputLimit) => {
+            format!("killed when its output passed the output cap (exit {status})")
+        }
         None => format!("exit {status}"),
     }
 }

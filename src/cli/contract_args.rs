@@ -75,6 +75,12 @@ pub(crate) struct ContractArgs {
     /// root on the host).
     #[arg(long, value_name = "BYTES")]
     disk: Option<ByteSize>,
+    /// The most of each command's stdout and of its stderr kept in the
+    /// evidence (`16MiB` by default): past it the first and last half are
+    /// kept, and the command runs on; what it writes is still passed through
+    /// whole. Never counted against `--disk`.
+    #[arg(long, value_name = "SIZE")]
+    output_limit: Option<ByteSize>,
     /// Cap on processes and threads.
     #[arg(long, value_name = "N")]
     pids: Option<u32>,
@@ -207,6 +213,7 @@ impl ContractArgs {
             "source.revision" if self.rev.is_some() => Some("--rev"),
             "environment.limits.disk" if self.disk.is_some() => Some("--disk"),
             "environment.limits.memory" if self.memory.is_some() => Some("--memory"),
+            "environment.limits.output" if self.output_limit.is_some() => Some("--output-limit"),
             "environment.limits.pids" if self.pids.is_some() => Some("--pids"),
             "environment.limits.cpus" if self.cpus.is_some() => Some("--cpus"),
             "environment.limits.wall_time" if self.timeout.is_some() => Some("--timeout"),
@@ -276,6 +283,9 @@ impl ContractArgs {
         }
         if let Some(disk) = self.disk {
             limits.disk = Some(disk);
+        }
+        if let Some(output) = self.output_limit {
+            limits.output = Some(output);
         }
         if let Some(pids) = self.pids {
             limits.pids = Some(pids);

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Args;
 use workspace_core::RunId;
 use workspace_core::boundary::{CommandSpec, KillCause};
+use workspace_core::contract::ByteSize;
 use workspace_core::runner::{
     CommandIo, CommandOutcome, CreateOptions, JoinedRun, RunError, RunErrorKind, Runner, Workspace,
 };
@@ -57,6 +58,12 @@ pub(crate) struct ExecArgs {
     /// `stdout_base64`/`stderr_base64` when not UTF-8).
     #[arg(long, requires = "json", conflicts_with = "detach")]
     capture: bool,
+    /// The most of this command's stdout and of its stderr kept in the
+    /// evidence [default: the contract's, `16MiB` unless it says]: past it the
+    /// first and last half are kept, and the command runs on; what it writes
+    /// is still passed through whole.
+    #[arg(long, value_name = "SIZE", conflicts_with = "detach")]
+    output_limit: Option<ByteSize>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -89,6 +96,13 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
                 .with(|f| f.flag("--timeout")),
         );
     }
+    if args.output_limit.is_some_and(|limit| limit.bytes() == 0) {
+        return super::session::bad_input(
+            super::BadInput::new("--output-limit 0: no output would be kept")
+                .with(|f| f.flag("--output-limit")),
+        );
+    }
+    let output_limit = args.output_limit.map(ByteSize::bytes);
     let interactive = args.interactive;
     let command = CommandSpec {
         argv: args.command,
@@ -133,6 +147,7 @@ pub(crate) fn run(args: ExecArgs, host: &HostArgs) -> ExitCode {
             Err(error) => return report_run_error(&error),
         };
         let mut io = super::command_json::command_io(progress.as_ref(), args.capture);
+        io.output_limit = output_limit;
         if interactive {
             io.stdin = Some(Box::pin(tokio::io::stdin()));
         }
@@ -183,7 +198,11 @@ impl Live {
         }
     }
 
-    async fn exec(&self, command: &CommandSpec, io: CommandIo) -> Result<CommandOutcome, RunError> {
+    async fn exec(
+        &self,
+        command: &CommandSpec,
+        io: CommandIo<'_>,
+    ) -> Result<CommandOutcome, RunError> {
         match self {
             Self::Joined(joined) => joined.exec(command, io).await,
             Self::TakenBack(workspace) => workspace.exec(command, io).await,

@@ -119,7 +119,7 @@ pub(crate) fn run(args: LogsArgs, host: &HostArgs) -> ExitCode {
             }
             let print = |path: &std::path::Path, out: &mut dyn Write| {
                 // A log that cannot be read is an error, never an empty log.
-                let bytes = match std::fs::read(path) {
+                let bytes = match read_kept(path) {
                     Ok(bytes) => bytes,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
                     Err(e) => {
@@ -158,6 +158,39 @@ fn unreadable(run_id: &workspace_core::RunId, name: &str, e: &std::io::Error) ->
     )
     .run(run_id)
     .report()
+}
+
+/// What `path` holds, without the middle its keeper released once the log
+/// passed the output cap (a hole: it would read as zeros). A file system
+/// that cannot say where its holes are gives the whole file.
+fn read_kept(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use nix::unistd::{Whence, lseek};
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::fd::AsFd;
+    let mut file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    let mut bytes = Vec::new();
+    let mut at = 0u64;
+    while at < size {
+        let offset = i64::try_from(at).unwrap_or(i64::MAX);
+        let data = match lseek(file.as_fd(), offset, Whence::SeekData) {
+            Ok(data) => data,
+            // No data after `at`: the rest is a hole.
+            Err(nix::errno::Errno::ENXIO) => break,
+            Err(_) if at == 0 => {
+                file.seek(SeekFrom::Start(0))?;
+                file.read_to_end(&mut bytes)?;
+                return Ok(bytes);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let hole = lseek(file.as_fd(), data, Whence::SeekHole)?;
+        let (data, hole) = (data.unsigned_abs(), hole.unsigned_abs());
+        file.seek(SeekFrom::Start(data))?;
+        (&mut file).take(hole - data).read_to_end(&mut bytes)?;
+        at = hole;
+    }
+    Ok(bytes)
 }
 
 /// Whether `error` says the run has ended.

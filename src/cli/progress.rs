@@ -106,7 +106,7 @@ impl Progress {
 
 /// The command's output passed to this process's stdout and stderr, through
 /// the status line when there is one.
-pub(crate) fn passing_through(progress: Option<&Progress>) -> CommandIo {
+pub(crate) fn passing_through(progress: Option<&Progress>) -> CommandIo<'static> {
     let stderr = || LineTracking(tokio::io::stderr());
     match progress {
         Some(p) => CommandIo::passing_to(p.clearing(tokio::io::stdout()), p.clearing(stderr())),

@@ -29,6 +29,14 @@ fn limits() -> impl Strategy<Value = Limits> {
                 tmp: memory.map(|m| ByteSize(m / 2 + 1)),
                 wall_time: wall_ms.map(DurationSpec::from_millis),
                 open_files,
+                output: disk.map(|d| ByteSize(d / 3 + 1)),
+                output_overflow: open_files.map(|n| {
+                    if n % 2 == 0 {
+                        OutputOverflow::Kill
+                    } else {
+                        OutputOverflow::Truncate
+                    }
+                }),
             },
         )
 }

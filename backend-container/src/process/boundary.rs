@@ -222,6 +222,7 @@ impl ProcessBoundary for ContainerProcess {
                 .as_ref()
                 .map(output::OutputFiles::open)
                 .transpose()?;
+            let bound = spec.output.as_ref().and_then(|o| o.bound);
             let (write_ends, followed, flush) = match files {
                 Some(files) => {
                     let follow = spec.output.as_ref().is_some_and(|o| o.follow);
@@ -235,7 +236,9 @@ impl ProcessBoundary for ContainerProcess {
                                 .start(KeptFiles {
                                     stdout: files.stdout.0.as_fd(),
                                     stderr: files.stderr.0.as_fd(),
-                                    limit_bytes: live.template.file_size_bytes,
+                                    // The output cap, never the disk's.
+                                    bound,
+                                    followed: follow,
                                     cgroup_procs: group.procs_files(),
                                 })
                                 .map_err(|source| ContainerError::OutputKeeper { source })?;
@@ -283,6 +286,7 @@ impl ProcessBoundary for ContainerProcess {
                 Followed {
                     files: followed,
                     flush,
+                    bound,
                 },
             )
         })

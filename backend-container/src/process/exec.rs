@@ -26,7 +26,7 @@ use tokio::net::unix::pipe;
 use workspace_core::boundary::{
     BoundaryError, Execution, ExitRecord, InputStream, KillCause, OutputFlush, OutputStream,
 };
-use workspace_core::evidence::ExitStatusRecord;
+use workspace_core::evidence::{ExitStatusRecord, HeadTail};
 
 use super::cgroups::CommandCgroup;
 use super::runtime_child::RuntimeChild;
@@ -398,6 +398,8 @@ fn read_event(file: &Path, key: &str) -> Option<u64> {
 pub(crate) struct Followed {
     pub(crate) files: Option<(std::fs::File, std::fs::File)>,
     pub(crate) flush: Option<Box<dyn OutputFlush>>,
+    /// What the files keep (their streams release what they read).
+    pub(crate) bound: Option<HeadTail>,
 }
 
 /// One command running in a container.
@@ -407,6 +409,8 @@ pub(crate) struct ContainerExecution {
     stderr: Option<OwnedFd>,
     /// The output files' read ends, when the streams follow them.
     followed: Option<(std::fs::File, std::fs::File)>,
+    /// What the followed files keep.
+    bound: Option<HeadTail>,
     /// The output keeper's flush, asked once the command ended (before the
     /// followed streams end), when a keeper copies its output.
     flush: Option<Box<dyn OutputFlush>>,
@@ -427,8 +431,14 @@ pub(crate) struct ContainerExecution {
 
 impl Drop for ContainerExecution {
     fn drop(&mut self) {
-        // Followed streams end with their handle.
+        // Followed streams end with their handle; the keeper is told that
+        // nobody follows any more, or it would wait for them.
         self.ended.send_replace(true);
+        if let (Some(flush), Ok(runtime)) =
+            (self.flush.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(flush.flushed());
+        }
     }
 }
 
@@ -449,7 +459,11 @@ impl ContainerExecution {
         started: Started,
         cgroup: CommandCgroup,
         timeout_ms: Option<u64>,
-        Followed { files, flush }: Followed,
+        Followed {
+            files,
+            flush,
+            bound,
+        }: Followed,
     ) -> Result<Self, ContainerError> {
         let oom = Counter::start(
             cgroup
@@ -463,6 +477,7 @@ impl ContainerExecution {
             stdout: started.stdout,
             stderr: started.stderr,
             followed: files,
+            bound,
             flush,
             flushing: None,
             ended: tokio::sync::watch::Sender::new(false),
@@ -540,7 +555,11 @@ impl Execution for ContainerExecution {
             return stream(fd);
         }
         let file = self.followed.as_ref()?.0.try_clone().ok()?;
-        Some(super::output::follow(file, self.ended.subscribe()))
+        Some(super::output::follow(
+            file,
+            self.ended.subscribe(),
+            self.bound,
+        ))
     }
 
     fn take_stderr(&mut self) -> Option<OutputStream> {
@@ -548,7 +567,11 @@ impl Execution for ContainerExecution {
             return stream(fd);
         }
         let file = self.followed.as_ref()?.1.try_clone().ok()?;
-        Some(super::output::follow(file, self.ended.subscribe()))
+        Some(super::output::follow(
+            file,
+            self.ended.subscribe(),
+            self.bound,
+        ))
     }
 
     async fn wait(&mut self) -> Result<ExitRecord, BoundaryError> {

@@ -15,6 +15,11 @@
 //! with a keeper, until the keeper copied what the pipes held then), then ends
 //! at the size the file had at that moment; what background processes write
 //! later stays in the file for the runner to keep.
+//!
+//! A file with a bound (the command's output cap) is released behind its
+//! stream as it is read (see `workspace_core::boundary::output_keeper`): the
+//! stream still carries every byte, the file holds the head, the last bytes
+//! read and what the keeper is ahead by.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -25,7 +30,10 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
-use workspace_core::boundary::{CommandOutput, OutputKeepers, OutputStream};
+use workspace_core::boundary::{
+    CommandOutput, OutputKeepers, OutputStream, RELEASE_STEP, releasable,
+};
+use workspace_core::evidence::HeadTail;
 
 use super::cgroups::ContainerCgroups;
 use crate::error::ContainerError;
@@ -58,7 +66,8 @@ impl OutputFiles {
 }
 
 /// The write end, and a read end at the file's end when opened (what the
-/// command writes from then on is what its stream shows).
+/// command writes from then on is what its stream shows), which may release
+/// what it read (so it is open for writing too, never written through).
 fn open_pair(path: &Path) -> Result<(OwnedFd, File), ContainerError> {
     let write = OpenOptions::new()
         .append(true)
@@ -69,6 +78,7 @@ fn open_pair(path: &Path) -> Result<(OwnedFd, File), ContainerError> {
         .map_err(ContainerError::io("opening a command's output file", path))?;
     let mut read = OpenOptions::new()
         .read(true)
+        .write(true)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
         .map_err(ContainerError::io("opening a command's output file", path))?;
@@ -79,10 +89,21 @@ fn open_pair(path: &Path) -> Result<(OwnedFd, File), ContainerError> {
 
 /// A stream of `file` from its current position as it grows, until `ended`
 /// says the command ended: then up to the size the file has at that moment.
-pub(crate) fn follow(mut file: File, mut ended: watch::Receiver<bool>) -> OutputStream {
+/// With a `bound`, what was read is released behind the stream (see the
+/// module docs), and reading goes on when the stream is dropped, so that the
+/// keeper is never left waiting.
+pub(crate) fn follow(
+    mut file: File,
+    mut ended: watch::Receiver<bool>,
+    bound: Option<HeadTail>,
+) -> OutputStream {
     let (reader, mut writer) = tokio::io::duplex(BUFFER);
     tokio::spawn(async move {
-        let mut offset = file.stream_position().unwrap_or(0);
+        let start = file.stream_position().unwrap_or(0);
+        let mut offset = start;
+        let mut released = 0u64;
+        let mut passing = true;
+        let mut warned = false;
         let mut buf = vec![0u8; BUFFER];
         loop {
             let done = *ended.borrow_and_update();
@@ -102,8 +123,25 @@ pub(crate) fn follow(mut file: File, mut ended: watch::Receiver<bool>) -> Output
                     break;
                 }
                 offset += n as u64;
-                if writer.write_all(&buf[..n]).await.is_err() {
-                    return;
+                if let Some(held) = bound {
+                    // A failed release is tried again at the next step (its
+                    // keeper would otherwise wait for it); said once.
+                    match release_read(&file, held, (start, offset), released) {
+                        Ok(to) => released = to,
+                        Err(e) if !warned => {
+                            warned = true;
+                            tracing::warn!(error = %e, "releasing what was read of a command's output file failed");
+                        }
+                        Err(_) => {}
+                    }
+                }
+                if passing && writer.write_all(&buf[..n]).await.is_err() {
+                    // Nobody reads the stream: a bound file is still read
+                    // (and released), or its keeper would wait.
+                    if bound.is_none() {
+                        return;
+                    }
+                    passing = false;
                 }
             }
             if done {
@@ -114,6 +152,27 @@ pub(crate) fn follow(mut file: File, mut ended: watch::Receiver<bool>) -> Output
         let _ = writer.shutdown().await;
     });
     Box::pin(reader)
+}
+
+/// Releases what the stream read of `file` (from `start` up to `offset`)
+/// between the bound's head and its last `tail_bytes`, in steps of
+/// [`RELEASE_STEP`]; returns how far it is released.
+fn release_read(
+    file: &File,
+    bound: HeadTail,
+    (start, offset): (u64, u64),
+    released: u64,
+) -> nix::Result<u64> {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    let (from, to) = releasable(bound, start, offset, released);
+    if to - from < RELEASE_STEP {
+        return Ok(released);
+    }
+    let (Ok(at), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
+        return Err(nix::errno::Errno::EINVAL);
+    };
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    fallocate(file, flags, at, len).map(|()| to)
 }
 
 /// Kills the processes of every command group of `cgroups` (what holds the

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use workspace_core::boundary::{CommandSpec, Execution, InputStream, OutputStream, RunContext};
+use workspace_core::evidence::HeadTail;
 
 use super::execution::{EventCounter, NamespaceExecution, Parts};
-use super::keeper::Flush;
+use super::keeper::{Flush, Holding};
 use super::output::{self, OutputFiles};
 use super::pty::{Pty, PtyReader, PtyWriter};
 use super::spec::RunSpec;
@@ -48,11 +49,19 @@ pub(super) async fn spawn(
     }
     // Checked before anything of the command is made.
     command.apply_env(&mut Vec::new())?;
+    // What its files keep: the runner's bound for the files it names; for
+    // the backend's own, the contract's output cap.
+    let bound = match &command.output {
+        Some(output) => output.bound,
+        None => Some(HeadTail::of_cap(
+            run.contract.environment.limits.output_bytes(),
+        )),
+    };
     let started = {
         let (spec, name, command) = (Arc::clone(&spec), name.clone(), command.clone());
         // One trip to a blocking thread: the cgroup, the stdio and the join.
         blocking("starting the command", move || {
-            start(&spec, &cgroup, &sandbox, &name, cwd, &command)
+            start(&spec, &cgroup, &sandbox, (&name, cwd), (&command, bound))
         })
         .await?
     };
@@ -81,8 +90,8 @@ pub(super) async fn spawn(
                         source,
                     })?;
             let ended = output::ended(supervisor, flush)?;
-            let stdout = output::follow(stdout, ended.clone());
-            let stderr = output::follow(stderr, ended);
+            let stdout = output::follow(stdout, ended.clone(), bound);
+            let stderr = output::follow(stderr, ended, bound);
             let (stdin, _, _) = streams.register()?;
             (stdin, stdout, stderr)
         }
@@ -121,15 +130,14 @@ struct Started {
 }
 
 /// Makes the command's cgroup `name` below `cgroup` and its stdio (output
-/// files, or a pseudo-terminal with `tty`), and joins `argv` into `sandbox`
-/// in `cwd` (blocking).
+/// files held to `bound`, or a pseudo-terminal with `tty`), and joins `argv`
+/// into `sandbox` in `cwd` (blocking).
 fn start(
     spec: &RunSpec,
     cgroup: &RunCgroup,
     sandbox: &Sandbox,
-    name: &str,
-    cwd: String,
-    command: &CommandSpec,
+    (name, cwd): (&str, String),
+    (command, bound): (&CommandSpec, Option<HeadTail>),
 ) -> Result<Started, ProcessError> {
     let (argv, tty, output) = (command.argv.clone(), command.tty, command.output.clone());
     let tree = cgroup
@@ -138,20 +146,26 @@ fn start(
             step: "creating the command's cgroup",
             source,
         })?;
+    // Output is not the run's disk: its files are held to the output cap,
+    // never to `limits.disk`.
     let files = match (tty, output) {
         (true, _) => None,
-        // Their keeper holds the files to the run's file size cap, as
-        // `RLIMIT_FSIZE` would hold a file the command wrote itself.
         (false, Some(output)) => Some(OutputFiles::create_at(
             &output.stdout,
             &output.stderr,
-            spec.rlimits.file_size_bytes,
+            Holding {
+                bound,
+                followed: output.follow,
+            },
             cgroup,
         )?),
         (false, None) => Some(OutputFiles::create(
             &spec.run_dir,
             name,
-            spec.rlimits.file_size_bytes,
+            Holding {
+                bound,
+                followed: true,
+            },
             cgroup,
         )?),
     };

@@ -27,9 +27,17 @@
 //! | 5 | its answers (a byte: "everything it wrote is in the files") |
 //!
 //! It ends once both pipes reached end of file, that is when the last process
-//! holding their write ends ended. Output beyond the run's file size cap
-//! (`limits.disk`, what `RLIMIT_FSIZE` gives a command's own files) is read and
-//! dropped, so that a writer never blocks on a full pipe.
+//! holding their write ends ended.
+//!
+//! Output is not the run's disk (the files are the runner's, on the host) and
+//! never counts against `limits.disk`: a file is held to the command's output
+//! cap instead, its bound (`held.rs`; see
+//! `workspace_core::boundary::output_keeper`). While the runner follows it,
+//! the runner releases what it has read and the keeper stops reading the pipe
+//! while the file is more than a few MiB ahead of it (the writer waits, as on
+//! any pipe read slowly); once nobody follows (the command ended, or the
+//! runner is gone: its question pipe closes), the keeper releases the middle
+//! of what it writes itself and never waits.
 //!
 //! **When the command ended**, its stream must end exactly after what it
 //! wrote. Everything it wrote is in the pipes by then (a write to a pipe is
@@ -47,10 +55,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use nix::libc;
 use workspace_core::boundary::{BoundaryError, KeptFiles, KeptOutput, OutputFlush, OutputKeepers};
+use workspace_core::evidence::HeadTail;
 
 use super::error::ProcessError;
 use crate::cgroup::{CgroupError, RunCgroup};
 use crate::sys::{self, fd, ids, pidfd, pipe_io, process};
+use held::Held;
+
+mod held;
 
 /// The cgroup (below the run's) of the run's output keepers.
 pub(crate) const OUTPUT_CGROUP: &str = "output";
@@ -70,6 +82,8 @@ const PIPES: [c_int; 2] = [0, 1];
 const FILES: [c_int; 2] = [2, 3];
 const ASKED: c_int = 4;
 const ANSWER: c_int = 5;
+/// How long a keeper waiting for its follower sleeps between two looks.
+const WAIT_MS: c_int = 5;
 
 /// A keeper started for one command: the write ends of its pipes (the
 /// command's stdout and stderr) and the way to ask it to flush.
@@ -86,27 +100,36 @@ pub(crate) struct Flush {
     answer: OwnedFd,
 }
 
-/// What the forked processes get: raw descriptor numbers of the parent's, and
-/// how many bytes each file may still grow by.
+/// What the forked processes get: raw descriptor numbers of the parent's, the
+/// files' sizes when it started, and how they are held.
 struct Args {
     wanted: [c_int; 6],
-    room: [u64; 2],
+    sizes: [u64; 2],
+    holding: Holding,
     /// The runner's command line, blanked in the keeper (as in a sandbox's
     /// pid 1): nothing looking for a process by its arguments finds it.
     arg_area: Option<process::ArgArea>,
 }
 
+/// How a keeper holds its files: to a bound (or not), followed by the runner
+/// (or not).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Holding {
+    pub(crate) bound: Option<HeadTail>,
+    pub(crate) followed: bool,
+}
+
 /// Starts the keeper of `files` (stdout, stderr: the output files, opened for
-/// appending), each allowed to grow to `limit` bytes, in the run's `output`
-/// group below `run`. Blocking (the fork, the cgroup write).
+/// appending), held as `holding` says, in the run's `output` group below
+/// `run`. Blocking (the fork, the cgroup write).
 pub(crate) fn start(
     files: [&OwnedFd; 2],
-    limit: Option<u64>,
+    holding: Holding,
     run: &RunCgroup,
 ) -> Result<Keeper, ProcessError> {
     let group = output_group(run)?;
     let key = group_key(&group);
-    start_placed([files[0].as_fd(), files[1].as_fd()], limit, key, |pid| {
+    start_placed([files[0].as_fd(), files[1].as_fd()], holding, key, |pid| {
         group
             .add_process(pid)
             .map_err(|source| ProcessError::Cgroup {
@@ -121,7 +144,7 @@ pub(crate) fn start(
 /// process reaps).
 fn start_placed(
     files: [BorrowedFd<'_>; 2],
-    limit: Option<u64>,
+    holding: Holding,
     group: PathBuf,
     place: impl FnOnce(u32) -> Result<(), ProcessError>,
 ) -> Result<Keeper, ProcessError> {
@@ -135,10 +158,7 @@ fn start_placed(
             source: std::io::Error::from_raw_os_error(errno),
         })?;
     }
-    let room = files.map(|file| {
-        let size = pipe_io::file_size(file.as_raw_fd()).unwrap_or(0);
-        limit.map_or(u64::MAX, |limit| limit.saturating_sub(size))
-    });
+    let sizes = files.map(|file| pipe_io::file_size(file.as_raw_fd()).unwrap_or(0));
     let args = Args {
         wanted: [
             stdout_read.as_raw_fd(),
@@ -148,7 +168,8 @@ fn start_placed(
             ask_read.as_raw_fd(),
             answer_write.as_raw_fd(),
         ],
-        room,
+        sizes,
+        holding,
         arg_area: process::ArgArea::of_this_process(),
     };
     let failed = |step| {
@@ -200,13 +221,12 @@ impl OutputKeepers for ForkedOutputKeepers {
             .and_then(|file| file.parent())
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let keeper = start_placed(
-            [files.stdout, files.stderr],
-            files.limit_bytes,
-            group,
-            place,
-        )
-        .map_err(|e| e.into_boundary("start an output keeper"))?;
+        let holding = Holding {
+            bound: files.bound,
+            followed: files.followed,
+        };
+        let keeper = start_placed([files.stdout, files.stderr], holding, group, place)
+            .map_err(|e| e.into_boundary("start an output keeper"))?;
         Ok(KeptOutput {
             stdout: keeper.stdout,
             stderr: keeper.stderr,
@@ -376,7 +396,8 @@ fn keep(args: &Args, _: sys::Birth) -> ! {
         area.blank();
     }
     ids::set_thread_name(c"aw-output-keep");
-    let mut room = args.room;
+    let holding = args.holding;
+    let mut held = [0, 1].map(|stream| Held::new(FILES[stream], args.sizes[stream], holding));
     let mut buffer = [0u8; 16 << 10];
     let mut open = [true, true];
     let mut asked = true;
@@ -389,45 +410,59 @@ fn keep(args: &Args, _: sys::Birth) -> ! {
             events: libc::POLLIN,
             revents: 0,
         };
+        for (stream, held) in held.iter_mut().enumerate() {
+            held.look(FILES[stream]);
+        }
+        let waiting = held.iter().any(|h| h.waiting);
         let mut ready = [
-            entry(PIPES[0], open[0]),
-            entry(PIPES[1], open[1]),
+            entry(PIPES[0], open[0] && !held[0].waiting),
+            entry(PIPES[1], open[1] && !held[1].waiting),
             entry(ASKED, asked),
         ];
-        match fd::poll(&mut ready, -1) {
+        match fd::poll(&mut ready, if waiting { WAIT_MS } else { -1 }) {
             Ok(_) => {}
             Err(libc::EINTR) => continue,
             Err(_) => process::exit(3),
         }
         for stream in 0..2 {
-            if ready[stream].revents != 0 && !copy(stream, usize::MAX, &mut buffer, &mut room) {
+            if ready[stream].revents != 0
+                && !copy(stream, usize::MAX, &mut buffer, &mut held[stream])
+            {
                 open[stream] = false;
                 sys::close(PIPES[stream]);
             }
         }
         if ready[2].revents != 0 {
             if let Ok(Some(_)) = fd::read_byte(ASKED) {
+                // The command ended: all it wrote goes to the files, then
+                // what comes is late, and nobody follows it.
                 for stream in 0..2 {
                     if open[stream] {
                         let waiting = pipe_io::bytes_waiting(PIPES[stream]).unwrap_or(0);
-                        copy(stream, waiting, &mut buffer, &mut room);
+                        copy(stream, waiting, &mut buffer, &mut held[stream]);
                     }
+                    held[stream].unfollowed(FILES[stream], true);
                 }
                 let _ = fd::write_all(ANSWER, b".");
             } else {
-                // The runner that started the command is gone: nobody asks.
+                // The runner that started the command is gone: nobody asks,
+                // nobody follows (what it had not read is all kept to the
+                // bound, from the start).
                 asked = false;
                 sys::close(ASKED);
                 sys::close(ANSWER);
+                for (stream, held) in held.iter_mut().enumerate() {
+                    held.unfollowed(FILES[stream], false);
+                }
             }
         }
     }
 }
 
 /// Copies up to `most` bytes (what is there, without blocking) from pipe
-/// `stream` to its file, dropping what exceeds the file's room; `false` at
-/// the pipe's end of file (or a read error).
-fn copy(stream: usize, most: usize, buffer: &mut [u8], room: &mut [u64; 2]) -> bool {
+/// `stream` to its file, as `held` admits them (the rest is dropped);
+/// `false` at the pipe's end of file (or a read error).
+fn copy(stream: usize, most: usize, buffer: &mut [u8], held: &mut Held) -> bool {
     let mut left = most;
     while left > 0 {
         let want = buffer.len().min(left);
@@ -435,10 +470,11 @@ fn copy(stream: usize, most: usize, buffer: &mut [u8], room: &mut [u64; 2]) -> b
             Ok(0) => return false,
             Ok(n) => {
                 left -= n;
-                let kept = n.min(usize::try_from(room[stream]).unwrap_or(usize::MAX));
-                room[stream] -= kept as u64;
+                let kept = held.admit(n);
                 // A full disk loses what it cannot hold; the writer goes on.
-                let _ = fd::write_all(FILES[stream], &buffer[..kept]);
+                if kept > 0 && fd::write_all(FILES[stream], &buffer[..kept]).is_ok() {
+                    held.wrote(FILES[stream], kept);
+                }
             }
             Err(libc::EAGAIN) => return true,
             Err(_) => return false,

@@ -18,6 +18,11 @@
 //! then the keeper is asked to copy everything the pipes hold at that moment
 //! (all the command wrote), and the streams end at the files' sizes; what
 //! background processes write later stays in the files.
+//!
+//! A file with a bound (the command's output cap) is released behind its
+//! stream as it is read (see `workspace_core::boundary::output_keeper`): the
+//! stream still carries every byte, the file holds the head, the last bytes
+//! read and what the keeper is ahead by.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -32,8 +37,11 @@ use tokio::sync::watch;
 use workspace_core::boundary::OutputStream;
 
 use super::error::ProcessError;
-use super::keeper::{self, Flush};
+use super::keeper::{self, Flush, Holding};
 use crate::cgroup::RunCgroup;
+use crate::sys::pipe_io;
+use workspace_core::boundary::{RELEASE_STEP, releasable};
+use workspace_core::evidence::HeadTail;
 
 /// How often a stream looks for more output while the command runs.
 const POLL: Duration = Duration::from_millis(10);
@@ -50,18 +58,18 @@ pub(crate) struct OutputFiles {
 
 impl OutputFiles {
     /// Creates `<run_dir>/output/<name>.stdout` and `.stderr` (new files),
-    /// kept by a keeper in `run`'s output group, each at most `limit` bytes.
+    /// kept by a keeper in `run`'s output group, held as `holding` says.
     pub(crate) fn create(
         run_dir: &Path,
         name: &str,
-        limit: Option<u64>,
+        holding: Holding,
         run: &RunCgroup,
     ) -> Result<Self, ProcessError> {
         let dir = run_dir.join(OUTPUT_DIR);
         std::fs::create_dir_all(&dir).map_err(io("creating the output directory", &dir))?;
         let stdout = open_pair(&dir.join(format!("{name}.stdout")), Existing::Refused)?;
         let stderr = open_pair(&dir.join(format!("{name}.stderr")), Existing::Refused)?;
-        Self::kept(stdout, stderr, limit, run)
+        Self::kept(stdout, stderr, holding, run)
     }
 
     /// Opens `stdout` and `stderr` for appending (created when missing, in
@@ -70,22 +78,23 @@ impl OutputFiles {
     pub(crate) fn create_at(
         stdout: &Path,
         stderr: &Path,
-        limit: Option<u64>,
+        holding: Holding,
         run: &RunCgroup,
     ) -> Result<Self, ProcessError> {
         let stdout = open_pair(stdout, Existing::Appended)?;
         let stderr = open_pair(stderr, Existing::Appended)?;
-        Self::kept(stdout, stderr, limit, run)
+        Self::kept(stdout, stderr, holding, run)
     }
 
-    /// The files' keeper started; the files' write ends are its alone.
+    /// The files' keeper started; the files' appending write ends are its
+    /// alone.
     fn kept(
         (stdout, stdout_read): (OwnedFd, File),
         (stderr, stderr_read): (OwnedFd, File),
-        limit: Option<u64>,
+        holding: Holding,
         run: &RunCgroup,
     ) -> Result<Self, ProcessError> {
-        let keeper = keeper::start([&stdout, &stderr], limit, run)?;
+        let keeper = keeper::start([&stdout, &stderr], holding, run)?;
         Ok(Self {
             stdout: (keeper.stdout, stdout_read),
             stderr: (keeper.stderr, stderr_read),
@@ -107,7 +116,8 @@ enum Existing {
     Appended,
 }
 
-/// An appending write end of `path` and a read end.
+/// An appending write end of `path` and a read end (which may release what
+/// it read, so it is open for writing too, never written through).
 fn open_pair(path: &Path, existing: Existing) -> Result<(OwnedFd, File), ProcessError> {
     let mut write = OpenOptions::new();
     write.append(true).mode(0o600);
@@ -121,6 +131,7 @@ fn open_pair(path: &Path, existing: Existing) -> Result<(OwnedFd, File), Process
         .map_err(io("opening a command's output file for writing", path))?;
     let read = OpenOptions::new()
         .read(true)
+        .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(io("opening a command's output file", path))?;
@@ -155,13 +166,23 @@ pub(crate) fn ended(
 
 /// A stream of `file` as it grows, until `ended` says the command ended and
 /// its output is in the file; then up to the size the file has at that
-/// moment. Must be called inside a tokio runtime (it spawns the reader task).
-pub(crate) fn follow(file: File, mut ended: watch::Receiver<bool>) -> OutputStream {
+/// moment. With a `bound`, what was read is released behind the stream (see
+/// the module docs), and reading goes on when the stream is dropped, so that
+/// the keeper is never left waiting. Must be called inside a tokio runtime
+/// (it spawns the reader task).
+pub(crate) fn follow(
+    file: File,
+    mut ended: watch::Receiver<bool>,
+    bound: Option<HeadTail>,
+) -> OutputStream {
     let (mut writer, reader) = tokio::io::duplex(64 << 10);
     tokio::spawn(async move {
         let mut file = file;
         let mut buffer = vec![0u8; 64 << 10];
         let mut offset = 0u64;
+        let mut released = 0u64;
+        let mut passing = true;
+        let mut warned = false;
         let mut end: Option<u64> = None;
         loop {
             let want = match end {
@@ -178,8 +199,28 @@ pub(crate) fn follow(file: File, mut ended: watch::Receiver<bool>) -> OutputStre
             };
             if read > 0 {
                 offset += read as u64;
-                if writer.write_all(&buffer[..read]).await.is_err() {
-                    break;
+                if let Some(held) = bound {
+                    // A failed release is tried again at the next step (its
+                    // keeper would otherwise wait for it); said once.
+                    match release_read(&file, held, offset, released) {
+                        Ok(to) => released = to,
+                        Err(errno) if !warned => {
+                            warned = true;
+                            tracing::warn!(
+                                errno,
+                                "releasing what was read of a command's output file failed"
+                            );
+                        }
+                        Err(_) => {}
+                    }
+                }
+                if passing && writer.write_all(&buffer[..read]).await.is_err() {
+                    // Nobody reads the stream: a bound file is still read
+                    // (and released), or its keeper would wait.
+                    if bound.is_none() {
+                        break;
+                    }
+                    passing = false;
                 }
                 continue;
             }
@@ -205,6 +246,23 @@ pub(crate) fn follow(file: File, mut ended: watch::Receiver<bool>) -> OutputStre
         let _ = writer.shutdown().await;
     });
     Box::pin(reader)
+}
+
+/// Releases what the stream read of `file` (up to `offset`) between the
+/// bound's head and its last `tail_bytes`, in steps of [`RELEASE_STEP`];
+/// returns how far it is released.
+fn release_read(
+    file: &File,
+    bound: HeadTail,
+    offset: u64,
+    released: u64,
+) -> Result<u64, crate::sys::Errno> {
+    use std::os::fd::AsRawFd;
+    let (from, to) = releasable(bound, 0, offset, released);
+    if to - from < RELEASE_STEP {
+        return Ok(released);
+    }
+    pipe_io::release(file.as_raw_fd(), from, to).map(|()| to)
 }
 
 /// Removes the run's output files, once every process of the run has ended. The

@@ -47,3 +47,42 @@ pub(crate) fn file_size(fd: c_int) -> Result<u64, Errno> {
     check(unsafe { libc::fstat(fd, &mut stat) })?;
     Ok(u64::try_from(stat.st_size).unwrap_or(0))
 }
+
+/// The size of the file `fd` is open on and the bytes it has allocated
+/// (`st_blocks`, which counts what is written and not yet released).
+pub(crate) fn file_size_and_allocated(fd: c_int) -> Result<(u64, u64), Errno> {
+    // SAFETY: `stat` is plain data; fstat fills it.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer to a local.
+    check(unsafe { libc::fstat(fd, &mut stat) })?;
+    let size = u64::try_from(stat.st_size).unwrap_or(0);
+    let allocated = u64::try_from(stat.st_blocks)
+        .unwrap_or(0)
+        .saturating_mul(512);
+    Ok((size, allocated))
+}
+
+/// Releases the bytes `[from, to)` of the file `fd` is open on for writing
+/// (a hole: they read as zeros, the size stays); nothing when the range is
+/// empty.
+pub(crate) fn release(fd: c_int, from: u64, to: u64) -> Result<(), Errno> {
+    if to <= from {
+        return Ok(());
+    }
+    let (Ok(offset), Ok(len)) = (
+        libc::off_t::try_from(from),
+        libc::off_t::try_from(to - from),
+    ) else {
+        return Err(libc::EINVAL);
+    };
+    // SAFETY: no memory is passed; the kernel checks the descriptor.
+    check(unsafe {
+        libc::fallocate(
+            fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        )
+    })
+    .map(drop)
+}

@@ -49,7 +49,10 @@ pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
 pub use identity::{
     CredentialSource, IdentityBoundary, IdentityError, IdentityPlan, IssuedCredential, RUN_USER_ID,
 };
-pub use output_keeper::{KeptFiles, KeptOutput, OutputFlush, OutputKeepers};
+pub use output_keeper::{
+    KEEP_AHEAD, KeptFiles, KeptOutput, OutputFlush, OutputKeepers, RELEASE_STEP, releasable,
+    too_far_ahead,
+};
 pub use process::{
     Attachment, CommandOutput, CommandSpec, Execution, ExitRecord, InputStream, InvalidCwd,
     InvalidEnv, KillCause, LeakReport, ObservedBoundary, OutputStream, PreviewEndpoint,

@@ -424,6 +424,12 @@ pub struct CommandOutput {
     /// empty (a service, whose files are its log).
     #[serde(default)]
     pub follow: bool,
+    /// The most of each stream the files keep: the first `head_bytes` of
+    /// what they were given and the last `tail_bytes`, what lies between
+    /// released once it has been passed (the evidence keeps no more);
+    /// `None`: all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<crate::evidence::HeadTail>,
 }
 
 /// A boxed byte stream from a running command.
@@ -512,6 +518,9 @@ pub enum KillCause {
     MemoryLimit,
     /// The run is draining or failed.
     Teardown,
+    /// Its output passed the output cap and the contract asks for a kill
+    /// (`environment.limits.output_overflow = "kill"`).
+    OutputLimit,
 }
 
 /// What a probe inside the sealed boundary saw: `observed.json`.

@@ -141,7 +141,36 @@ pub struct Limits {
     /// Cap on open files per process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_files: Option<u32>,
+    /// The most of each output stream of one command (its stdout, its stderr)
+    /// that is kept: in the evidence, in the output returned to the caller,
+    /// and of what its background processes write after it ended (default
+    /// 16 MiB each). Past it the first and the last half are kept and the
+    /// record says how many bytes the stream carried. Output is never
+    /// counted against `disk`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<ByteSize>,
+    /// What happens to a command whose stream passes `output`: `truncate`
+    /// (the default: it runs on, the middle of its output is dropped) or
+    /// `kill` (its tree is killed, cause `output-limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_overflow: Option<OutputOverflow>,
 }
+
+/// What happens to a command whose output passes `limits.output`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutputOverflow {
+    /// It runs on; the evidence keeps the head and the tail of the stream.
+    #[default]
+    Truncate,
+    /// Its whole tree is killed, cause `output-limit`; what it wrote up to
+    /// then is kept as with `truncate`.
+    Kill,
+}
+
+/// The most of each output stream of a command kept when `limits.output`
+/// does not say: 16 MiB.
+pub const DEFAULT_OUTPUT_BYTES: u64 = 16 << 20;
 
 /// What a run needs of the host, as admission counts it: runs wait in line until
 /// the host has this much free; their caps are [`Limits`].
@@ -311,6 +340,18 @@ impl Limits {
                 );
             }
         }
+        if self.output.is_some_and(|output| output.bytes() == 0) {
+            problems.push(
+                "environment.limits.output",
+                "is zero; no output would be kept (write a small size to keep little)",
+            );
+        }
+    }
+
+    /// The most of each output stream of a command that is kept, in bytes:
+    /// `output`, else [`DEFAULT_OUTPUT_BYTES`].
+    pub fn output_bytes(&self) -> u64 {
+        self.output.map_or(DEFAULT_OUTPUT_BYTES, ByteSize::bytes)
     }
 
     /// The CPU share in thousandths of a core, if set.
@@ -408,6 +449,25 @@ mod tests {
         };
         assert_eq!(Reservation::cpu_millis(Some(&declared), Some(2000)), 1500);
         assert_eq!(Reservation::memory_bytes(Some(&declared), None), 1 << 30);
+    }
+
+    #[test]
+    fn the_output_cap_reads_as_sizes_do_and_defaults_to_16_mib() {
+        let limits: Limits =
+            toml::from_str("output = \"2MiB\"\noutput_overflow = \"kill\"").unwrap();
+        assert_eq!(limits.output_bytes(), 2 << 20);
+        assert_eq!(limits.output_overflow, Some(OutputOverflow::Kill));
+        assert_eq!(Limits::default().output_bytes(), DEFAULT_OUTPUT_BYTES);
+        assert!(toml::from_str::<Limits>("output_overflow = \"stop\"").is_err());
+
+        let zero = Limits {
+            output: Some(ByteSize(0)),
+            ..Limits::default()
+        };
+        let mut problems = Problems::new();
+        zero.validate(&mut problems);
+        let fields: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(fields, ["environment.limits.output"]);
     }
 
     #[test]

@@ -43,8 +43,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use environment::{
-    Assurance, DEFAULT_RESERVED_CPU_MILLIS, DEFAULT_RESERVED_MEMORY, EnvironmentSection, Fixture,
-    Limits, Network, NetworkMode, Reservation, Runtime,
+    Assurance, DEFAULT_OUTPUT_BYTES, DEFAULT_RESERVED_CPU_MILLIS, DEFAULT_RESERVED_MEMORY,
+    EnvironmentSection, Fixture, Limits, Network, NetworkMode, OutputOverflow, Reservation,
+    Runtime,
 };
 pub use error::{ContractError, Format};
 pub use filesystem::{FilesystemSection, HomeDir, HostMount, MountMode, exclusion_glob};

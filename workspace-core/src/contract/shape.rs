@@ -80,6 +80,9 @@ impl Contract {
             tmp: Some(ByteSize(1 << 30)),
             wall_time: Some(DurationSpec::from_secs(30 * 60)),
             open_files: Some(4096),
+            // The default output cap: core keeps it, whatever the backend.
+            output: None,
+            output_overflow: None,
         };
         let mut network = Network::default();
         if shape == TaskShape::IntegrationInvestigation {

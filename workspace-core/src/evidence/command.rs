@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::EvidenceError;
 use super::ResourceUsage;
 use super::atomic::{to_pretty_json, write_atomic};
+use super::capped::{HeadTail, OutputTally, StreamTally};
 
 /// The name of the record inside a command directory.
 pub const COMMAND_FILE: &str = "command.json";
@@ -66,6 +67,10 @@ pub struct CommandEnd {
     pub usage: ResourceUsage,
     /// Why the runner killed it, if it did.
     pub killed: Option<crate::boundary::KillCause>,
+    /// What its streams carried and what was kept of each, as the writer of
+    /// the output files counted it; `None`: the files hold all of it, and
+    /// their sizes are recorded.
+    pub output: Option<OutputTally>,
 }
 
 impl CommandEnd {
@@ -78,6 +83,7 @@ impl CommandEnd {
             cause: None,
             usage: ResourceUsage::default(),
             killed: None,
+            output: None,
         }
     }
 }
@@ -149,10 +155,20 @@ pub struct CommandRecord {
     /// Why the runner killed it (`timeout`, `cancelled`, ...), if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub killed: Option<crate::boundary::KillCause>,
-    /// Size of the captured stdout, once finished.
+    /// How many bytes it wrote to its stdout, once finished: the size of
+    /// `stdout`, unless `stdout_truncated` says it keeps less.
     pub stdout_bytes: Option<u64>,
-    /// Size of the captured stderr, once finished.
+    /// Set when stdout passed the output cap (`environment.limits.output`):
+    /// `stdout` holds its first `head_bytes` then its last `tail_bytes`, and
+    /// the rest of `stdout_bytes` was dropped between them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_truncated: Option<HeadTail>,
+    /// How many bytes it wrote to its stderr, once finished (see
+    /// `stdout_bytes`).
     pub stderr_bytes: Option<u64>,
+    /// Set when stderr passed the output cap (see `stdout_truncated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_truncated: Option<HeadTail>,
     /// What its tree used, once finished (what its cgroup counted).
     #[serde(default, skip_serializing_if = "ResourceUsage::is_empty")]
     pub usage: ResourceUsage,
@@ -210,7 +226,9 @@ impl CommandRecorder {
             exit: ExitStatusRecord::Unknown,
             cause: None,
             stdout_bytes: None,
+            stdout_truncated: None,
             stderr_bytes: None,
+            stderr_truncated: None,
             usage: ResourceUsage::default(),
             killed: None,
             check: None,
@@ -282,13 +300,30 @@ impl CommandRecorder {
         self.record.cause = end.cause;
         self.record.usage = end.usage;
         self.record.killed = end.killed;
-        self.close_and_write()?;
+        self.close_and_write(end.output)?;
         Ok(self.record.clone())
     }
 
-    fn close_and_write(&mut self) -> Result<(), EvidenceError> {
-        self.record.stdout_bytes = Some(output_size(&self.stdout, &self.dir.join(STDOUT_FILE))?);
-        self.record.stderr_bytes = Some(output_size(&self.stderr, &self.dir.join(STDERR_FILE))?);
+    /// Flushes the output files and rewrites `command.json`, with the
+    /// streams' `output` tally when the writer counted one (the files then
+    /// keep what the cap let them), else with the files' sizes.
+    fn close_and_write(&mut self, output: Option<OutputTally>) -> Result<(), EvidenceError> {
+        let stdout = output_size(&self.stdout, &self.dir.join(STDOUT_FILE))?;
+        let stderr = output_size(&self.stderr, &self.dir.join(STDERR_FILE))?;
+        let output = output.unwrap_or(OutputTally {
+            stdout: StreamTally {
+                total_bytes: stdout,
+                truncated: None,
+            },
+            stderr: StreamTally {
+                total_bytes: stderr,
+                truncated: None,
+            },
+        });
+        self.record.stdout_bytes = Some(output.stdout.total_bytes);
+        self.record.stdout_truncated = output.stdout.truncated;
+        self.record.stderr_bytes = Some(output.stderr.total_bytes);
+        self.record.stderr_truncated = output.stderr.truncated;
         write_record(&self.dir, &self.record)
     }
 }
@@ -300,7 +335,7 @@ impl Drop for CommandRecorder {
         }
         self.record.exit = ExitStatusRecord::Unknown;
         self.record.cause = Some("the recorder was dropped before the command finished".into());
-        if let Err(error) = self.close_and_write() {
+        if let Err(error) = self.close_and_write(None) {
             tracing::warn!(
                 dir = %self.dir.display(),
                 error = &error as &dyn std::error::Error,

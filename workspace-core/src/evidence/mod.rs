@@ -9,8 +9,8 @@
 //!   source.json        the code and initial state received EvidenceFile::Source
 //!   observed.json      what a probe inside the boundary saw EvidenceFile::Observed
 //!   commands/0001/     one directory per command, in start order
-//!     command.json     argv, cwd, start/end times, exit status, cause
-//!     stdout, stderr   the output, streamed to disk as it came
+//!     command.json     argv, cwd, start/end times, exit status, cause, bytes written
+//!     stdout, stderr   the output, streamed to disk as it came (head and tail past the cap)
 //!     late.stdout, late.stderr  what its background processes wrote after it ended
 //!     whole.stdout, whole.stderr  all it wrote, when its runner died while it ran
 //!   diff.patch         applies with `git apply` on the base EvidenceFile::Diff
@@ -78,6 +78,7 @@
 //! somewhere the agent cannot write) is out of scope for now.
 
 mod atomic;
+mod capped;
 mod command;
 mod completeness;
 mod error;
@@ -91,6 +92,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use capped::{CappedStream, HeadTail, OutputTally, StreamTally};
 pub use command::{
     COMMAND_FILE, CommandEnd, CommandRecord, CommandRecorder, CommandStart, ExitStatusRecord,
     LATE_OUTPUT_PREFIX, OutputStream, STDERR_FILE, STDOUT_FILE, WHOLE_OUTPUT_PREFIX,

@@ -1,69 +1,19 @@
 //! One command in a sealed run: spawned, its output streamed to the evidence (and
 //! to the caller), waited for or cancelled, recorded.
 
-use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use super::command_io::CommandIo;
+use super::drive::{Driven, Driving, drive};
 use super::error::RunErrorKind;
-use super::late_output::{self, Streamed};
+use super::late_output;
 use super::outcome::CommandOutcome;
+use super::output_cap::StreamEnd;
 use super::scrub::Scrubber;
-use crate::boundary::{
-    CommandSpec, ExitRecord, KillCause, OutputStream, ProcessBoundary, RunContext,
-};
-use crate::evidence::{CommandEnd, CommandStart, EvidenceWriter, ExitStatusRecord};
-
-/// How long output may keep flowing after the command's tree has ended (the pipes
-/// close when the last process holding them is gone, which the process boundary
-/// guarantees; this bounds a misbehaving boundary).
-const OUTPUT_DRAIN: Duration = Duration::from_secs(10);
-
-/// A writable sink for a command's output.
-pub type OutputSink = Pin<Box<dyn AsyncWrite + Send>>;
-
-/// Where a command's input comes from and where its output goes besides the
-/// evidence (which always gets all of it).
-#[derive(Default)]
-pub struct CommandIo {
-    /// Bytes fed to the command's standard input; `None` closes it at once.
-    pub stdin: Option<Pin<Box<dyn AsyncRead + Send>>>,
-    /// A copy of standard output (e.g. the host's stdout); `None`: evidence only.
-    pub stdout: Option<OutputSink>,
-    /// A copy of standard error; `None`: evidence only.
-    pub stderr: Option<OutputSink>,
-}
-
-impl std::fmt::Debug for CommandIo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CommandIo")
-            .field("stdin", &self.stdin.is_some())
-            .field("stdout", &self.stdout.is_some())
-            .field("stderr", &self.stderr.is_some())
-            .finish()
-    }
-}
-
-impl CommandIo {
-    /// Output captured to the evidence only, no input.
-    pub fn captured() -> Self {
-        Self::default()
-    }
-
-    /// Output captured and also passed to `stdout` and `stderr`.
-    pub fn passing_to(
-        stdout: impl AsyncWrite + Send + 'static,
-        stderr: impl AsyncWrite + Send + 'static,
-    ) -> Self {
-        Self {
-            stdin: None,
-            stdout: Some(Box::pin(stdout)),
-            stderr: Some(Box::pin(stderr)),
-        }
-    }
-}
+use crate::boundary::{CommandSpec, ExitRecord, KillCause, ProcessBoundary, RunContext};
+use crate::evidence::{CommandEnd, CommandStart, EvidenceWriter, ExitStatusRecord, HeadTail};
 
 /// Runs `spec` as command `seq`'s recorder says and records how it ended.
 ///
@@ -79,9 +29,12 @@ pub(super) async fn execute(
     run: &RunContext,
     (evidence, run_dir): (&EvidenceWriter, &std::path::Path),
     spec: &CommandSpec,
-    io: CommandIo,
+    io: CommandIo<'_>,
     (cancel, grace, scrubber): (&CancellationToken, Option<Duration>, &Scrubber),
 ) -> Result<CommandOutcome, RunErrorKind> {
+    let limits = &run.contract.environment.limits;
+    let cap = HeadTail::of_cap(io.output_limit.unwrap_or_else(|| limits.output_bytes()));
+    let overflow = limits.output_overflow.unwrap_or_default();
     // The command line is a record too: a credential in it is redacted there.
     let argv: Vec<String> = spec.argv.iter().map(|a| scrubber.redact(a)).collect();
     let mut start = CommandStart::now(argv.clone(), &spec.cwd);
@@ -92,7 +45,14 @@ pub(super) async fn execute(
     spec.number = Some(seq);
     let followed = !spec.tty && spec.output.is_none() && process.capabilities().output_files;
     if followed {
-        spec.output = Some(late_output::files(run_dir, seq)?);
+        spec.output = Some(late_output::files(run_dir, seq, cap)?);
+        // A cap of its own is recorded: its files are read as they are kept.
+        if io
+            .output_limit
+            .is_some_and(|own| own != limits.output_bytes())
+        {
+            late_output::record_bound(run_dir, seq, cap)?;
+        }
     }
     let spec = &spec;
     let started = Instant::now();
@@ -104,6 +64,11 @@ pub(super) async fn execute(
         error,
         check: None,
         not_run: None,
+        stdout_bytes: 0,
+        stdout_truncated: None,
+        stderr_bytes: 0,
+        stderr_truncated: None,
+        output: None,
     };
     let spawned = tokio::select! {
         spawned = process.spawn(run, spec) => Some(spawned),
@@ -152,61 +117,32 @@ pub(super) async fn execute(
     let stdout_file = to_file(recorder.stdout_writer())?;
     let stderr_file = to_file(recorder.stderr_writer())?;
     let end = if followed {
-        TeeEnd::Hold
+        StreamEnd::Hold
     } else {
-        TeeEnd::Flush
+        StreamEnd::Flush
     };
-    let stdout_pump = execution
-        .take_stdout()
-        .map(|stream| tokio::spawn(tee(stream, stdout_file, io.stdout, (scrubber.clone(), end))));
-    let stderr_pump = execution
-        .take_stderr()
-        .map(|stream| tokio::spawn(tee(stream, stderr_file, io.stderr, (scrubber.clone(), end))));
-    let feeder = match (execution.take_stdin(), io.stdin) {
-        (Some(mut sink), Some(mut source)) => Some(tokio::spawn(async move {
-            let _ = tokio::io::copy(&mut source, &mut sink).await;
-            let _ = sink.shutdown().await;
-        })),
-        _ => None, // dropping the command's stdin closes it
-    };
-
-    let waited = tokio::select! {
-        waited = execution.wait() => waited,
-        () = cancel.cancelled() => {
-            tracing::info!(run_id = %run.run_id, seq, ?grace, "cancelling the command");
-            match grace {
-                // Asked to stop first: it ends as it ends, killed after the grace.
-                Some(grace) => execution.terminate(grace).await.map(|exit| ExitRecord {
-                    killed: Some(KillCause::Cancelled),
-                    ..exit
-                }),
-                None => match execution.kill(KillCause::Cancelled).await {
-                    Ok(()) => execution.wait().await,
-                    Err(error) => Err(error),
-                },
-            }
-        }
-    };
-    if let Some(feeder) = feeder {
-        feeder.abort();
-    }
-    let mut output_errors = Vec::new();
-    let mut streamed = Streamed::default();
-    for (pump, count) in [
-        (stdout_pump, &mut streamed.stdout),
-        (stderr_pump, &mut streamed.stderr),
-    ] {
-        let Some(pump) = pump else { continue };
-        match tokio::time::timeout(OUTPUT_DRAIN, pump).await {
-            Ok(Ok(Ok(bytes))) => *count = bytes,
-            Ok(Ok(Err(e))) => output_errors.push(format!("capturing output: {e}")),
-            Ok(Err(e)) => output_errors.push(format!("capturing output: {e}")),
-            Err(_) => output_errors.push(format!(
-                "output still open {} s after the command ended",
-                OUTPUT_DRAIN.as_secs()
-            )),
-        }
-    }
+    let driven = drive(
+        execution.as_mut(),
+        (run, seq),
+        [stdout_file, stderr_file],
+        io,
+        Driving {
+            scrubber,
+            end,
+            cap,
+            overflow,
+            cancel,
+            grace,
+        },
+    )
+    .await;
+    let Driven {
+        waited,
+        streamed,
+        tally,
+        captured,
+        mut output_errors,
+    } = driven;
     // Only a complete stream says where the late output begins.
     if followed
         && output_errors.is_empty()
@@ -234,64 +170,19 @@ pub(super) async fn execute(
         cause: (!causes.is_empty()).then(|| causes.join("; ")),
         usage: exit.usage,
         killed: exit.killed.clone(),
+        output: Some(tally),
         ..CommandEnd::now(exit.status)
     };
     recorder.finish(end)?;
     tracing::info!(run_id = %run.run_id, seq, status = ?exit.status, killed = ?exit.killed, "command ended");
-    Ok(outcome(exit, error))
-}
-
-/// What [`tee`] does at the end of a stream with the bytes its scrubber holds
-/// back (a strict prefix of a credential's value).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TeeEnd {
-    /// Writes them: the stream is all there is.
-    Flush,
-    /// Keeps them out: the output goes on in a file (what background processes
-    /// write later), whose rest is scrubbed from where they begin, so a value
-    /// cut at the end of the stream is still found whole.
-    Hold,
-}
-
-/// Copies `stream`, with credential values redacted, to the evidence `file` and,
-/// while it accepts writes, to `sink`. A sink that fails (a closed pipe) is
-/// dropped; the evidence keeps everything. Returns how many bytes of the stream
-/// went to the evidence (all it carried, but what `end` holds back).
-async fn tee(
-    mut stream: OutputStream,
-    mut file: tokio::fs::File,
-    mut sink: Option<OutputSink>,
-    (mut scrubber, end): (Scrubber, TeeEnd),
-) -> std::io::Result<u64> {
-    let mut buffer = vec![0u8; 64 * 1024];
-    let mut carried = 0u64;
-    loop {
-        let read = stream.read(&mut buffer).await?;
-        carried += read as u64;
-        let data = match (read, end) {
-            (0, TeeEnd::Flush) => scrubber.finish(),
-            (0, TeeEnd::Hold) => {
-                carried -= scrubber.finish().len() as u64;
-                Vec::new()
-            }
-            _ => scrubber.feed(&buffer[..read]),
-        };
-        file.write_all(&data).await?;
-        if let Some(out) = sink.as_mut()
-            && out.write_all(&data).await.is_err()
-        {
-            sink = None;
-        }
-        if read == 0 {
-            break;
-        }
-    }
-    if let Some(out) = sink.as_mut() {
-        let _ = out.flush().await;
-    }
-    // Written through, not synced: the bundle is synced when it is sealed.
-    file.flush().await?;
-    Ok(carried)
+    Ok(CommandOutcome {
+        stdout_bytes: tally.stdout.total_bytes,
+        stdout_truncated: tally.stdout.truncated,
+        stderr_bytes: tally.stderr.total_bytes,
+        stderr_truncated: tally.stderr.truncated,
+        output: captured,
+        ..outcome(exit, error)
+    })
 }
 
 /// Why a command may have failed though nothing killed it.
@@ -305,6 +196,7 @@ pub(super) fn describe_kill(cause: &KillCause) -> String {
         KillCause::Cancelled => "killed: cancelled".into(),
         KillCause::MemoryLimit => "killed: memory limit".into(),
         KillCause::Teardown => "killed: the run was torn down".into(),
+        KillCause::OutputLimit => "killed: its output passed the output cap".into(),
     }
 }
 

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::command_io::CommandIo;
 use super::error::{RunError, RunErrorKind};
-use super::execute::{CommandIo, execute};
+use super::execute::execute;
 use super::identity_store;
 use super::leases::{LEASES_STATE_FILE, LeasedNames};
 use super::outcome::CommandOutcome;
@@ -143,7 +144,7 @@ impl JoinedRun {
     pub async fn exec(
         &self,
         command: &CommandSpec,
-        io: CommandIo,
+        io: CommandIo<'_>,
     ) -> Result<CommandOutcome, RunError> {
         self.exec_until(command, io, &self.cancel).await
     }
@@ -162,7 +163,7 @@ impl JoinedRun {
     async fn exec_until(
         &self,
         command: &CommandSpec,
-        io: CommandIo,
+        io: CommandIo<'_>,
         cancel: &CancellationToken,
     ) -> Result<CommandOutcome, RunError> {
         if cancel.is_cancelled() {

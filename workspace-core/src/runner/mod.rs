@@ -6,7 +6,10 @@
 //! limits) → provision the source → start services → seal (the process boundary
 //! applies the filesystem, environment and identity plans and probes them from
 //! inside). [`Workspace::exec`] runs commands with their output streamed into the
-//! evidence as it is produced. [`Workspace::finish`] runs the contract's required
+//! evidence as it is produced, kept there to the output cap
+//! (`environment.limits.output`: head and tail past it), passed whole to the
+//! caller's sinks and, with [`CommandIo::capturing`], returned in the outcome
+//! ([`CapturedOutput`]). [`Workspace::finish`] runs the contract's required
 //! checks, stops every process, exports the evidence, and only then cleans up.
 //!
 //! Every way a run can end goes through the same conclusion: success, a non-zero
@@ -30,19 +33,23 @@
 //! [`Capacity`]: crate::capacity::Capacity
 
 mod bounded;
+mod command_io;
 mod credential_leaks;
 mod disk;
+mod drive;
 mod error;
 mod execute;
 mod export;
 mod http;
 mod identity_store;
 mod joined;
+mod kept_output;
 mod late_output;
 mod leases;
 mod observed;
 mod options;
 mod outcome;
+mod output_cap;
 mod patch_reading;
 mod paths;
 mod preview;
@@ -62,15 +69,16 @@ mod workspace;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use command_io::{CommandIo, OutputSink};
 pub use credential_leaks::{CredentialForm, CredentialLeak, MIN_REDACTED_LEN};
 pub use error::{RunError, RunErrorKind};
-pub use execute::{CommandIo, OutputSink};
 pub use joined::JoinedRun;
 pub use late_output::LateOutput;
 pub use leases::{CACHE_PREFIX_VAR, LEASES_STATE_FILE, LeasedNames, SCHEMA_VAR};
 pub use observed::{AppliedEnvironment, ObservedRecord};
 pub use options::{CreateOptions, FinishOptions, RunnerConfig};
 pub use outcome::{CommandOutcome, NetworkCounts, Outcome, PromotionOutcome, RunReport};
+pub use output_cap::{CapturedOutput, CapturedStream};
 pub use paths::{EVIDENCE_POINTER_EXTENSION, FILESYSTEM_STATE_FILE, RUNS_DIR, RunPaths};
 pub use preview::{PreviewCheckRecord, PreviewRecord};
 pub use recovery::StackRecovery;
@@ -449,14 +457,26 @@ impl Runner {
         &self,
         contract: Contract,
         command: &CommandSpec,
-        io: CommandIo,
+        io: CommandIo<'_>,
         options: CreateOptions,
     ) -> Result<RunReport, RunError> {
         let workspace = self.create(contract, options).await?;
-        if let Err(e) = workspace.exec(command, io).await {
-            tracing::warn!(error = %crate::error_chain(&e), "the command broke the run");
+        let output = match workspace.exec(command, io).await {
+            Ok(outcome) => outcome.output.map(|output| (outcome.seq, output)),
+            Err(e) => {
+                tracing::warn!(error = %crate::error_chain(&e), "the command broke the run");
+                None
+            }
+        };
+        let mut report = workspace.finish().await?;
+        // The captured output goes back with the command's outcome (the
+        // report's copy, not outcome.json, which never holds it).
+        if let Some((seq, output)) = output
+            && let Some(command) = report.outcome.commands.iter_mut().find(|c| c.seq == seq)
+        {
+            command.output = Some(output);
         }
-        workspace.finish().await
+        Ok(report)
     }
 
     /// Finishes every run under this runner's runtime directory whose runner died

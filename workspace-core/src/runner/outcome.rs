@@ -6,9 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use super::credential_leaks::CredentialLeak;
 use super::late_output::LateOutput;
+use super::output_cap::CapturedOutput;
 use crate::RunId;
 use crate::boundary::{ExitRecord, KillCause, LeakReport, PromotionRecord};
-use crate::evidence::{ExitStatusRecord, ResourceUsage};
+use crate::evidence::{ExitStatusRecord, HeadTail, ResourceUsage};
 use crate::lifecycle::{FailureCause, StateName};
 use crate::step::StepFailure;
 
@@ -36,6 +37,25 @@ pub struct CommandOutcome {
     /// Why its program did not run, when the kernel would not run it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_run: Option<crate::boundary::NotRunReason>,
+    /// How many bytes it wrote to its standard output.
+    #[serde(default)]
+    pub stdout_bytes: u64,
+    /// Set when its standard output passed the output cap: what was kept of
+    /// it (the first `head_bytes`, the last `tail_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_truncated: Option<HeadTail>,
+    /// How many bytes it wrote to its standard error.
+    #[serde(default)]
+    pub stderr_bytes: u64,
+    /// Set when its standard error passed the output cap (see
+    /// `stdout_truncated`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_truncated: Option<HeadTail>,
+    /// Its output, when the caller asked for it
+    /// ([`CommandIo::capturing`](super::CommandIo::capturing)); never in
+    /// `outcome.json`, whose record of the output is the evidence's.
+    #[serde(skip)]
+    pub output: Option<CapturedOutput>,
 }
 
 impl CommandOutcome {
@@ -57,6 +77,12 @@ impl CommandOutcome {
             ExitStatusRecord::NotStarted => 127,
             ExitStatusRecord::Unknown => 125,
         }
+    }
+
+    /// Whether a stream passed the output cap (the evidence keeps its head
+    /// and tail).
+    pub fn truncated(&self) -> bool {
+        self.stdout_truncated.is_some() || self.stderr_truncated.is_some()
     }
 
     /// Whether it exited with status 0.

@@ -146,7 +146,10 @@ impl RecoveryHooks for StackRecovery {
         };
         outcome.errors.extend(identity_error);
         let mut late = StepErrors::default();
-        outcome.late_output = late_output::export(&paths.run_dir, &evidence, &scrubber, &mut late);
+        let cap =
+            crate::evidence::HeadTail::of_cap(context.contract.environment.limits.output_bytes());
+        outcome.late_output =
+            late_output::export(&paths.run_dir, &evidence, (&scrubber, cap), &mut late);
         // Its processes are reaped: nothing writes to its disk any more.
         outcome.disk = super::disk::usage(self.stack.process.as_ref(), &context, &mut late).await;
         outcome.errors.extend(late.failures());

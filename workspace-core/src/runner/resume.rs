@@ -255,6 +255,11 @@ pub(super) fn previous_commands(
             error: record.cause.clone(),
             check: record.check.clone(),
             not_run: None,
+            stdout_bytes: record.stdout_bytes.unwrap_or_default(),
+            stdout_truncated: record.stdout_truncated,
+            stderr_bytes: record.stderr_bytes.unwrap_or_default(),
+            stderr_truncated: record.stderr_truncated,
+            output: None,
         };
         commands.push((record, outcome));
     }

@@ -124,6 +124,19 @@ impl Scrubber {
         out
     }
 
+    /// `raw` with every value redacted, where `raw` is the kept head of a
+    /// stream whose continuation was dropped: a strict prefix of a value at
+    /// its end (what a stream would hold back for the next chunk) is left
+    /// out, since what would have decided it is gone.
+    pub fn redact_cut(&self, raw: &[u8]) -> Vec<u8> {
+        let mut scrubber = Self {
+            secrets: self.secrets.clone(),
+            credentials: Vec::new(),
+            pending: Vec::new(),
+        };
+        scrubber.feed(raw)
+    }
+
     /// Whether there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
@@ -218,6 +231,16 @@ mod tests {
         );
         // Short values would match ordinary output: left alone.
         assert_eq!(run(&mut scrubber(), &["abc"]), "abc");
+    }
+
+    #[test]
+    fn a_head_cut_inside_a_value_keeps_none_of_it() {
+        let s = scrubber();
+        assert_eq!(
+            s.redact_cut(b"tok-1234567890 then tok-12345"),
+            b"[redacted:TOKEN] then "
+        );
+        assert_eq!(s.redact_cut(b"plain"), b"plain");
     }
 
     #[test]

@@ -17,8 +17,8 @@ use tokio::io::{AsyncWrite, DuplexStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, PollSender};
 
+use super::command_io::{CommandIo, OutputSink};
 use super::error::RunError;
-use super::execute::{CommandIo, OutputSink};
 use super::outcome::CommandOutcome;
 
 /// How many chunks wait for the consumer before the command's output is held
@@ -38,7 +38,7 @@ pub enum CommandEvent {
     /// Bytes it wrote to standard error (redacted likewise).
     Stderr(Vec<u8>),
     /// How it ended: the last event.
-    Exit(CommandOutcome),
+    Exit(Box<CommandOutcome>),
 }
 
 /// The command's run, as a future that records it into the evidence.
@@ -72,7 +72,7 @@ impl<'a> SpawnedCommand<'a> {
     /// kills it, as a command watched by its events.
     pub(super) fn start<F, Fut>(kill: CancellationToken, exec: F) -> Self
     where
-        F: FnOnce(CommandIo) -> Fut,
+        F: FnOnce(CommandIo<'static>) -> Fut,
         Fut: Future<Output = Result<CommandOutcome, RunError>> + Send + 'a,
     {
         let (sender, events) = mpsc::channel(EVENTS_IN_FLIGHT);
@@ -81,6 +81,7 @@ impl<'a> SpawnedCommand<'a> {
             stdin: Some(Box::pin(command_stdin)),
             stdout: Some(events_sink(&sender, CommandEvent::Stdout)),
             stderr: Some(events_sink(&sender, CommandEvent::Stderr)),
+            ..CommandIo::captured()
         };
         drop(sender);
         Self {
@@ -114,7 +115,10 @@ impl<'a> SpawnedCommand<'a> {
                     if let Some(event) = self.events.recv().await {
                         return Some(Ok(event));
                     }
-                    return self.ended.take().map(|ended| ended.map(CommandEvent::Exit));
+                    return self
+                        .ended
+                        .take()
+                        .map(|ended| ended.map(|outcome| CommandEvent::Exit(Box::new(outcome))));
                 }
             }
         }
@@ -146,7 +150,7 @@ impl<'a> SpawnedCommand<'a> {
         self.close_stdin();
         while let Some(event) = self.next().await {
             if let CommandEvent::Exit(outcome) = event? {
-                return Ok(outcome);
+                return Ok(*outcome);
             }
         }
         unreachable!("a spawned command's events end with its exit")
@@ -167,7 +171,7 @@ impl Drop for SpawnedCommand<'_> {
 fn events_sink(
     sender: &mpsc::Sender<CommandEvent>,
     wrap: fn(Vec<u8>) -> CommandEvent,
-) -> OutputSink {
+) -> OutputSink<'static> {
     Box::pin(EventSink {
         sender: PollSender::new(sender.clone()),
         wrap,

@@ -32,6 +32,7 @@ pub(super) fn end(exit: ExitStatusRecord) -> CommandEnd {
         cause: None,
         usage: Default::default(),
         killed: None,
+        output: None,
     }
 }
 
@@ -332,6 +333,59 @@ fn a_check_is_named_in_its_record_and_an_old_record_reads_without_one() {
     old.as_object_mut().unwrap().remove("check");
     let old: CommandRecord = serde_json::from_value(old).unwrap();
     assert_eq!(old.check, None);
+}
+
+#[test]
+fn a_truncated_stream_is_recorded_with_its_total_and_what_was_kept() {
+    let root = TempDir::new().unwrap();
+    let writer = EvidenceWriter::create(root.path(), &run_id()).unwrap();
+    let mut recorder = writer.start_command(start(&["yes"])).unwrap();
+    let dir = recorder.dir().to_path_buf();
+    recorder.stdout_writer().write_all(b"y\ny\n").unwrap();
+    let kept = HeadTail {
+        head_bytes: 2,
+        tail_bytes: 2,
+    };
+    let output = OutputTally {
+        stdout: StreamTally {
+            total_bytes: 1 << 30,
+            truncated: Some(kept),
+        },
+        stderr: StreamTally::default(),
+    };
+    recorder
+        .finish(CommandEnd {
+            output: Some(output),
+            ..end(ExitStatusRecord::Code(0))
+        })
+        .unwrap();
+
+    let record = read_record(&dir);
+    assert_eq!(record.stdout_bytes, Some(1 << 30));
+    assert_eq!(record.stdout_truncated, Some(kept));
+    assert_eq!(
+        (record.stderr_bytes, record.stderr_truncated),
+        (Some(0), None)
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&fs::read(dir.join(COMMAND_FILE)).unwrap()).unwrap();
+    assert_eq!(
+        json["stdout_truncated"],
+        json!({"head_bytes": 2, "tail_bytes": 2})
+    );
+    assert!(json.get("stderr_truncated").is_none(), "{json}");
+}
+
+#[test]
+fn a_record_written_before_streams_were_capped_still_reads() {
+    let old = json!({
+        "seq": 1, "argv": ["true"], "cwd": ".", "started_unix_ms": 1,
+        "finished_unix_ms": 2, "exit": {"kind": "code", "value": 0},
+        "cause": null, "stdout_bytes": 3, "stderr_bytes": 0
+    });
+    let record: CommandRecord = serde_json::from_value(old).unwrap();
+    assert_eq!(record.stdout_bytes, Some(3));
+    assert_eq!(record.stdout_truncated, None);
 }
 
 #[test]

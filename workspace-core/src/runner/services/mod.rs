@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::error::RunErrorKind;
+use super::kept_output::read_kept;
 use super::paths::RunPaths;
 use super::scrub::Scrubber;
 use super::state_files::{read_state, remove_if_present, write_state};
@@ -34,7 +35,10 @@ use crate::boundary::{
 };
 use crate::clock::unix_ms_now;
 use crate::contract::Service;
-use crate::evidence::{EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord};
+use crate::evidence::{
+    EvidenceError, EvidenceFile, EvidenceWriter, ExitStatusRecord, HeadTail, OutputTally,
+    StreamTally,
+};
 use crate::lifecycle::FailureCause;
 use crate::step::{RunnerStep, StepErrors};
 
@@ -72,6 +76,10 @@ pub struct ServiceRecord {
     /// Its template, when it declares one: which, and whether this run made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<TemplateRecord>,
+    /// What its logs came to, in the evidence's copy, when one passed the
+    /// output cap (`services/NAME/stdout` then holds its head and tail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs_truncated: Option<crate::evidence::OutputTally>,
 }
 
 /// The run's services: their records, and the handles of those this runner
@@ -151,7 +159,7 @@ impl Services {
             .filter(|r| r.name.starts_with(BACKGROUND_PREFIX))
             .count();
         let name = format!("{BACKGROUND_PREFIX}{}", taken + 1);
-        let logs = log_files(&run.run_dir, &name);
+        let logs = kept_log_files(run, &name);
         let dir = run.run_dir.join(LOGS_DIR).join(&name);
         std::fs::create_dir_all(&dir).map_err(|source| RunErrorKind::Io {
             path: dir.clone(),
@@ -174,6 +182,7 @@ impl Services {
             ended: None,
             exit: None,
             template: None,
+            logs_truncated: None,
         });
         self.running
             .push((self.records.len() - 1, Mutex::new(execution)));
@@ -205,7 +214,7 @@ impl Services {
                 "",
             ));
         };
-        let logs = log_files(&run.run_dir, &service.name);
+        let logs = kept_log_files(run, &service.name);
         let dir = run.run_dir.join(LOGS_DIR).join(&service.name);
         std::fs::create_dir_all(&dir).map_err(|source| RunErrorKind::Io {
             path: dir.clone(),
@@ -225,6 +234,7 @@ impl Services {
             ended: None,
             exit: None,
             template: None,
+            logs_truncated: None,
         });
         if let (Some(template), Some(layer)) = (&service.template, layer) {
             let made = if layer.prepared {
@@ -410,25 +420,47 @@ impl Services {
         }
     }
 
-    /// `services.json` and each service's scrubbed logs into the evidence.
+    /// `services.json` and each service's scrubbed logs into the evidence,
+    /// each stream's head and tail when it passed the output cap (`cap`, what
+    /// the logs' keeper held them to).
     pub(super) fn export(
         &self,
         evidence: &EvidenceWriter,
         run_dir: &Path,
-        scrubber: &Scrubber,
+        (scrubber, cap): (&Scrubber, HeadTail),
     ) -> Result<(), EvidenceError> {
         if self.records.is_empty() {
             return Ok(());
         }
-        evidence.write_json(EvidenceFile::Services, &self.records)?;
-        for record in &self.records {
+        // services.json is written even when a log cannot be: the first
+        // such error is returned after it.
+        let mut records = self.records.clone();
+        let mut failed = Ok(());
+        for record in &mut records {
             let logs = log_files(run_dir, &record.name);
-            for (stream, path) in [("stdout", &logs.stdout), ("stderr", &logs.stderr)] {
-                let bytes = scrubber.redact_bytes(&std::fs::read(path).unwrap_or_default());
-                evidence.write_service_output(&record.name, stream, &bytes)?;
+            let mut tally = OutputTally::default();
+            for (stream, path, tallied) in [
+                ("stdout", &logs.stdout, &mut tally.stdout),
+                ("stderr", &logs.stderr, &mut tally.stderr),
+            ] {
+                let kept = read_kept(path, 0, cap).unwrap_or_default();
+                *tallied = StreamTally {
+                    total_bytes: kept.total,
+                    truncated: kept.truncated,
+                };
+                let mut bytes = match kept.truncated {
+                    Some(_) => scrubber.redact_cut(&kept.head),
+                    None => scrubber.redact_bytes(&kept.head),
+                };
+                bytes.extend(scrubber.redact_bytes(&kept.tail));
+                let written = evidence.write_service_output(&record.name, stream, &bytes);
+                failed = failed.and(written);
             }
+            let truncated = tally.stdout.truncated.is_some() || tally.stderr.truncated.is_some();
+            record.logs_truncated = truncated.then_some(tally);
         }
-        Ok(())
+        evidence.write_json(EvidenceFile::Services, &records)?;
+        failed
     }
 
     /// Removes the services' logs and records from the run directory.
@@ -462,6 +494,17 @@ pub fn log_files(run_dir: &Path, name: &str) -> CommandOutput {
         stdout: dir.join("stdout"),
         stderr: dir.join("stderr"),
         follow: false,
+        bound: None,
+    }
+}
+
+/// The log files of the service (or background command) `name` of `run`, held
+/// by their keeper to the run's output cap.
+fn kept_log_files(run: &RunContext, name: &str) -> CommandOutput {
+    let cap = run.contract.environment.limits.output_bytes();
+    CommandOutput {
+        bound: Some(HeadTail::of_cap(cap)),
+        ..log_files(&run.run_dir, name)
     }
 }
 
@@ -483,8 +526,15 @@ fn failed(service: &Service, why: String, tail: &str) -> RunErrorKind {
 /// line (the two files do not say how their lines interleaved).
 fn log_tail(logs: &CommandOutput, scrubber: &Scrubber) -> String {
     let mut tail = Vec::new();
+    let bound = logs.bound.unwrap_or(HeadTail::of_cap(u64::MAX));
     for (stream, path) in [("stdout", &logs.stdout), ("stderr", &logs.stderr)] {
-        let bytes = scrubber.redact_bytes(&std::fs::read(path).unwrap_or_default());
+        let kept = read_kept(path, 0, bound).unwrap_or_default();
+        let end = if kept.tail.is_empty() {
+            kept.head
+        } else {
+            kept.tail
+        };
+        let bytes = scrubber.redact_bytes(&end);
         let start = bytes.len().saturating_sub(LOG_TAIL_BYTES);
         let text = String::from_utf8_lossy(&bytes[start..]);
         tail.extend(

@@ -9,8 +9,9 @@
 
 use super::Workspace;
 use crate::boundary::{CheckResult, CommandSpec};
+use crate::runner::command_io::CommandIo;
 use crate::runner::error::{RunError, RunErrorKind};
-use crate::runner::execute::{CommandIo, describe_kill, millis};
+use crate::runner::execute::{describe_kill, millis};
 use crate::runner::export::Verified;
 use crate::runner::outcome::CommandOutcome;
 use crate::runner::withhold::changed_between_exports;

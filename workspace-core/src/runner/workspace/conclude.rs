@@ -4,6 +4,7 @@ use super::{Workspace, lock};
 use crate::boundary::{ApprovalRecord, BoundaryKind, LeakReport};
 use crate::clock::unix_ms_now;
 use crate::evidence::EvidenceFile;
+use crate::evidence::HeadTail;
 use crate::evidence::ResourceUsage;
 use crate::lifecycle::{FailureCause, Lifecycle, State, StateName};
 use crate::runner::disk;
@@ -96,9 +97,10 @@ impl Workspace {
                 .await;
             self.errors.append(&mut errors);
         }
-        if let Err(e) = self
-            .services
-            .export(&self.evidence, &self.paths.run_dir, &self.scrubber)
+        let cap = HeadTail::of_cap(self.run.contract.environment.limits.output_bytes());
+        if let Err(e) =
+            self.services
+                .export(&self.evidence, &self.paths.run_dir, (&self.scrubber, cap))
         {
             self.errors.push(RunnerStep::ExportServices, e);
         }
@@ -126,7 +128,7 @@ impl Workspace {
         let late_output = late_output::export(
             &self.paths.run_dir,
             &self.evidence,
-            &self.scrubber,
+            (&self.scrubber, cap),
             &mut self.errors,
         );
         let mut outcome = Outcome {

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::command_io::CommandIo;
 use super::error::{RunError, RunErrorKind};
-use super::execute::{CommandIo, execute};
+use super::execute::execute;
 use super::export::Verified;
 use super::identity_store;
 use super::leases::RunLeases;
@@ -189,7 +190,8 @@ impl Workspace {
     }
 
     /// Runs `command` in the sealed workspace, streaming its output into the
-    /// evidence (and to `io`'s sinks), and records how it ended.
+    /// evidence (and to `io`'s sinks; returned in the outcome when `io`
+    /// captures it), and records how it ended.
     ///
     /// Commands run at once when called at once: each takes its own number
     /// and record in the evidence, nothing of the workspace is held for a
@@ -201,7 +203,7 @@ impl Workspace {
     pub async fn exec(
         &self,
         command: &CommandSpec,
-        io: CommandIo,
+        io: CommandIo<'_>,
     ) -> Result<CommandOutcome, RunError> {
         self.exec_until(command, io, &self.cancel).await
     }
@@ -222,7 +224,7 @@ impl Workspace {
     async fn exec_until(
         &self,
         command: &CommandSpec,
-        io: CommandIo,
+        io: CommandIo<'_>,
         cancel: &CancellationToken,
     ) -> Result<CommandOutcome, RunError> {
         if cancel.is_cancelled() {
@@ -251,10 +253,13 @@ impl Workspace {
         )
         .await;
         match ran {
-            Ok(outcome) => {
+            Ok(mut outcome) => {
+                // The run's record of it, without the output returned.
+                let output = outcome.output.take();
                 let mut commands = lock(&self.commands);
                 let at = commands.partition_point(|c| c.seq < outcome.seq);
                 commands.insert(at, outcome.clone());
+                outcome.output = output;
                 Ok(outcome)
             }
             Err(kind) => {
