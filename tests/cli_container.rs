@@ -139,32 +139,43 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
     assert!(!fixture.runtime().join("runs").join(&run).exists());
 }
 
+/// Whether a process holding `marker` runs in a cgroup of `run`.
+fn runs_in(marker: &str, run: &str) -> bool {
+    support::processes_with(marker).into_iter().any(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(run))
+    })
+}
+
 #[test]
 fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
     let fixture = CliFixture::new("container-recover");
     let sleeper = marker("cli-container-sleeper");
-    let run = create(&fixture);
-    let mut exec = fixture
+    let repo = fixture.repo();
+    // A one-shot run is owned by its CLI for its whole life.
+    let mut cli = fixture
         .command()
-        .args(["exec", &run, "--", "sh", "-c", "sleep 100", &sleeper])
+        .args(["run", "--backend", "container", "--repo"])
+        .arg(&repo)
+        .args(["--", "sh", "-c", "sleep 100", &sleeper])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     // The CLI's own command line holds the marker too: wait for the
     // command in the container's cgroup.
-    let in_container = || {
-        support::processes_with(&sleeper).into_iter().any(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(&run))
-        })
-    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !in_container() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(in_container(), "the command runs in the container");
-    exec.kill().unwrap();
-    exec.wait().unwrap();
+    let run = loop {
+        let found = containers(&fixture)
+            .into_iter()
+            .find(|run| runs_in(&sleeper, run));
+        match found {
+            Some(run) => break run,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            None => panic!("the command never ran in a container"),
+        }
+    };
+    cli.kill().unwrap();
+    cli.wait().unwrap();
     // The dead CLI held the run: now nobody does, and it is still running.
     assert_eq!(containers(&fixture), std::slice::from_ref(&run));
     // Recovering another backend's runs leaves it alone.
@@ -201,6 +212,47 @@ fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
     );
     assert!(wait_until_gone(&sleeper, Duration::from_secs(5)).is_empty());
     assert!(!fixture.runtime().join("runs").join(&run).exists());
+}
+
+#[test]
+fn an_exec_killed_mid_command_leaves_its_workspace_live_until_destroy() {
+    let fixture = CliFixture::new("container-exec-killed");
+    let sleeper = marker("cli-container-exec-killed");
+    let run = create(&fixture);
+    let mut exec = fixture
+        .command()
+        .args(["exec", &run, "--", "sh", "-c", "sleep 100", &sleeper])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !runs_in(&sleeper, &run) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(runs_in(&sleeper, &run), "the command runs in the container");
+    exec.kill().unwrap();
+    exec.wait().unwrap();
+    // An exec joins the workspace, it does not own it: the workspace is
+    // still detached and live, and recovery leaves it alone.
+    let out = fixture.agent_workspace(&["recover", "--json", "--backend", "container"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !report["recovered"].to_string().contains(&run),
+        "{report:#}"
+    );
+    assert_eq!(containers(&fixture), std::slice::from_ref(&run));
+    let again = fixture.agent_workspace(&["exec", &run, "--", "true"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    // `destroy` ends it with what the killed exec left running.
+    destroy(&fixture, &run);
+    assert!(
+        containers(&fixture).is_empty(),
+        "{:?}",
+        containers(&fixture)
+    );
+    assert!(wait_until_gone(&sleeper, Duration::from_secs(5)).is_empty());
 }
 
 #[test]

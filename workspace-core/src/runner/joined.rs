@@ -106,7 +106,14 @@ impl JoinedRun {
             Ok(Attachment::Lost { reason }) => {
                 return Err(not_joinable(&format!("its sandbox is gone: {reason}")));
             }
-            Err(e) => return Err(refuse(e.into())),
+            // A sandbox that cannot be entered (its door gone) is broken: the
+            // process that takes the run back fails and concludes it.
+            Err(e) => {
+                return Err(not_joinable(&format!(
+                    "its sandbox cannot be entered: {}",
+                    crate::error_chain(&e)
+                )));
+            }
         }
         tracing::debug!(run_id = %run.run_id, "joined the live sandbox");
         Ok(Self {
