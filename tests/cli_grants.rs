@@ -174,6 +174,141 @@ fn a_container_cannot_leave_a_set_id_file_or_a_device_in_a_writable_cache() {
     );
 }
 
+/// A runtime as one built with a libseccomp that does not know `syscall`
+/// would run the container: the real runc, after the rules of the bundle's
+/// seccomp profile that name `syscall` are left out (as runc and crun leave
+/// out a rule whose syscall their libseccomp cannot resolve). Named `runc`,
+/// in a directory of `fixture`'s.
+fn runtime_without_rules_for(fixture: &CliFixture, syscall: &str) -> PathBuf {
+    let runc = std::process::Command::new("sh")
+        .args(["-c", "command -v runc"])
+        .output()
+        .unwrap();
+    let runc = text(&runc.stdout).trim().to_owned();
+    assert!(
+        !runc.is_empty(),
+        "these tests need runc: apt-get install runc"
+    );
+    let dir = fixture.path().join(format!("libseccomp-without-{syscall}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrapper = dir.join("runc");
+    let script = format!(
+        r#"#!/bin/sh
+bundle=
+prev=
+for arg in "$@"; do
+    [ "$prev" = --bundle ] && bundle=$arg
+    prev=$arg
+done
+if [ -n "$bundle" ]; then
+    python3 - "$bundle/config.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+spec = json.load(open(path))
+seccomp = spec["linux"]["seccomp"]
+seccomp["syscalls"] = [r for r in seccomp["syscalls"] if "{syscall}" not in r["names"]]
+json.dump(spec, open(path, "w"))
+PY
+fi
+exec {runc} "$@"
+"#
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    wrapper
+}
+
+#[test]
+fn a_runtime_whose_filter_lets_a_set_id_syscall_through_is_refused_at_the_seal() {
+    let fixture = CliFixture::new("seccomp-not-kept");
+    let cache = fixture.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(101_000), Some(101_000)).unwrap();
+    let grant = format!("{}:/cache", cache.display());
+    // The command would mark that it ran, then make a set-user-id file of the
+    // host's cache through the raw syscall.
+    let attack = r#"
+import ctypes, os
+open("/cache/ran", "w").close()
+libc = ctypes.CDLL(None, use_errno=True)
+os.close(os.open("/cache/p", os.O_CREAT | os.O_WRONLY, 0o644))
+print("fchmodat2", libc.syscall(452, -100, b"/cache/p", 0o4755, 0), ctypes.get_errno())
+how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+print("openat2", libc.syscall(437, -100, b"/cache/q", ctypes.byref(how), 24), ctypes.get_errno())
+"#;
+    // The positive control: runc as installed refuses both; the run goes on,
+    // and the seal recorded what the kernel answered its check.
+    let out = fixture.run(&[
+        "--backend",
+        "container",
+        "--rw-cache",
+        &grant,
+        "--",
+        "python3",
+        "-c",
+        attack,
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("fchmodat2 -1 1\n"), "{stdout}");
+    assert!(stdout.contains("openat2 -1 38\n"), "{stdout}");
+    let observed = json(&evidence_of(&out).join("observed.json"));
+    assert_eq!(
+        observed["probe"]["facts"]["set_id_modes"],
+        serde_json::json!({
+            "fchmodat2_set_id": "EPERM (Operation not permitted)",
+            "openat2": "ENOSYS (Function not implemented)",
+        }),
+        "{observed}"
+    );
+    assert_eq!(honoured_modes(&cache), Vec::<String>::new());
+    for name in ["ran", "p"] {
+        std::fs::remove_file(cache.join(name)).unwrap();
+    }
+    // Each rule left out: the seal fails naming the runtime and the syscall,
+    // before the command runs; the cache is as it was.
+    for syscall in ["fchmodat2", "openat2"] {
+        let runtime = runtime_without_rules_for(&fixture, syscall);
+        let out = fixture.run(&[
+            "--backend",
+            "container",
+            "--runtime",
+            runtime.to_str().unwrap(),
+            "--rw-cache",
+            &grant,
+            "--",
+            "python3",
+            "-c",
+            attack,
+        ]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{syscall}: {stderr}");
+        assert!(
+            stderr.contains("runc (runc version")
+                && stderr.contains(&format!(
+                    "does not keep the container's seccomp profile: {syscall}"
+                )),
+            "{syscall}: {stderr}"
+        );
+        assert_eq!(text(&out.stdout), "", "{syscall}: the command ran");
+        let left: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{syscall}: {left:?}");
+        // No container of the failed seal is left.
+        let containers = fixture.runtime().join("containers");
+        let listed = std::process::Command::new("runc")
+            .arg("--root")
+            .arg(&containers)
+            .args(["list", "-q"])
+            .output()
+            .unwrap();
+        assert_eq!(text(&listed.stdout), "", "{syscall}");
+    }
+}
+
 /// Every way to make a set-id file or a device node in a writable cache, tried
 /// by a run on `backend` (run's arguments), with the plain modes as positive
 /// controls; then the cache (owned by `owner`) on the host.

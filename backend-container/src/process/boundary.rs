@@ -257,7 +257,10 @@ impl ProcessBoundary for ContainerProcess {
                 &runtime,
                 (&name, &cgroup.procs_file()),
                 (spec.argv.clone(), &cwd),
-                write_ends,
+                super::exec::Streams {
+                    input: None,
+                    output: write_ends,
+                },
                 // Once this one runs: the next numbered command's.
                 || {
                     if let Some(n) = spec.number {

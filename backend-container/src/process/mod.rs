@@ -34,6 +34,7 @@ pub mod preview;
 mod probe;
 mod runtime_child;
 mod seal;
+mod set_id_check;
 
 use std::collections::HashMap;
 use std::path::Path;
