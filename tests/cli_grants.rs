@@ -478,6 +478,14 @@ fn another_local_user_can_reach_no_workspace_file_layer_or_store() {
     }
 }
 
+/// The entries of `dir` (none when it is missing).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    match std::fs::read_dir(dir) {
+        Ok(read) => read.flatten().map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 #[test]
 fn a_container_refuses_a_writable_cache_it_could_not_write_naming_it() {
     let fixture = CliFixture::new("rw-cache-container-owner");
@@ -485,6 +493,32 @@ fn a_container_refuses_a_writable_cache_it_could_not_write_naming_it() {
     let cache = fixture.path().join("roots-cache");
     std::fs::create_dir_all(&cache).unwrap();
     let grant = format!("{}:/cache", cache.display());
+    // `contract check` refuses it for the container backend, naming the
+    // field; the namespace backend keeps it (through an idmapped mount).
+    let contract = fixture.path().join("rw-cache.toml");
+    std::fs::write(
+        &contract,
+        format!(
+            "objective = \"a cache\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n\
+             [[filesystem.host_mounts]]\nhost = \"{}\"\ntarget = \"/cache\"\nmode = \"danger-read-write\"\n",
+            cache.display()
+        ),
+    )
+    .unwrap();
+    let path = contract.to_str().unwrap();
+    let kept = fixture.agent_workspace(&["contract", "check", path, "--backend", "namespace"]);
+    assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
+    let refused = fixture.agent_workspace(&["contract", "check", path, "--backend", "container"]);
+    let said = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("filesystem.host_mounts[0]")
+            && said.contains("of uid 0")
+            && said.contains("use the namespace backend"),
+        "{said}"
+    );
+    // `run` refuses it the same way before anything of the run is made: no
+    // run directory, no checkout, no evidence, no container.
     let out = fixture.run(&[
         "--backend",
         "container",
@@ -495,15 +529,30 @@ fn a_container_refuses_a_writable_cache_it_could_not_write_naming_it() {
         "/cache/x",
     ]);
     let stderr = text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("filesystem.host_mounts[0]")
             && stderr.contains("use the namespace backend"),
         "{stderr}"
     );
     assert!(!cache.join("x").exists());
+    assert_eq!(
+        entries(&fixture.runtime().join("runs")),
+        Vec::<PathBuf>::new()
+    );
+    assert_eq!(
+        entries(&fixture.runtime().join("journals")),
+        Vec::<PathBuf>::new()
+    );
+    assert_eq!(entries(&fixture.evidence()), Vec::<PathBuf>::new());
+    assert_eq!(
+        entries(&fixture.runtime().join("containers")),
+        Vec::<PathBuf>::new()
+    );
     // Given to the container's host uid, the same grant works.
     std::os::unix::fs::chown(&cache, Some(101_000), Some(101_000)).unwrap();
+    let kept = fixture.agent_workspace(&["contract", "check", path, "--backend", "container"]);
+    assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
     let out = fixture.run(&[
         "--backend",
         "container",
