@@ -167,6 +167,15 @@ pub(crate) fn check(
     cgroup: (&str, &CommandCgroup),
     (deadline, after_ms): (Instant, u64),
 ) -> Result<Answers, ContainerError> {
+    if !cfg!(target_arch = "x86_64") {
+        // The program is x86-64 code (as the profile's architectures are).
+        return Err(ContainerError::Unsupported {
+            setting: format!(
+                "a seal on {}: its set-id check is x86-64 code",
+                std::env::consts::ARCH
+            ),
+        });
+    }
     let program = program_file()?;
     let started = template.start(
         runtime,
@@ -355,6 +364,7 @@ mod tests {
 
     /// The bytes are `set_id_check.s` assembled (binutils' `as` and `objcopy`).
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn the_program_is_its_assembly_source() {
         let dir = tempfile::tempdir().unwrap();
         let source = concat!(env!("CARGO_MANIFEST_DIR"), "/src/process/set_id_check.s");
