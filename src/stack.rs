@@ -230,9 +230,7 @@ impl HostDirs {
             evidence: state.join("evidence"),
         }
     }
-}
 
-impl HostDirs {
     /// Creates the runtime directory and the evidence root when missing and
     /// makes them the runner's alone, as a [`Runner`](workspace_core::runner::Runner)
     /// does before its first run ([`workspace_core::private_dirs`], the one
