@@ -56,7 +56,7 @@ async fn quickstart() -> Result<ExitCode, BoxError> {
         runtime: scratch.path().join("runtime"),
         evidence: scratch.path().join("evidence"),
     };
-    dirs.make_private(agent_workspace::container::process::DEFAULT_HOST_ID_BASE)?;
+    dirs.make_private()?;
     let (runtime_dir, evidence_root) = (dirs.runtime, dirs.evidence);
 
     // The repository the agent works on: the first argument, or a tiny new one.

@@ -37,9 +37,9 @@
 //! use agent_workspace::core::contract::{Contract, SourceSection, TaskShape};
 //! use agent_workspace::core::runner::{CommandIo, CreateOptions, Runner, RunnerConfig};
 //!
+//! // The runner closes both to other users before its first run: every
+//! // run's files live under the runtime directory.
 //! let dirs = agent_workspace::HostDirs::from_env();
-//! // Closed to other users: every run's files live under the runtime directory.
-//! dirs.make_private(agent_workspace::container::process::DEFAULT_HOST_ID_BASE)?;
 //! let runner = Runner::new(
 //!     agent_workspace::namespace_stack(agent_workspace::DEFAULT_CGROUP_PARENT)?,
 //!     RunnerConfig::new(dirs.runtime, dirs.evidence),
@@ -64,14 +64,13 @@ pub mod egress;
 mod helper;
 mod host_credentials;
 pub mod preview;
-mod private_dirs;
 mod stack;
 
 pub use danger_host::{DangerNoIsolationProcess, danger_no_isolation_stack};
 pub use host_credentials::{ENV_SOURCE_PREFIX, HostEnvCredentialError, HostEnvCredentials};
-pub use private_dirs::PrivateDirError;
 pub use stack::{
     DEFAULT_CGROUP_PARENT, HELPER_PROGRAM_VAR, HostDirs, LayeredStackError, container_stack,
     default_cgroup_parent, default_cgroup_parent_here, helper_program, namespace_stack,
     namespace_stack_layered,
 };
+pub use workspace_core::private_dirs::PrivateDirError;

@@ -16,6 +16,7 @@ use backend_worktree::promotion::WorktreePromotion;
 use backend_worktree::source::WorktreeSource;
 use workspace_core::boundary::RunDisks;
 use workspace_core::boundary::Stack;
+use workspace_core::private_dirs::PrivateDirError;
 
 /// The cgroup directory (in every hierarchy) the default stack's runs are made in.
 pub const DEFAULT_CGROUP_PARENT: &str = "agent-workspace";
@@ -198,8 +199,9 @@ pub fn helper_program() -> Option<PathBuf> {
 pub struct HostDirs {
     /// Journals, checkouts, leases: `/var/lib/agent-workspace` for root, else
     /// `$XDG_STATE_HOME/agent-workspace/runtime`. Closed to other users
-    /// ([`HostDirs::make_private`]); the container backend needs every ancestor
-    /// searchable by the host id a container's root maps to.
+    /// ([`HostDirs::make_private`], which a runner does itself before its
+    /// first run); the container backend needs every ancestor searchable by
+    /// the host id a container's root maps to.
     pub runtime: PathBuf,
     /// Evidence bundles: `$XDG_STATE_HOME/agent-workspace/evidence` (or
     /// `~/.local/state/agent-workspace/evidence`).
@@ -227,6 +229,21 @@ impl HostDirs {
             runtime,
             evidence: state.join("evidence"),
         }
+    }
+
+    /// Creates the runtime directory and the evidence root when missing and
+    /// makes them the runner's alone, as a [`Runner`](workspace_core::runner::Runner)
+    /// does before its first run ([`workspace_core::private_dirs`], the one
+    /// rule): the runtime directory `0700` (root: `0710`, the group of the
+    /// host id a container's root maps to), the evidence root `0700`; one
+    /// that is another user's, or stays open to other users, is refused
+    /// naming it. Call it before building a stack whose caches live under the
+    /// runtime directory (the layered tree cache, the container state).
+    ///
+    /// # Ambient authority
+    /// Creates and changes host directories; reads the effective uid.
+    pub fn make_private(&self) -> Result<(), PrivateDirError> {
+        workspace_core::private_dirs::make_private(&self.runtime, &self.evidence)
     }
 }
 

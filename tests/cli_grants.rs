@@ -174,6 +174,141 @@ fn a_container_cannot_leave_a_set_id_file_or_a_device_in_a_writable_cache() {
     );
 }
 
+/// A runtime as one built with a libseccomp that does not know `syscall`
+/// would run the container: the real runc, after the rules of the bundle's
+/// seccomp profile that name `syscall` are left out (as runc and crun leave
+/// out a rule whose syscall their libseccomp cannot resolve). Named `runc`,
+/// in a directory of `fixture`'s.
+fn runtime_without_rules_for(fixture: &CliFixture, syscall: &str) -> PathBuf {
+    let runc = std::process::Command::new("sh")
+        .args(["-c", "command -v runc"])
+        .output()
+        .unwrap();
+    let runc = text(&runc.stdout).trim().to_owned();
+    assert!(
+        !runc.is_empty(),
+        "these tests need runc: apt-get install runc"
+    );
+    let dir = fixture.path().join(format!("libseccomp-without-{syscall}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrapper = dir.join("runc");
+    let script = format!(
+        r#"#!/bin/sh
+bundle=
+prev=
+for arg in "$@"; do
+    [ "$prev" = --bundle ] && bundle=$arg
+    prev=$arg
+done
+if [ -n "$bundle" ]; then
+    python3 - "$bundle/config.json" <<'PY'
+import json, sys
+path = sys.argv[1]
+spec = json.load(open(path))
+seccomp = spec["linux"]["seccomp"]
+seccomp["syscalls"] = [r for r in seccomp["syscalls"] if "{syscall}" not in r["names"]]
+json.dump(spec, open(path, "w"))
+PY
+fi
+exec {runc} "$@"
+"#
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    wrapper
+}
+
+#[test]
+fn a_runtime_whose_filter_lets_a_set_id_syscall_through_is_refused_at_the_seal() {
+    let fixture = CliFixture::new("seccomp-not-kept");
+    let cache = fixture.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(101_000), Some(101_000)).unwrap();
+    let grant = format!("{}:/cache", cache.display());
+    // The command would mark that it ran, then make a set-user-id file of the
+    // host's cache through the raw syscall.
+    let attack = r#"
+import ctypes, os
+open("/cache/ran", "w").close()
+libc = ctypes.CDLL(None, use_errno=True)
+os.close(os.open("/cache/p", os.O_CREAT | os.O_WRONLY, 0o644))
+print("fchmodat2", libc.syscall(452, -100, b"/cache/p", 0o4755, 0), ctypes.get_errno())
+how = (ctypes.c_uint64 * 3)(os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+print("openat2", libc.syscall(437, -100, b"/cache/q", ctypes.byref(how), 24), ctypes.get_errno())
+"#;
+    // The positive control: runc as installed refuses both; the run goes on,
+    // and the seal recorded what the kernel answered its check.
+    let out = fixture.run(&[
+        "--backend",
+        "container",
+        "--rw-cache",
+        &grant,
+        "--",
+        "python3",
+        "-c",
+        attack,
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("fchmodat2 -1 1\n"), "{stdout}");
+    assert!(stdout.contains("openat2 -1 38\n"), "{stdout}");
+    let observed = json(&evidence_of(&out).join("observed.json"));
+    assert_eq!(
+        observed["probe"]["facts"]["set_id_modes"],
+        serde_json::json!({
+            "fchmodat2_set_id": "EPERM (Operation not permitted)",
+            "openat2": "ENOSYS (Function not implemented)",
+        }),
+        "{observed}"
+    );
+    assert_eq!(honoured_modes(&cache), Vec::<String>::new());
+    for name in ["ran", "p"] {
+        std::fs::remove_file(cache.join(name)).unwrap();
+    }
+    // Each rule left out: the seal fails naming the runtime and the syscall,
+    // before the command runs; the cache is as it was.
+    for syscall in ["fchmodat2", "openat2"] {
+        let runtime = runtime_without_rules_for(&fixture, syscall);
+        let out = fixture.run(&[
+            "--backend",
+            "container",
+            "--runtime",
+            runtime.to_str().unwrap(),
+            "--rw-cache",
+            &grant,
+            "--",
+            "python3",
+            "-c",
+            attack,
+        ]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{syscall}: {stderr}");
+        assert!(
+            stderr.contains("runc (runc version")
+                && stderr.contains(&format!(
+                    "does not keep the container's seccomp profile: {syscall}"
+                )),
+            "{syscall}: {stderr}"
+        );
+        assert_eq!(text(&out.stdout), "", "{syscall}: the command ran");
+        let left: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{syscall}: {left:?}");
+        // No container of the failed seal is left.
+        let containers = fixture.runtime().join("containers");
+        let listed = std::process::Command::new("runc")
+            .arg("--root")
+            .arg(&containers)
+            .args(["list", "-q"])
+            .output()
+            .unwrap();
+        assert_eq!(text(&listed.stdout), "", "{syscall}");
+    }
+}
+
 /// Every way to make a set-id file or a device node in a writable cache, tried
 /// by a run on `backend` (run's arguments), with the plain modes as positive
 /// controls; then the cache (owned by `owner`) on the host.
@@ -343,6 +478,14 @@ fn another_local_user_can_reach_no_workspace_file_layer_or_store() {
     }
 }
 
+/// The entries of `dir` (none when it is missing).
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    match std::fs::read_dir(dir) {
+        Ok(read) => read.flatten().map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 #[test]
 fn a_container_refuses_a_writable_cache_it_could_not_write_naming_it() {
     let fixture = CliFixture::new("rw-cache-container-owner");
@@ -350,6 +493,32 @@ fn a_container_refuses_a_writable_cache_it_could_not_write_naming_it() {
     let cache = fixture.path().join("roots-cache");
     std::fs::create_dir_all(&cache).unwrap();
     let grant = format!("{}:/cache", cache.display());
+    // `contract check` refuses it for the container backend, naming the
+    // field; the namespace backend keeps it (through an idmapped mount).
+    let contract = fixture.path().join("rw-cache.toml");
+    std::fs::write(
+        &contract,
+        format!(
+            "objective = \"a cache\"\nshape = \"narrow-fix\"\n[source]\nrepo = \".\"\nrevision = \"HEAD\"\n[filesystem]\nwritable = [\".\"]\n\
+             [[filesystem.host_mounts]]\nhost = \"{}\"\ntarget = \"/cache\"\nmode = \"danger-read-write\"\n",
+            cache.display()
+        ),
+    )
+    .unwrap();
+    let path = contract.to_str().unwrap();
+    let kept = fixture.agent_workspace(&["contract", "check", path, "--backend", "namespace"]);
+    assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
+    let refused = fixture.agent_workspace(&["contract", "check", path, "--backend", "container"]);
+    let said = format!("{}{}", text(&refused.stdout), text(&refused.stderr));
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("filesystem.host_mounts[0]")
+            && said.contains("of uid 0")
+            && said.contains("use the namespace backend"),
+        "{said}"
+    );
+    // `run` refuses it the same way before anything of the run is made: no
+    // run directory, no checkout, no evidence, no container.
     let out = fixture.run(&[
         "--backend",
         "container",
@@ -360,15 +529,30 @@ fn a_container_refuses_a_writable_cache_it_could_not_write_naming_it() {
         "/cache/x",
     ]);
     let stderr = text(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("filesystem.host_mounts[0]")
             && stderr.contains("use the namespace backend"),
         "{stderr}"
     );
     assert!(!cache.join("x").exists());
+    assert_eq!(
+        entries(&fixture.runtime().join("runs")),
+        Vec::<PathBuf>::new()
+    );
+    assert_eq!(
+        entries(&fixture.runtime().join("journals")),
+        Vec::<PathBuf>::new()
+    );
+    assert_eq!(entries(&fixture.evidence()), Vec::<PathBuf>::new());
+    assert_eq!(
+        entries(&fixture.runtime().join("containers")),
+        Vec::<PathBuf>::new()
+    );
     // Given to the container's host uid, the same grant works.
     std::os::unix::fs::chown(&cache, Some(101_000), Some(101_000)).unwrap();
+    let kept = fixture.agent_workspace(&["contract", "check", path, "--backend", "container"]);
+    assert_eq!(kept.status.code(), Some(0), "{}", text(&kept.stderr));
     let out = fixture.run(&[
         "--backend",
         "container",

@@ -115,3 +115,100 @@ async fn a_layered_run_edits_tracked_files_exports_a_patch_and_resumes() {
     assert_eq!(tree(&layers.lower), base_before, "the base tree changed");
     f.assert_nothing_left(&run_id, &[]);
 }
+
+/// `sh -c SCRIPT` as an ordinary user (uid and gid 65534, no supplementary
+/// group).
+fn as_another_user(script: &str) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("setpriv (Debian package util-linux)")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runner_over_open_directories_leaves_no_run_file_reachable_by_another_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let f = Fixture::new("layered-private-dirs");
+    // The embedder's directories, as `mkdir` makes them: open to everyone.
+    for dir in [&f.runtime, &f.evidence] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let stack = agent_workspace::namespace_stack_layered(
+        &f.cgroup_parent,
+        f.runtime.join("trees"),
+        1 << 30,
+    )
+    .unwrap();
+    let runner = f.runner_with(stack);
+    let mut contract = f.contract();
+    contract.source.materialization = Materialization::Layered;
+    let ws = runner
+        .create(contract, CreateOptions::default())
+        .await
+        .unwrap();
+    let ended = ws
+        .exec(
+            &shell(
+                "echo the-runs-secret > secret.txt && chmod 644 secret.txt && echo the-commands-output",
+                "private",
+            ),
+            CommandIo::captured(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ended.exit.status, ExitStatusRecord::Code(0));
+    // Root, the positive control, reads the run's file in its upper layer
+    // and the command's output in its evidence.
+    let upper = ws.source().unwrap().layers.clone().unwrap().upper;
+    let secret = upper.join("secret.txt");
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "the-runs-secret\n"
+    );
+    let stdout = ws
+        .evidence_dir()
+        .join(format!("commands/{:04}/stdout", ended.seq));
+    assert_eq!(
+        std::fs::read_to_string(&stdout).unwrap(),
+        "the-commands-output\n"
+    );
+    // Another local user reaches none of it.
+    for attempt in [
+        format!("ls '{}'", upper.display()),
+        format!("cat '{}'", secret.display()),
+        format!("ls '{}'", f.runtime.display()),
+        format!("ls '{}'", f.runtime.join("runs").display()),
+        format!("ls '{}'", f.runtime.join("trees").display()),
+        format!("ls '{}'", f.evidence.display()),
+        format!("ls '{}'", ws.evidence_dir().display()),
+        format!("cat '{}'", stdout.display()),
+    ] {
+        let out = as_another_user(&attempt);
+        let seen = String::from_utf8_lossy(&out.stdout);
+        assert_ne!(out.status.code(), Some(0), "{attempt} worked: {seen}");
+        assert!(!seen.contains("secret"), "{attempt}: {seen}");
+        assert!(!seen.contains("the-commands-output"), "{attempt}: {seen}");
+    }
+    // The runner closed both: the runtime directory its own (and, as root,
+    // searchable by the group of the host id a container's root maps to),
+    // the evidence root its own alone.
+    let runtime = std::fs::metadata(&f.runtime).unwrap();
+    assert_eq!(
+        (runtime.mode() & 0o7777, runtime.gid()),
+        (0o710, workspace_core::subordinate::host_id_base())
+    );
+    assert_eq!(
+        std::fs::metadata(&f.evidence).unwrap().mode() & 0o7777,
+        0o700
+    );
+    ws.finish().await.unwrap();
+}

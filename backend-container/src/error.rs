@@ -143,6 +143,24 @@ pub enum ContainerError {
         /// What, in one sentence.
         what: String,
     },
+    /// The runtime's seccomp filter lets through what the container's profile
+    /// refuses ([`crate::seccomp`]): its libseccomp does not know the syscall
+    /// and left the rule out. Found at the seal, before any command runs.
+    #[error(
+        "{runtime} ({version}) does not keep the container's seccomp profile: {syscall} (syscall {number}) {answer}; a runtime whose libseccomp does not know a syscall leaves its rule out without a word (fchmodat2 needs libseccomp 2.5.5 or later, openat2 2.5.0); use a runtime built with a newer libseccomp, or the namespace backend"
+    )]
+    SeccompNotKept {
+        /// The runtime's name.
+        runtime: String,
+        /// The first line of its `--version`.
+        version: String,
+        /// The syscall the filter let through.
+        syscall: &'static str,
+        /// Its number on x86-64.
+        number: u32,
+        /// What it did in the container.
+        answer: String,
+    },
     /// The boundary probe did not end in time; it was killed.
     #[error("the boundary probe did not end within {after_ms} ms")]
     ProbeTimeout {

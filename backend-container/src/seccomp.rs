@@ -11,6 +11,12 @@
 //! cannot read, with `ENOSYS` (callers fall back to `openat`). The owner of a
 //! file may set its set-id bits with no capability, and what a container writes
 //! to its cache or its checkout is a file on the host, owned by a host id.
+//!
+//! The runtime resolves each name through the libseccomp it was built with,
+//! and one that does not know a syscall leaves its rule out without a word;
+//! so the seal tries `fchmodat2` and `openat2` in the container before any
+//! command runs, and fails unless they are refused
+//! ([`ContainerError::SeccompNotKept`]).
 
 use oci_spec::runtime::{
     Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompArg, LinuxSeccompArgBuilder,

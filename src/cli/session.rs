@@ -69,8 +69,7 @@ pub(crate) fn runner_on(
     };
     // The runtime directory holds every run's files: closed to other users
     // before anything of a run is made there.
-    dirs.make_private(workspace_core::subordinate::host_id_base())
-        .map_err(|e| cannot(&e))?;
+    dirs.make_private().map_err(|e| cannot(&e))?;
     let stack = match backend {
         // Layered checkouts where this caller can mount overlayfs; else every
         // checkout is a standalone copy (a contract asking for `layered` is

@@ -74,6 +74,7 @@ pub mod mount_plan;
 pub mod observation;
 #[cfg(target_os = "linux")]
 pub mod own_dirs;
+pub mod private_dirs;
 pub mod recovery;
 mod run_id;
 pub mod runner;

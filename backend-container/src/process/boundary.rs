@@ -14,7 +14,7 @@ use workspace_core::boundary::{
     KeptFiles, LeakReport, ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext,
     RunDisks, SealPlan, Suspension, TerminateReport,
 };
-use workspace_core::contract::{Assurance, IsolationLevel};
+use workspace_core::contract::{Assurance, Contract, IsolationLevel, Problems};
 
 use super::exec::{ContainerExecution, Followed};
 use super::seal;
@@ -43,6 +43,22 @@ impl ProcessBoundary for ContainerProcess {
 
     fn name(&self) -> &'static str {
         "backend-container process"
+    }
+
+    /// A read-write host mount the container's host uid does not own (the
+    /// runtime has no idmapped mounts to make it the run's).
+    ///
+    /// # Ambient authority
+    /// Looks at the host directories the contract's read-write mounts name.
+    fn refusals(&self, contract: &Contract, problems: &mut Problems) {
+        let id = workspace_core::boundary::id_inside(contract.identity.user);
+        let Some(host_uid) = self.options.host_id_base.checked_add(id) else {
+            return;
+        };
+        for (field, why) in seal::unwritable_host_mounts(&contract.filesystem.host_mounts, host_uid)
+        {
+            problems.push(&field, format!("{} cannot keep {why}", self.name()));
+        }
     }
 
     async fn make_disk(
@@ -260,7 +276,10 @@ impl ProcessBoundary for ContainerProcess {
                 &runtime,
                 (&name, &cgroup.procs_file()),
                 (spec.argv.clone(), &cwd),
-                write_ends,
+                super::exec::Streams {
+                    input: None,
+                    output: write_ends,
+                },
                 // Once this one runs: the next numbered command's.
                 || {
                     if let Some(n) = spec.number {

@@ -75,14 +75,24 @@ impl fmt::Debug for ProcessTemplate {
     }
 }
 
+/// Where a process's standard streams come from and go.
+#[derive(Default)]
+pub(crate) struct Streams {
+    /// Its stdin: this file, else a pipe ([`Started::stdin`] its write end).
+    pub(crate) input: Option<OwnedFd>,
+    /// Its stdout and stderr: these files, else pipes ([`Started::stdout`],
+    /// [`Started::stderr`] their read ends).
+    pub(crate) output: Option<(OwnedFd, OwnedFd)>,
+}
+
 /// A process just started, with this side's ends of its pipes.
 pub(crate) struct Started {
     /// The attached runtime, the process's parent (its exit is the process's).
     pub(crate) runtime: RuntimeChild,
     /// Its host pid (`None`: it had ended when it was looked for).
     pub(crate) pid: Option<u32>,
-    /// Its standard input.
-    pub(crate) stdin: OwnedFd,
+    /// Its standard input, when it is a pipe.
+    pub(crate) stdin: Option<OwnedFd>,
     /// Its standard output, when it goes to a pipe.
     pub(crate) stdout: Option<OwnedFd>,
     /// Its standard error, when it goes to a pipe.
@@ -144,8 +154,9 @@ impl ProcessTemplate {
 
     /// Starts `argv` in the container, in `cgroup` (a sub-cgroup name made
     /// already; `procs` its `cgroup.procs` in one hierarchy), as `name` (a
-    /// file-name-safe label: `cmd-3`, `probe`) in `cwd`. Its stdout and
-    /// stderr go to `output` (files) when given, else to pipes. `meanwhile`
+    /// file-name-safe label: `cmd-3`, `probe`) in `cwd`. Its stdin comes
+    /// from `streams.input` and its stdout and stderr go to `streams.output`
+    /// (files) when given, else through pipes. `meanwhile`
     /// runs once it started, while it runs. Returns once the process runs
     /// the program (the wrapper said so), or has run and ended already. Blocking;
     /// within a tokio runtime (the runtime's process is registered with it).
@@ -154,7 +165,7 @@ impl ProcessTemplate {
         runtime: &Runtime,
         (name, procs): (&str, &Path),
         (argv, cwd): (Vec<String>, &str),
-        output: Option<(OwnedFd, OwnedFd)>,
+        streams: Streams,
         meanwhile: impl FnOnce(),
     ) -> Result<Started, ContainerError> {
         let mut wrapped = vec![
@@ -172,8 +183,14 @@ impl ProcessTemplate {
         let spec_file = process_file(&serde_json::to_vec(&process).unwrap_or_default())?;
         let log = memory_file(c"aw-runtime-log")?;
         let (started_read, started_write) = pipe_pair("a process's start signal")?;
-        let (stdin_read, stdin_write) = pipe_pair("a process's stdin")?;
-        let (stdout_read, stdout_write, stderr_read, stderr_write) = match output {
+        let (stdin_read, stdin_write) = match streams.input {
+            Some(input) => (input, None),
+            None => {
+                let (read, write) = pipe_pair("a process's stdin")?;
+                (read, Some(write))
+            }
+        };
+        let (stdout_read, stdout_write, stderr_read, stderr_write) = match streams.output {
             Some((stdout, stderr)) => (None, stdout, None, stderr),
             None => {
                 let (stdout_read, stdout_write) = pipe_pair("a process's stdout")?;
@@ -473,7 +490,7 @@ impl ContainerExecution {
         );
         let forks = Counter::start(cgroup.file("pids.events"), "max");
         Ok(Self {
-            stdin: Some(started.stdin),
+            stdin: started.stdin,
             stdout: started.stdout,
             stderr: started.stderr,
             followed: files,

@@ -5,7 +5,10 @@
 //!   plan built and written as a bundle ([`crate::bundle`]), the container
 //!   created and started with a small reaper as its pid 1 (its own user,
 //!   mount, pid, network, UTS, IPC and cgroup namespaces; the run's limits on
-//!   its cgroup), then the boundary probe (`probe`): a shell in the
+//!   its cgroup), then the set-id check (`set_id_check`: `fchmodat2` with a
+//!   set-id mode and `openat2` tried in the container, which the runtime's
+//!   filter must refuse, or the seal fails naming the runtime) and the
+//!   boundary probe (`probe`): a shell in the
 //!   container observed from the host and held to core's
 //!   [`observation`](workspace_core::observation) standard. With
 //!   `environment.assurance = "required"` a mismatch fails closed (the
@@ -22,8 +25,9 @@
 //!   deleted, then proof: no runtime state, no cgroup directory, no process.
 //!
 //! Not kept (refused before anything is created, naming the field): preview
-//! ports (`process.ports`), service templates, terminals (`tty`), layered
-//! checkouts.
+//! ports without a forwarder (`process.ports`), terminals (`tty`), layered
+//! checkouts, and a read-write host mount whose directory the container's
+//! host uid does not own (`refusals`).
 
 mod boundary;
 mod cgroups;
@@ -34,6 +38,7 @@ pub mod preview;
 mod probe;
 mod runtime_child;
 mod seal;
+mod set_id_check;
 
 use std::collections::HashMap;
 use std::path::Path;

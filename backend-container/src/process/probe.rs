@@ -12,6 +12,11 @@
 //! path empty). Nothing in the container formats these. Only a declared
 //! toolchain needs the shell: `<program> --version` goes to its stdin; then
 //! stdin closes and the shell exits.
+//!
+//! Before the shell, in the same cgroup, the set-id check
+//! ([`set_id_check`]): what the runtime's filter must refuse and its
+//! libseccomp may not know, tried in the container; the seal fails unless
+//! it is refused.
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -24,7 +29,8 @@ use workspace_core::mount_plan::MountPoint;
 use workspace_core::observation::{self, Expected};
 
 use super::cgroups::ContainerCgroups;
-use super::exec::ProcessTemplate;
+use super::exec::{ProcessTemplate, Streams};
+use super::set_id_check;
 use crate::error::ContainerError;
 use crate::runtime::Runtime;
 
@@ -45,11 +51,26 @@ pub(crate) fn probe(
     let after_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let cgroup = cgroups.create_child(PROBE_CGROUP)?;
     let ready = super::migration_lock::keep_ready();
+    // First what the runtime's libseccomp may have left out of the filter:
+    // the seal fails here, before any command, unless it is refused.
+    let set_id = set_id_check::check(
+        runtime,
+        template,
+        (PROBE_CGROUP, &cgroup),
+        (deadline, after_ms),
+    );
+    let set_id = match set_id {
+        Ok(answers) => answers,
+        Err(e) => {
+            let _ = cgroup.kill_all();
+            return Err(e);
+        }
+    };
     let started = template.start(
         runtime,
         (PROBE_CGROUP, &cgroup.procs_file()),
         (vec!["/bin/sh".into()], workdir),
-        None,
+        Streams::default(),
         || {},
     )?;
     drop(ready);
@@ -60,12 +81,13 @@ pub(crate) fn probe(
     let mut text = from_host(pid);
     text.push_str(&absent_section(pid, &expected.mount_points));
     text.push_str(&readback_sections(pid, &expected.mount_points));
-    let mut stdin = std::fs::File::from(started.stdin);
-    if let Some(line) = observation::toolchain_line(expected.toolchain.as_deref()) {
-        // A shell that is gone fails the write; its output then lacks the line.
-        let _ = stdin.write_all(line.as_bytes());
+    if let Some(stdin) = started.stdin {
+        let mut stdin = std::fs::File::from(stdin);
+        if let Some(line) = observation::toolchain_line(expected.toolchain.as_deref()) {
+            // A shell that is gone fails the write; its output then lacks the line.
+            let _ = stdin.write_all(line.as_bytes());
+        }
     }
-    drop(stdin);
     drop(started.stderr);
     let Some(stdout) = started.stdout else {
         return Err(ContainerError::Lost {
@@ -88,7 +110,11 @@ pub(crate) fn probe(
     killed?;
     text.push_str(&observation::toolchain_section(&output));
     text.push_str("@@end\n");
-    Ok(observation::observe(&text, expected))
+    let mut observed = observation::observe(&text, expected);
+    observed
+        .facts
+        .insert("set_id_modes".into(), set_id.to_json());
+    Ok(observed)
 }
 
 /// What the host reads of process `pid`, as the sections
@@ -286,7 +312,7 @@ fn shows(file: &OwnedFd) -> String {
 
 /// Everything `read` gives until EOF (at most 1 MiB kept), or `None` when
 /// `deadline` passes first.
-fn read_until(read: OwnedFd, deadline: Instant) -> std::io::Result<Option<String>> {
+pub(super) fn read_until(read: OwnedFd, deadline: Instant) -> std::io::Result<Option<String>> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut output = Vec::new();
     let mut buf = [0u8; 8192];

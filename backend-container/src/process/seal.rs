@@ -168,33 +168,50 @@ fn id_maps(plan: &SealPlan, options: &ContainerOptions) -> Result<IdMaps, Contai
     })
 }
 
-/// Refuses a read-write host mount whose directory is not the run's host
-/// uid's, naming it: the runtime has no idmapped mounts, so the container
-/// could not write there (it would be `nobody`'s inside).
+/// Each read-write host mount whose directory is not host uid `host_uid`'s,
+/// as its field (`filesystem.host_mounts[N]`) and why: the runtime has no
+/// idmapped mounts, so the container could not write there (it would be
+/// `nobody`'s inside). The contract check refuses these before anything of a
+/// run is made ([`ContainerProcess::refusals`](super::ContainerProcess));
+/// the seal again, should the directory have changed owner since.
 ///
 /// # Ambient authority
 /// Looks at the host directories the contract names.
-fn writable_host_mounts_are_the_runs(
+pub(crate) fn unwritable_host_mounts(
     mounts: &[workspace_core::contract::HostMount],
     host_uid: u32,
-) -> Result<(), ContainerError> {
+) -> Vec<(String, String)> {
     use std::os::unix::fs::MetadataExt;
+    let mut refused = Vec::new();
     for (i, mount) in mounts.iter().enumerate() {
         if mount.mode != workspace_core::contract::MountMode::DangerReadWrite {
             continue;
         }
         let owner = std::fs::metadata(&mount.host).map(|meta| meta.uid()).ok();
-        if owner.is_some_and(|owner| owner != host_uid) {
-            return Err(ContainerError::Unsupported {
-                setting: format!(
-                    "filesystem.host_mounts[{i}] ({}): a read-write host directory of uid {}, which a container (host uid {host_uid}) cannot write without an idmapped mount; give it to uid {host_uid} or use the namespace backend",
-                    mount.host,
-                    owner.unwrap_or_default()
+        if let Some(owner) = owner.filter(|owner| *owner != host_uid) {
+            refused.push((
+                format!("filesystem.host_mounts[{i}]"),
+                format!(
+                    "{}, a read-write host directory of uid {owner}, which a container (host uid {host_uid}) cannot write without an idmapped mount; give it to uid {host_uid} or use the namespace backend",
+                    mount.host
                 ),
-            });
+            ));
         }
     }
-    Ok(())
+    refused
+}
+
+/// The first of [`unwritable_host_mounts`], as an error.
+fn writable_host_mounts_are_the_runs(
+    mounts: &[workspace_core::contract::HostMount],
+    host_uid: u32,
+) -> Result<(), ContainerError> {
+    match unwritable_host_mounts(mounts, host_uid).into_iter().next() {
+        Some((field, why)) => Err(ContainerError::Unsupported {
+            setting: format!("{field} ({why})"),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Builds the bundle and starts the container (blocking). Nothing is left

@@ -126,6 +126,15 @@ mod tests {
 /// uid and gid of an unprivileged run's user inside.
 pub const RUN_USER_ID: u32 = 1000;
 
+/// The uid and gid a run of `user` has inside: [`RUN_USER_ID`], or 0 for
+/// namespace root.
+pub const fn id_inside(user: UserClass) -> u32 {
+    match user {
+        UserClass::Unprivileged => RUN_USER_ID,
+        UserClass::NamespaceRoot => 0,
+    }
+}
+
 /// Why a run's credentials could not be issued.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -160,10 +169,7 @@ impl IdentityPlan {
         source: Option<&dyn CredentialSource>,
     ) -> Result<Self, BoundaryError> {
         let identity = &run.contract.identity;
-        let id = match identity.user {
-            UserClass::Unprivileged => RUN_USER_ID,
-            UserClass::NamespaceRoot => 0,
-        };
+        let id = id_inside(identity.user);
         let mut credentials = Vec::with_capacity(identity.credentials.len());
         for (index, declared) in identity.credentials.iter().enumerate() {
             let refuse = |err: IdentityError| {

@@ -48,6 +48,7 @@ pub use error::{BoundaryError, BoundaryKind, NotRunReason, ProgramNotRun};
 pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
 pub use identity::{
     CredentialSource, IdentityBoundary, IdentityError, IdentityPlan, IssuedCredential, RUN_USER_ID,
+    id_inside,
 };
 pub use output_keeper::{
     KEEP_AHEAD, KeptFiles, KeptOutput, OutputFlush, OutputKeepers, RELEASE_STEP, releasable,

@@ -35,6 +35,24 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
         std::any::type_name::<Self>()
     }
 
+    /// Every setting of `contract` this implementation cannot keep on this
+    /// host, beyond what [`capabilities`](Self::capabilities) declares for
+    /// every host (a host directory a run could not write, say), each pushed
+    /// onto `problems` naming its field. [`Stack::check`](super::Stack::check)
+    /// asks it, so a run is refused before anything of it is created; `seal`
+    /// may still refuse the same (the host may change in between). The
+    /// default finds none.
+    ///
+    /// # Ambient authority
+    /// An implementation may look at the host paths the contract names.
+    fn refusals(
+        &self,
+        contract: &crate::contract::Contract,
+        problems: &mut crate::contract::Problems,
+    ) {
+        let _ = (contract, problems);
+    }
+
     /// Applies the boundary and probes it from inside.
     async fn seal(
         &self,

@@ -29,8 +29,10 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Every setting of `contract` some boundary of this stack cannot enforce, each
-    /// named by its field path; `Ok` when the stack can keep the whole contract.
+    /// Every setting of `contract` some boundary of this stack cannot enforce
+    /// (what each declares it supports, then what the process boundary
+    /// refuses on this host, [`ProcessBoundary::refusals`]), each named by its
+    /// field path; `Ok` when the stack can keep the whole contract.
     pub fn check(&self, contract: &Contract) -> Result<(), Problems> {
         let mut problems = Problems::new();
         let source = self.source.capabilities();
@@ -44,6 +46,7 @@ impl Stack {
         let process = self.process.capabilities();
         process.check(self.process.name(), &contract.process, &mut problems);
         process.check_environment(self.process.name(), &contract.environment, &mut problems);
+        self.process.refusals(contract, &mut problems);
         self.environment.capabilities().check(
             self.environment.name(),
             &contract.environment,

@@ -74,6 +74,11 @@ pub enum RunErrorKind {
         #[source]
         source: std::io::Error,
     },
+    /// The runtime directory or the evidence root is not, and could not be
+    /// made, the runner's alone ([`crate::private_dirs`]); nothing of the run
+    /// was made.
+    #[error(transparent)]
+    PrivateDir(#[from] crate::private_dirs::PrivateDirError),
     /// A service template could not be published into the host's store.
     #[error(transparent)]
     Template(#[from] super::template_store::TemplateError),
@@ -149,6 +154,11 @@ impl RunErrorKind {
             Self::Evidence(_) => RunnerStep::Evidence,
             Self::Lease(_) => RunnerStep::Lease,
             Self::Io { path, .. } => RunnerStep::RunState { path: path.clone() },
+            Self::PrivateDir(
+                crate::private_dirs::PrivateDirError::Io { path, .. }
+                | crate::private_dirs::PrivateDirError::OpenToOthers { path, .. }
+                | crate::private_dirs::PrivateDirError::NotTheRunners { path, .. },
+            ) => RunnerStep::RunState { path: path.clone() },
             Self::Template(_) => RunnerStep::PublishTemplate,
             Self::LostSandboxLeft(_) => RunnerStep::Teardown,
             Self::Ended { .. }

@@ -116,7 +116,8 @@ struct Inner {
 
 impl Runner {
     /// A runner composing `stack`, admitting runs through `capacity` (this
-    /// process's pool).
+    /// process's pool). Nothing is made yet: [`create`](Self::create) makes
+    /// `config`'s directories the runner's alone before its first run.
     pub fn new(stack: Stack, config: RunnerConfig, capacity: Arc<Capacity>) -> Self {
         Self::with_admission(stack, config, capacity)
     }
@@ -203,8 +204,14 @@ impl Runner {
     ///
     /// An invalid or unsupported contract, or one whose source does not
     /// resolve, is refused before anything is created (the error has no
-    /// evidence). Any later failure is concluded before this
-    /// returns: the error names the exported evidence.
+    /// evidence). Then the runtime directory and the evidence root are made
+    /// the runner's alone ([`private_dirs::make_private`](crate::private_dirs::make_private)),
+    /// or the run is refused naming the one that cannot be. Any later
+    /// failure is concluded before this returns: the error names the
+    /// exported evidence.
+    ///
+    /// # Ambient authority
+    /// Creates the runner's directories, and closes them to other users.
     pub async fn create(
         &self,
         contract: Contract,
@@ -219,6 +226,10 @@ impl Runner {
             .await
             .map_err(|kind| refuse(kind, None))?;
         let config = &self.inner.config;
+        // Every run's files live under these: closed to other users before
+        // anything of this run is made there.
+        crate::private_dirs::make_private(&config.runtime_dir, &config.evidence_root)
+            .map_err(|e| refuse(e.into(), None))?;
         let paths = RunPaths::new(&config.runtime_dir, &config.evidence_root, &run_id);
         let started_unix_ms = unix_ms_now();
         let evidence = EvidenceWriter::create(&config.evidence_root, &run_id)
