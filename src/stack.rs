@@ -245,6 +245,17 @@ impl HostDirs {
     pub fn make_private(&self) -> Result<(), PrivateDirError> {
         workspace_core::private_dirs::make_private(&self.runtime, &self.evidence)
     }
+
+    /// [`make_private`](Self::make_private) for the runtime directory alone
+    /// (the evidence root is made by the first run's `Runner::create`): what a
+    /// command that may refuse its input before any run exists calls before
+    /// building its stack, so that a refusal leaves no evidence root behind.
+    ///
+    /// # Ambient authority
+    /// As [`make_private`](Self::make_private).
+    pub fn make_runtime_private(&self) -> Result<(), PrivateDirError> {
+        workspace_core::private_dirs::make_runtime_private(&self.runtime)
+    }
 }
 
 /// Whether this process runs as root: `/proc/self` belongs to the effective uid.

@@ -68,8 +68,9 @@ pub(crate) fn runner_on(
         .report()
     };
     // The runtime directory holds every run's files: closed to other users
-    // before anything of a run is made there.
-    dirs.make_private().map_err(|e| cannot(&e))?;
+    // before anything of a run is made there (the evidence root is closed
+    // by the run's creation, so that input refused first leaves none).
+    dirs.make_runtime_private().map_err(|e| cannot(&e))?;
     let stack = match backend {
         // Layered checkouts where this caller can mount overlayfs; else every
         // checkout is a standalone copy (a contract asking for `layered` is

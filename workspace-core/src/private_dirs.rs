@@ -119,10 +119,22 @@ pub enum PrivateDirError {
 /// Creates and changes host directories; reads the effective uid, this
 /// process's environment and the host's subordinate id files (for root).
 pub fn make_private(runtime_dir: &Path, evidence_root: &Path) -> Result<(), PrivateDirError> {
+    make_runtime_private(runtime_dir)?;
+    keep(PrivateDir::Evidence, evidence_root, effective_uid(), None)
+}
+
+/// [`make_private`] for the runtime directory alone: what a caller does
+/// before building a stack whose caches live under it (the layered tree
+/// cache, the container state), before it knows whether a run will be made
+/// (the evidence root is then made by the run's
+/// [`Runner::create`](crate::runner::Runner::create)).
+///
+/// # Ambient authority
+/// As [`make_private`].
+pub fn make_runtime_private(runtime_dir: &Path) -> Result<(), PrivateDirError> {
     let runner = effective_uid();
     let group = (runner == Some(0)).then(crate::subordinate::host_id_base);
-    keep(PrivateDir::Runtime, runtime_dir, runner, group)?;
-    keep(PrivateDir::Evidence, evidence_root, runner, None)
+    keep(PrivateDir::Runtime, runtime_dir, runner, group)
 }
 
 /// One directory made private (see [`make_private`]): `group` may search it.
