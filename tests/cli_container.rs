@@ -139,13 +139,6 @@ fn a_container_workspace_keeps_a_server_between_execs_and_destroy_leaves_nothing
     assert!(!fixture.runtime().join("runs").join(&run).exists());
 }
 
-/// Whether a process holding `marker` runs in a cgroup of `run`.
-fn runs_in(marker: &str, run: &str) -> bool {
-    support::processes_with(marker).into_iter().any(|pid| {
-        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(run))
-    })
-}
-
 #[test]
 fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
     let fixture = CliFixture::new("container-recover");
@@ -167,7 +160,7 @@ fn recover_ends_a_container_run_whose_cli_was_killed_mid_command() {
     let run = loop {
         let found = containers(&fixture)
             .into_iter()
-            .find(|run| runs_in(&sleeper, run));
+            .find(|run| support::runs_in(&sleeper, run));
         match found {
             Some(run) => break run,
             None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
@@ -227,10 +220,13 @@ fn an_exec_killed_mid_command_leaves_its_workspace_live_until_destroy() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !runs_in(&sleeper, &run) && Instant::now() < deadline {
+    while !support::runs_in(&sleeper, &run) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(runs_in(&sleeper, &run), "the command runs in the container");
+    assert!(
+        support::runs_in(&sleeper, &run),
+        "the command runs in the container"
+    );
     exec.kill().unwrap();
     exec.wait().unwrap();
     // An exec joins the workspace, it does not own it: the workspace is

@@ -155,13 +155,14 @@ fn recover_on_an_empty_runtime_dir_exits_0() {
 #[test]
 fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
     let fixture = CliFixture::new("recover-lost");
+    let mark = support::marker("recover-lost");
     let repo = fixture.repo();
     let evidence = fixture.evidence();
     let mut runner = fixture
         .command()
         .args(["run", "--repo", repo.to_str().unwrap()])
         .args(["--evidence", evidence.to_str().unwrap()])
-        .args(["--", "/bin/sleep", "300"])
+        .args(["--", "/bin/sh", "-c", "sleep 300", &mark])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -169,7 +170,14 @@ fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let running = loop {
         let rows = ls_json(&fixture, false);
-        if let Some(row) = rows.iter().find(|r| r["state"] == "running") {
+        // A command is a record, not a state: the run is sealed, and its
+        // command runs in a cgroup of it.
+        if let Some(row) = rows.iter().find(|r| {
+            r["state"] == "sealed"
+                && r["run_id"]
+                    .as_str()
+                    .is_some_and(|run| support::runs_in(&mark, run))
+        }) {
             break row.clone();
         }
         assert!(Instant::now() < deadline, "the run never ran: {rows:?}");
@@ -182,7 +190,7 @@ fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
     assert!(
         stdout
             .lines()
-            .any(|l| l.starts_with(&run_id) && l.contains(" running ") && l.ends_with("live")),
+            .any(|l| l.starts_with(&run_id) && l.contains(" sealed ") && l.ends_with("live")),
         "{stdout}"
     );
 
@@ -198,7 +206,7 @@ fn a_run_whose_runner_was_killed_is_listed_as_lost_and_recovered() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(
-        stdout.contains(&format!("{run_id}: recovered (found in running)")),
+        stdout.contains(&format!("{run_id}: recovered (found in sealed)")),
         "{stdout}"
     );
     assert!(ls_json(&fixture, false).is_empty());

@@ -137,14 +137,16 @@ fn a_sigkilled_runner_with_a_service_and_a_port_is_recovered_leaving_nothing() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The runner's own command line holds the marker too: wait for the run's
-    // journal to say its command runs.
+    // The runner's own command line holds the marker too: wait for the
+    // command in a cgroup of the run.
     let deadline = Instant::now() + Duration::from_secs(30);
     let run = loop {
         let listing = fixture.agent_workspace(&["ls", "--json"]);
         let rows: serde_json::Value = serde_json::from_slice(&listing.stdout).unwrap_or_default();
-        if rows[0]["state"] == "running" {
-            break rows[0]["run_id"].as_str().unwrap().to_owned();
+        if let Some(run) = rows[0]["run_id"].as_str()
+            && support::runs_in(&command, run)
+        {
+            break run.to_owned();
         }
         assert!(Instant::now() < deadline, "the run's command never started");
         std::thread::sleep(Duration::from_millis(50));

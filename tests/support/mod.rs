@@ -292,6 +292,15 @@ pub fn shell(script: &str, marker: &str) -> CommandSpec {
     command(&["/bin/sh", "-c", script, marker], None)
 }
 
+/// Whether a process whose command line holds `marker` runs in a cgroup of
+/// run `run` (not only the CLI that started it, whose command line holds the
+/// marker too).
+pub fn runs_in(marker: &str, run: &str) -> bool {
+    processes_with(marker).into_iter().any(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| c.contains(run))
+    })
+}
+
 /// A marker unique to this process and `what`, for finding a run's processes.
 pub fn marker(what: &str) -> String {
     format!("aw-marker-{what}-{}", std::process::id())
