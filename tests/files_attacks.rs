@@ -36,8 +36,12 @@ fn host_target(fx: &Fixture) -> PathBuf {
     dir
 }
 
-/// Every entry under `dir`: its bytes (files), mode, owner, mtime, links.
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (Vec<u8>, u32, u32, i64, i64, u64)> {
+/// What a snapshot keeps of an entry: its bytes (a file's), mode, owner,
+/// mtime (seconds, nanoseconds) and link count.
+type Entry = (Vec<u8>, u32, u32, i64, i64, u64);
+
+/// Every entry under `dir`.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Entry> {
     let mut out = BTreeMap::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(path) = pending.pop() {
