@@ -315,9 +315,10 @@ impl<'a> Files<'a> {
         Ok((self.process.files(self.run)?, path))
     }
 
-    /// `path` absolute inside the sandbox (a relative one under the
-    /// workspace root).
-    fn inside(&self, path: &str) -> Result<String, FileError> {
+    /// `path` absolute inside the sandbox, as the operations name it (a
+    /// relative one under the workspace root; see
+    /// [`inside_path`](crate::boundary::inside_path)).
+    pub fn inside(&self, path: &str) -> Result<String, FileError> {
         inside_path(&self.run.contract.filesystem.root, path)
     }
 
