@@ -553,3 +553,26 @@ async fn writes_from_many_tasks_and_a_joined_run_at_once_are_each_recorded_whole
     assert!(patch.contains("+++ b/joined.txt") && patch.contains("+++ b/out/15.txt"));
     fx.assert_nothing_left(&report.run_id, &[]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_container_backend_refuses_the_files_api_by_name_and_the_refusal_is_recorded() {
+    let fx = Fixture::new("files-container");
+    let runner = support::container::runner(&fx);
+    let workspace = support::container::create(&runner, fx.contract()).await;
+    let files = workspace.files();
+    let read = files.read("hello.txt").await;
+    assert!(
+        matches!(&read, Err(FileError::Unsupported { backend }) if backend.contains("container")),
+        "{read:?}"
+    );
+    let written = files.write("x", "y", WriteOptions::default()).await;
+    assert!(
+        matches!(written, Err(FileError::Unsupported { .. })),
+        "{written:?}"
+    );
+    let records = file_records(workspace.evidence_dir());
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].error.as_ref().unwrap().kind, "unsupported");
+    let report = workspace.finish().await.expect("finish");
+    assert!(report.cleaned);
+}
