@@ -62,8 +62,8 @@ use workspace_core::boundary::{
 use crate::spawn::Sandbox;
 use crate::sys::thread_creds;
 
-/// A live sandbox's files, acted on as the run's user (see the [module
-/// docs](self)). Made by [`NamespaceProcess`](crate::process::NamespaceProcess)
+/// A live sandbox's files, acted on as the run's user (see the
+/// [module docs](crate::files)). Made by [`NamespaceProcess`](crate::process::NamespaceProcess)
 /// for a sealed run; cheap, holds the sandbox.
 #[derive(Debug, Clone)]
 pub struct NamespaceFiles {

@@ -102,8 +102,9 @@ pub struct FileRecordError {
 
 impl EvidenceWriter {
     /// Appends `record` as one line to `files.jsonl`, safely beside other
-    /// tasks and processes appending to the same bundle (see the [module
-    /// docs](self)). Refused once the bundle is sealed.
+    /// tasks and processes appending to the same bundle: one `write` of the
+    /// whole line to the file opened for appending, under an exclusive lock
+    /// of it. Refused once the bundle is sealed (by any process).
     pub fn append_file_record(&self, record: &FileRecord) -> Result<(), EvidenceError> {
         self.while_unsealed(|| self.append_line(record))
     }

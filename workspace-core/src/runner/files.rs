@@ -80,9 +80,10 @@ pub struct WriteOutcome {
 
 /// The files of a live workspace (from
 /// [`Workspace::files`](super::Workspace::files) or
-/// [`JoinedRun::files`](super::JoinedRun::files)); see the [module
-/// docs](self). Paths are relative to the workspace root, or absolute inside
-/// the sandbox.
+/// [`JoinedRun::files`](super::JoinedRun::files)): read and written inside
+/// the sandbox by the process boundary, reads limited, both ways streamed,
+/// each change recorded in `files.jsonl`. Paths are relative to the
+/// workspace root, or absolute inside the sandbox.
 #[derive(Debug)]
 pub struct Files<'a> {
     process: &'a dyn ProcessBoundary,

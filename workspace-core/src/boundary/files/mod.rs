@@ -160,9 +160,11 @@ impl Debug for WriteFile {
     }
 }
 
-/// A run's files, reached as its sandbox sees them (see the [module
-/// docs](self)). Each path is absolute inside the sandbox, as
-/// [`inside_path`] makes it. Any number of operations may run at once.
+/// A run's files, reached as its sandbox sees them: as the run's user,
+/// through the sandbox's own mounts, a link followed inside and never out of
+/// it; never by writing into a layer on the host. Each path is absolute
+/// inside the sandbox, as [`inside_path`] makes it. Any number of operations
+/// may run at once.
 #[async_trait]
 pub trait FileAccess: Send + Sync + Debug {
     /// Opens the regular file at `path` for reading from `offset`, links
