@@ -82,6 +82,7 @@
 pub mod cgroup;
 pub mod disk;
 pub mod environment;
+pub mod files;
 pub mod host_check;
 pub mod identity;
 pub mod process;

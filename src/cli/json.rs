@@ -121,6 +121,10 @@ pub(crate) enum ErrorKind {
     Io,
     /// An evidence bundle could not be checked at all. Exit 1.
     Evidence,
+    /// A file operation in a workspace (`files`) was refused or failed:
+    /// `file_error` says why (`not-found`, `permission-denied`, ...). Exit 1,
+    /// or 2 for a path or mode no file can have.
+    File,
 }
 
 /// One problem of several (a contract's fields).
@@ -185,6 +189,10 @@ pub(crate) struct ErrorBody {
     /// Why the run failed, as its outcome records it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailureCause>,
+    /// Why a file operation was refused (`not-found`, `permission-denied`,
+    /// `read-only`, `link-out-of-reach`, ...), with `kind` `file`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_error: Option<&'static str>,
     /// The process exit status that goes with it.
     pub exit_status: u8,
 }
@@ -211,6 +219,7 @@ impl Failure {
                 run_id: None,
                 evidence: None,
                 failure: None,
+                file_error: None,
                 exit_status: exit,
             },
         }
@@ -258,6 +267,12 @@ impl Failure {
         self
     }
 
+    /// Why a file operation was refused.
+    pub(crate) fn file_error(mut self, kind: &'static str) -> Self {
+        self.body.file_error = Some(kind);
+        self
+    }
+
     /// Prints the failure (`agent-workspace: MESSAGE` on stderr, each of its
     /// lines escaped for the terminal; and the JSON answer under `--json`)
     /// and returns its exit status.
@@ -294,11 +309,12 @@ pub(crate) fn answer_of_raw_args() -> Answer {
 }
 
 /// The subcommands' names, to find which one a command line names.
-const SUBCOMMANDS: [&str; 20] = [
+const SUBCOMMANDS: [&str; 21] = [
     "run",
     "create",
     "exec",
     "export",
+    "files",
     "destroy",
     "promote",
     "checks",

@@ -14,6 +14,7 @@ mod create;
 mod destroy;
 mod exec;
 mod export;
+mod files;
 mod host;
 mod json;
 mod line_start;
@@ -100,6 +101,9 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Print the current patch of a created workspace (while commands run).
     Export(export::ExportArgs),
+    /// Read and write a created workspace's files inside it, as its user
+    /// (ls, cat, write from stdin, rm, stat, mkdir, mv; while commands run).
+    Files(files::FilesArgs),
     /// End a created workspace: checks, evidence, cleanup.
     Destroy(destroy::DestroyArgs),
     /// End a created workspace and promote its patch to the contract's target.
@@ -168,6 +172,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Create(args) => create::run(args, &cli.host),
         Command::Exec(args) => exec::run(args, &cli.host),
         Command::Export(args) => export::run(args, &cli.host),
+        Command::Files(args) => files::run(args, &cli.host),
         Command::Destroy(args) => destroy::run(args, &cli.host),
         Command::Promote(args) => promote::run(args, &cli.host),
         Command::Checks(args) => checks::run(args, &cli.host),
@@ -199,6 +204,7 @@ impl Command {
             Self::Exec(args) => args.answer(),
             Self::Create(args) => on_stdout(args.json),
             Self::Export(args) => on_stdout(args.json),
+            Self::Files(args) => on_stdout(args.json),
             Self::Destroy(args) => on_stdout(args.json),
             Self::Promote(args) => on_stdout(args.json),
             Self::Checks(args) => on_stdout(args.json),

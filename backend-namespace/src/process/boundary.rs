@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use workspace_core::boundary::{
-    Attachment, BoundaryError, CommandSpec, DiskRecord, DiskUsage, Execution, LeakReport,
-    ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext, RunDisks, SealPlan,
-    Suspension, TerminateReport,
+    Attachment, BoundaryError, CommandSpec, DiskRecord, DiskUsage, Execution, FileAccess,
+    FileError, LeakReport, ObservedBoundary, ProcessBoundary, ProcessCapabilities, RunContext,
+    RunDisks, SealPlan, Suspension, TerminateReport,
 };
 use workspace_core::contract::{Assurance, IsolationLevel};
 
@@ -178,6 +178,25 @@ impl ProcessBoundary for NamespaceProcess {
         super::command::spawn(self.live(&run.run_id), run, command)
             .await
             .map_err(|e| e.into_boundary(OP))
+    }
+
+    fn files(&self, run: &RunContext) -> Result<Box<dyn FileAccess>, FileError> {
+        // The run's sandbox as this instance holds it (sealed or attached),
+        // acted on as the run's host ids (see `crate::files`).
+        let gone = |e: ProcessError| FileError::SandboxGone {
+            source: Box::new(e),
+        };
+        let live = self.live(&run.run_id).map_err(gone)?;
+        let (uid, gid) = self
+            .options
+            .host_ids
+            .of(live.spec.uid, live.spec.gid)
+            .map_err(gone)?;
+        Ok(Box::new(crate::files::NamespaceFiles::new(
+            live.sandbox,
+            uid,
+            gid,
+        )))
     }
 
     fn usage(&self, run: &RunContext) -> workspace_core::evidence::ResourceUsage {

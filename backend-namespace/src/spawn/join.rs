@@ -169,6 +169,44 @@ impl Sandbox {
             .map_or(self.pidfd.as_fd(), |door| door.pidfd.as_fd())
     }
 
+    /// The sandbox's root directory as its processes see it, mounts and all:
+    /// `/proc/<entry>/root` of [`entry_pid`](Self::entry_pid), opened
+    /// `O_PATH`, then checked to be still that process's (its pidfd not yet
+    /// readable: a pid that ended and was reused meanwhile is never taken).
+    /// A path resolved from it with `RESOLVE_IN_ROOT` resolves as inside.
+    ///
+    /// # Ambient authority
+    /// Opens a host `/proc` entry (ptrace access to the entry process).
+    pub fn open_root(&self) -> Result<OwnedFd, SpawnError> {
+        let path = PathBuf::from(format!("/proc/{}/root", self.entry_pid()));
+        let root = nix::fcntl::open(
+            &path,
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|source| SpawnError::Prepare {
+            step: "opening the sandbox's root",
+            path: path.clone(),
+            source,
+        })?;
+        let alive = match &self.entry {
+            Some(door) => is_running(&door.pidfd),
+            None => is_running(&self.pidfd),
+        };
+        if !alive {
+            return Err(match &self.entry {
+                Some(door) => SpawnError::DoorGone {
+                    door: door.pid,
+                    pid1: self.pid,
+                },
+                None => SpawnError::InitEnded { pid: self.pid },
+            });
+        }
+        Ok(root)
+    }
+
     /// The host pid of the sandbox's door, when it has one.
     pub fn door(&self) -> Option<u32> {
         self.entry.as_ref().map(|door| door.pid as u32)

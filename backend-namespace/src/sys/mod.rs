@@ -24,6 +24,7 @@ pub(crate) mod process;
 pub(crate) mod reactor;
 pub(crate) mod signal;
 pub(crate) mod socket;
+pub(crate) mod thread_creds;
 pub(crate) mod tty;
 
 pub(crate) use clone::{Birth, fork_like, vfork_like};

@@ -26,6 +26,7 @@ mod context;
 mod disk;
 mod environment;
 mod error;
+mod files;
 mod filesystem;
 mod identity;
 mod output_keeper;
@@ -45,6 +46,10 @@ pub use environment::{
     host_vars,
 };
 pub use error::{BoundaryError, BoundaryKind, NotRunReason, ProgramNotRun};
+pub use files::{
+    DEFAULT_LIST_LIMIT, DEFAULT_READ_LIMIT, FileAccess, FileError, FileInfo, FileKind,
+    MAX_PATH_LEN, ReadFile, WriteFile, WriteOptions, inside_path, split_parent, valid_mode,
+};
 pub use filesystem::{Access, FilesystemBoundary, FilesystemRecord, GrantRecord};
 pub use identity::{
     CredentialSource, IdentityBoundary, IdentityError, IdentityPlan, IssuedCredential, RUN_USER_ID,
@@ -81,4 +86,6 @@ const _: () = {
     assert_send_sync::<dyn PromotionBoundary>();
     assert_send_sync::<BoundaryError>();
     assert_send_sync::<dyn OutputKeepers>();
+    assert_send_sync::<dyn FileAccess>();
+    assert_send_sync::<FileError>();
 };

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{
-    BoundaryError, DiskRecord, DiskUsage, EnvironmentPlan, FilesystemRecord, IdentityPlan,
-    ProcessCapabilities, RunContext, SourceRecord,
+    BoundaryError, DiskRecord, DiskUsage, EnvironmentPlan, FileAccess, FileError, FilesystemRecord,
+    IdentityPlan, ProcessCapabilities, RunContext, SourceRecord,
 };
 
 /// Applies the run's process boundary and executes commands inside it.
@@ -187,6 +187,17 @@ pub trait ProcessBoundary: Send + Sync + Debug + 'static {
     async fn remove_disk(&self, run: &RunContext) -> Result<(), BoundaryError> {
         let _ = run;
         Ok(())
+    }
+
+    /// The files of the run's live sandbox, reached as its commands reach
+    /// them: as the run's user, through the sandbox's own mounts (see
+    /// [`FileAccess`]). Only asked of a sealed (or attached) run. The default
+    /// is for a boundary that cannot: [`FileError::Unsupported`].
+    fn files(&self, run: &RunContext) -> Result<Box<dyn FileAccess>, FileError> {
+        let _ = run;
+        Err(FileError::Unsupported {
+            backend: self.name().to_owned(),
+        })
     }
 
     /// Takes over the live sandbox of a run sealed and [detached](Self::detach)

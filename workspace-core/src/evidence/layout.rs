@@ -49,11 +49,15 @@ pub enum EvidenceFile {
     /// `network.jsonl`: each connection attempt through an allowlisted run's
     /// egress proxy, allowed or denied.
     Network,
+    /// `files.jsonl`: each write, removal, directory made and rename done
+    /// through the workspace's files API (appended as it happens, by every
+    /// process acting on the run).
+    Files,
 }
 
 impl EvidenceFile {
     /// Every well-known file, in layout order.
-    pub const ALL: [EvidenceFile; 13] = [
+    pub const ALL: [EvidenceFile; 14] = [
         Self::Contract,
         Self::Source,
         Self::Observed,
@@ -67,6 +71,7 @@ impl EvidenceFile {
         Self::Services,
         Self::Preview,
         Self::Network,
+        Self::Files,
     ];
 
     /// The file's name inside the run directory.
@@ -85,6 +90,7 @@ impl EvidenceFile {
             Self::Services => "services.json",
             Self::Preview => "preview.json",
             Self::Network => "network.jsonl",
+            Self::Files => "files.jsonl",
         }
     }
 }

@@ -17,6 +17,7 @@
 //!   changes.json       changed paths, in or out of scope    EvidenceFile::Changes
 //!   checks.json                                             EvidenceFile::Checks
 //!   approvals.json                                          EvidenceFile::Approvals
+//!   files.jsonl        writes, removals, renames through the files API  EvidenceFile::Files
 //!   journal.jsonl      a copy of the run's journal          EvidenceFile::Journal
 //!   manifest.json      sha256 and size of every other file  (written by seal)
 //! ```
@@ -82,6 +83,7 @@ mod capped;
 mod command;
 mod completeness;
 mod error;
+mod files;
 mod fingerprint;
 mod layout;
 mod manifest;
@@ -99,6 +101,7 @@ pub use command::{
 };
 pub use completeness::Completeness;
 pub use error::EvidenceError;
+pub use files::{FileOp, FileRecord, FileRecordError};
 pub use fingerprint::{FINGERPRINT_KEY_FILE, FingerprintKey, FingerprintKeyError};
 pub use layout::{COMMANDS_DIR, EvidenceFile, MANIFEST_FILE};
 pub use manifest::{Manifest, ManifestEntry};

@@ -340,6 +340,16 @@ impl EvidenceWriter {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Runs `write` while the bundle is not sealed and no other write of
+    /// this writer runs (for a record appended from a module of its own).
+    pub(super) fn while_unsealed<T>(
+        &self,
+        write: impl FnOnce() -> Result<T, EvidenceError>,
+    ) -> Result<T, EvidenceError> {
+        let _state = self.unsealed()?;
+        write()
+    }
+
     fn unsealed(&self) -> Result<MutexGuard<'_, State>, EvidenceError> {
         let state = self.lock();
         if state.sealed {

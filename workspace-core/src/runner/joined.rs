@@ -166,6 +166,19 @@ impl JoinedRun {
         })
     }
 
+    /// The run's files, read and written inside its sandbox as its user,
+    /// each change recorded in the evidence, as
+    /// [`Workspace::files`](super::Workspace::files) does.
+    pub fn files(&self) -> super::Files<'_> {
+        super::Files::new(
+            self.process.as_ref(),
+            &self.run,
+            &self.evidence,
+            &self.scrubber,
+            None,
+        )
+    }
+
     /// [`exec`](Self::exec), its command killed when `cancel` is.
     async fn exec_until(
         &self,

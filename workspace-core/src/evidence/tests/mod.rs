@@ -155,7 +155,7 @@ fn full_bundle_is_intact_and_manifest_lists_exactly_its_files() {
     let report = verify(&dir).unwrap();
     assert!(report.is_intact(), "{:?}", report.problems);
     assert_eq!(report.files_checked, expected.len());
-    assert_eq!(report.files_checked, 20);
+    assert_eq!(report.files_checked, 21);
 }
 
 #[test]

@@ -43,7 +43,7 @@ fn a_removed_file_is_reported_as_missing() {
             path: "checks.json".into()
         }]
     );
-    assert_eq!(report.files_checked, 19);
+    assert_eq!(report.files_checked, 20);
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn a_planted_symlink_is_reported_and_not_followed() {
             },
         ]
     );
-    assert_eq!(report.files_checked, 19);
+    assert_eq!(report.files_checked, 20);
     let text = format!("{report:?}");
     assert!(!text.contains(&secret_digest));
     assert!(!text.contains("outside content"));
@@ -149,7 +149,7 @@ fn a_manifest_reaching_outside_is_reported_as_bad_path() {
             .all(|p| matches!(p, Tamper::BadPath { .. }))
     );
     assert!(report.problems.iter().any(|p| p.path() == "../outside"));
-    assert_eq!(report.files_checked, 20);
+    assert_eq!(report.files_checked, 21);
 }
 
 #[test]

@@ -269,6 +269,21 @@ impl Workspace {
         }
     }
 
+    /// The workspace's files, read and written inside its sandbox as its
+    /// user, each change recorded in the evidence (see [`Files`](super::Files));
+    /// any number of operations at once, beside commands. Refused while the
+    /// run is not sealed.
+    pub fn files(&self) -> super::Files<'_> {
+        let state = self.life.state().name();
+        super::Files::new(
+            self.stack.process.as_ref(),
+            &self.run,
+            &self.evidence,
+            &self.scrubber,
+            (state != StateName::Sealed).then_some(state),
+        )
+    }
+
     /// Starts `command` in the sealed workspace to run on in the background
     /// (what `exec --detach` does): it is not waited for, its output goes to
     /// log files of the run (`logs RUN exec-N`) and, scrubbed, into the
