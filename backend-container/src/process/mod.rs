@@ -34,6 +34,7 @@ mod cgroups;
 mod exec;
 mod migration_lock;
 mod output;
+mod pipe_read;
 pub mod preview;
 mod probe;
 mod runtime_child;

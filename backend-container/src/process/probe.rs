@@ -94,7 +94,7 @@ pub(crate) fn probe(
             what: "the probe has no stdout pipe".into(),
         });
     };
-    let output = read_until(stdout, deadline);
+    let output = super::pipe_read::read_until(stdout, deadline);
     // Whatever the shell did, nothing of the probe outlives it.
     let killed = cgroup.kill_all();
     let output = match output {
@@ -308,36 +308,4 @@ fn shows(file: &OwnedFd) -> String {
         Ok(n) => format!("{n}-entries"),
         Err(errno) => format!("unreadable:{}", errno.desc().replace(' ', "-")),
     }
-}
-
-/// Everything `read` gives until EOF (at most 1 MiB kept), or `None` when
-/// `deadline` passes first.
-pub(super) fn read_until(read: OwnedFd, deadline: Instant) -> std::io::Result<Option<String>> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut output = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(None);
-        }
-        let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(read.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(ms)) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-        match nix::unistd::read(read.as_fd(), &mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                let keep = n.min((1usize << 20).saturating_sub(output.len()));
-                output.extend_from_slice(&buf[..keep]);
-            }
-            Err(Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(Some(String::from_utf8_lossy(&output).into_owned()))
 }

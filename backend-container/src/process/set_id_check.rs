@@ -196,7 +196,7 @@ pub(crate) fn check(
         });
     };
     let output =
-        super::probe::read_until(stdout, deadline).map_err(|source| ContainerError::Pipe {
+        super::pipe_read::read_until(stdout, deadline).map_err(|source| ContainerError::Pipe {
             step: "reading the set-id check's output",
             source,
         })?;
