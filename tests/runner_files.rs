@@ -237,6 +237,28 @@ async fn each_operation_acts_inside_as_the_workspace_user_and_each_change_is_rec
         files.remove("/", true).await,
         Err(FileError::InvalidPath { .. })
     ));
+    // The roots of the workspace's mounts (the workspace itself, `/tmp`) are
+    // refused before anything in them goes: emptied first, they would lose
+    // all they hold and say only that their own removal failed.
+    files
+        .write("/tmp/keep.txt", "kept", WriteOptions::default())
+        .await
+        .unwrap();
+    for root in [".", "/workspace", "/tmp"] {
+        assert!(
+            matches!(
+                files.remove(root, true).await,
+                Err(FileError::InvalidPath { .. })
+            ),
+            "{root}"
+        );
+    }
+    assert_eq!(files.read("kept.txt").await.unwrap(), b"kept\n");
+    assert_eq!(files.read("/tmp/keep.txt").await.unwrap(), b"kept");
+    assert!(
+        files.stat(".git").await.is_ok(),
+        "the checkout's .git is still there"
+    );
     assert!(matches!(
         files.rename("/tmp/scratch", "moved").await,
         Err(FileError::CrossesMounts { from, to }) if from == "/tmp/scratch" && to == "/workspace/moved"
@@ -308,6 +330,10 @@ async fn each_operation_acts_inside_as_the_workspace_user_and_each_change_is_rec
             "invalid-mode",
             "already-exists",
             "already-exists",
+            "invalid-path",
+            "ok",
+            "invalid-path",
+            "invalid-path",
             "invalid-path",
             "crosses-mounts"
         ]

@@ -335,7 +335,18 @@ pub(super) fn remove(root: &OwnedFd, path: &str, recursive: bool) -> Result<u64,
     let dir = resolve_dir(root, parent)?;
     let st = nix::sys::stat::fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
         .map_err(|e| error("stat", path, e))?;
-    match (kind_of(st.st_mode), recursive) {
+    let kind = kind_of(st.st_mode);
+    // A mount's root (the workspace itself, `/tmp`, a cache, a path the
+    // filesystem boundary bound) cannot be removed: emptying it first and
+    // failing at its own `rmdir` would lose all it held, the caller told only
+    // of the failure.
+    if kind == FileKind::Directory && is_mount_root(&dir, name, path)? {
+        return Err(FileError::InvalidPath {
+            path: path.to_owned(),
+            reason: "it is where a file system is mounted in the workspace: remove what is in it instead",
+        });
+    }
+    match (kind, recursive) {
         (FileKind::Directory, true) => remove_tree(&dir, OsStr::new(name), path, 0),
         (FileKind::Directory, false) => nix::unistd::unlinkat(&dir, name, UnlinkatFlags::RemoveDir)
             .map(|()| 1)
@@ -455,4 +466,28 @@ pub(super) fn rename(root: &OwnedFd, from: &str, to: &str) -> Result<(), FileErr
         Errno::ENOTEMPTY | Errno::EEXIST | Errno::EISDIR => error("rename", to, errno),
         errno => error("rename", from, errno),
     })
+}
+
+/// Whether the directory `name` in `dir` is a mount's root: `statx` says so,
+/// or, where it cannot, its device differs from its parent's.
+fn is_mount_root(dir: &OwnedFd, name: &str, path: &str) -> Result<bool, FileError> {
+    use std::os::fd::AsFd;
+    let c_name = std::ffi::CString::new(name).map_err(|_| FileError::InvalidPath {
+        path: path.to_owned(),
+        reason: "it holds a NUL byte",
+    })?;
+    match crate::sys::mount_root::is_mount_root(dir.as_fd(), &c_name) {
+        Ok(Some(root)) => Ok(root),
+        Ok(None) => {
+            let parent = nix::sys::stat::fstat(dir).map_err(|e| error("stat", path, e))?;
+            let entry = nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                .map_err(|e| error("stat", path, e))?;
+            Ok(entry.st_dev != parent.st_dev)
+        }
+        Err(source) => Err(FileError::Io {
+            op: "stat",
+            path: path.to_owned(),
+            source,
+        }),
+    }
 }

@@ -16,6 +16,7 @@ pub(crate) mod exec;
 pub(crate) mod fd;
 pub(crate) mod ids;
 pub(crate) mod mount;
+pub(crate) mod mount_root;
 pub(crate) mod net;
 pub(crate) mod path;
 pub(crate) mod pidfd;
